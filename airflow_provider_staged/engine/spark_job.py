@@ -1,0 +1,119 @@
+"""The staged write job: run a query and write its result into an attempt's staging location.
+
+Runs inside the Spark driver: in-process for the embedded engine, or as the application
+that ``spark-submit`` starts (``python spark_job.py --spec spec.json``). It never touches the
+catalog: it returns (and, when submitted, writes) the manifest that the Airflow side commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+MANIFEST_NAME = "_STAGED_MANIFEST.json"
+
+
+def local_path(location: str) -> Path:
+    """The local path of a ``file:`` URI or plain path."""
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        raise ValueError(f"staging location {location!r}: only local paths are supported here")
+    return Path(parsed.path)
+
+
+def hive_columns(schema: Any) -> list[tuple[str, str]]:
+    return [(field.name, field.dataType.simpleString()) for field in schema.fields]
+
+
+def data_files(root: Path) -> list[dict[str, Any]]:
+    """Parquet files under ``root`` with their row counts (from footers, no data read)."""
+    import pyarrow.parquet as pq
+
+    found = []
+    for path in sorted(root.rglob("*.parquet")):
+        relative = path.relative_to(root)
+        if any(part.startswith(("_", ".")) and "=" not in part for part in relative.parts):
+            continue
+        rows = pq.ParquetFile(path).metadata.num_rows
+        found.append({"path": str(relative), "rows": rows, "bytes": path.stat().st_size})
+    return found
+
+
+def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
+    """Write ``df`` as Parquet into the attempt's version directory and describe it."""
+    location = spec["location"]
+    partition_by = list(spec.get("partition_by") or [])
+    missing = [column for column in partition_by if column not in df.columns]
+    if missing:
+        raise ValueError(f"the query does not produce partition column(s) {missing}")
+    writer = df.write.format("parquet").mode("errorifexists")
+    for key, value in (spec.get("options") or {}).items():
+        writer = writer.option(key, value)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(location)
+    data_columns = [f for f in df.schema.fields if f.name not in partition_by]
+    partition_fields = [f for f in df.schema.fields if f.name in partition_by]
+    from pyspark.sql.types import StructType
+
+    ordered = StructType(data_columns + partition_fields)
+    columns = hive_columns(ordered)
+    return {
+        "location": location,
+        "schema_json": ordered.json(),
+        "hive_columns": columns,
+        "partition_columns": partition_by,
+        "files": data_files(local_path(location)),
+    }
+
+
+WRITERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {"parquet": write_parquet}
+
+
+def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``sql`` and write its result as ``spec`` says; return the manifest."""
+    writer = WRITERS.get(spec.get("format", "parquet"))
+    if writer is None:
+        raise ValueError(f"unknown staged write format {spec.get('format')!r}")
+    for key, value in (spec.get("sql_conf") or {}).items():
+        spark.conf.set(key, value)
+    df = spark.sql(sql)
+    manifest = writer(df, spec)
+    if spec.get("manifest_path"):
+        write_manifest(spec["manifest_path"], manifest)
+    return manifest
+
+
+def write_manifest(path: str, manifest: dict[str, Any]) -> None:
+    target = local_path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="staged write job (spark-submit application)")
+    parser.add_argument("--spec", required=True, help="JSON file: sql, location, format, ...")
+    args = parser.parse_args(argv)
+    spec = json.loads(Path(args.spec).read_text())
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.enableHiveSupport().getOrCreate()
+    try:
+        run_staged_write(spark, spec["sql"], spec)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Hive Metastore access over Thrift (no JVM)."""

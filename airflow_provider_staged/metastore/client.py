@@ -1,0 +1,86 @@
+"""A small, typed wrapper around ``hmsclient``'s Thrift client for the calls we need."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+from hmsclient import hmsclient
+from hmsclient.genthrift.hive_metastore import ttypes
+from thrift.protocol import TBinaryProtocol
+from thrift.transport import TSocket, TTransport
+
+from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
+
+NoSuchObjectException = ttypes.NoSuchObjectException
+AlreadyExistsException = ttypes.AlreadyExistsException
+
+
+def parse_metastore_uri(uri: str) -> tuple[str, int]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "thrift" or not parsed.hostname or not parsed.port:
+        raise ValueError(f"invalid metastore URI {uri!r}: expected thrift://host:port")
+    return parsed.hostname, parsed.port
+
+
+class MetastoreClient:
+    """One Thrift connection to a metastore; use as a context manager or ``connect()``."""
+
+    def __init__(self, uri: str, timeout_ms: int = 30_000) -> None:
+        self.uri = uri
+        host, port = parse_metastore_uri(uri)
+        socket = TSocket.TSocket(host, port)
+        socket.setTimeout(timeout_ms)
+        protocol = TBinaryProtocol.TBinaryProtocol(TTransport.TBufferedTransport(socket))
+        self._client = hmsclient.HMSClient(iprot=protocol, oprot=protocol)
+
+    def __enter__(self) -> MetastoreClient:
+        try:
+            self._client.open()
+        except Exception as err:
+            raise StagingError(f"cannot reach the Hive Metastore at {self.uri}: {err}") from err
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    @property
+    def thrift(self) -> hmsclient.HMSClient:
+        return self._client
+
+    def database_location(self, database: str) -> str:
+        try:
+            return self._client.get_database(database).locationUri
+        except NoSuchObjectException:
+            raise TableNotFoundError(f"database {database!r} does not exist") from None
+
+    def get_table(self, database: str, table: str) -> ttypes.Table | None:
+        try:
+            return self._client.get_table(database, table)
+        except NoSuchObjectException:
+            return None
+
+    def create_table(self, table: ttypes.Table) -> None:
+        self._client.create_table(table)
+
+    def alter_table(self, table: ttypes.Table) -> None:
+        self._client.alter_table(table.dbName, table.tableName, table)
+
+    def partitions(self, database: str, table: str) -> list[ttypes.Partition]:
+        return self._client.get_partitions(database, table, -1)
+
+    def add_partitions(self, partitions: list[ttypes.Partition]) -> None:
+        if partitions:
+            self._client.add_partitions(partitions)
+
+    def alter_partitions(self, database: str, table: str, parts: list[ttypes.Partition]) -> None:
+        if parts:
+            self._client.alter_partitions(database, table, parts)
+
+
+@contextlib.contextmanager
+def connect(uri: str) -> Iterator[MetastoreClient]:
+    with MetastoreClient(uri) as client:
+        yield client

@@ -1,0 +1,1 @@
+"""Local services of the embedded default runtime (Hive Metastore on Derby)."""

@@ -1,0 +1,127 @@
+"""A local Hive Metastore Thrift server on Derby, run from the jars the pyspark wheel ships."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from airflow_provider_staged.services.processes import (
+    free_port,
+    read_pid,
+    start_background,
+    stop_pid,
+    wait_for_port,
+)
+
+
+def spark_home() -> Path:
+    """``SPARK_HOME``, or the pyspark package directory, which holds Spark's jars."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def staged_home() -> Path:
+    """Where the embedded runtime keeps its metastore, warehouse, journal, pids and logs."""
+    return Path(os.environ.get("STAGED_HOME", Path.home() / ".staged")).resolve()
+
+
+@dataclass(frozen=True)
+class MetastoreInfo:
+    host: str
+    port: int
+    pid: int
+    warehouse: str
+    home: str
+
+    @property
+    def uri(self) -> str:
+        return f"thrift://{self.host}:{self.port}"
+
+
+def _state_file(home: Path) -> Path:
+    return home / "metastore.json"
+
+
+def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin"))
+    java = java or shutil.which("java") or "java"
+    derby = home / "metastore_db"
+    return [
+        java,
+        "-Xmx512m",
+        # Without this the Hive jars die looking for a log4j async context class.
+        "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
+        f"-Dderby.system.home={home}",
+        "-cp",
+        f"{spark_home() / 'jars'}/*",
+        "org.apache.hadoop.hive.metastore.HiveMetaStore",
+        "-p",
+        str(port),
+        "--hiveconf",
+        f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={derby};create=true",
+        "--hiveconf",
+        "datanucleus.schema.autoCreateAll=true",
+        "--hiveconf",
+        "hive.metastore.schema.verification=false",
+        "--hiveconf",
+        f"hive.metastore.warehouse.dir={warehouse.as_uri()}",
+        "--hiveconf",
+        # A replace may change column types; the data is new files, not a rewrite.
+        "hive.metastore.disallow.incompatible.col.type.changes=false",
+        "--hiveconf",
+        "hive.metastore.event.db.notification.api.auth=false",
+    ]
+
+
+def start_metastore(home: Path | None = None, port: int | None = None) -> MetastoreInfo:
+    """Start the metastore unless one recorded under ``home`` is running; return its info."""
+    home = (home or staged_home()).resolve()
+    running = metastore_status(home)
+    if running is not None:
+        return running
+    home.mkdir(parents=True, exist_ok=True)
+    warehouse = home / "warehouse"
+    warehouse.mkdir(exist_ok=True)
+    port = port or free_port()
+    log_file = home / "logs" / "metastore.log"
+    pid_file = home / "metastore.pid"
+    env = dict(os.environ, HADOOP_USER_NAME=os.environ.get("HADOOP_USER_NAME", "staged"))
+    pid = start_background(metastore_command(port, home, warehouse), pid_file, log_file, env, home)
+    try:
+        wait_for_port(port, pid, timeout=120, log_file=log_file)
+    except BaseException:
+        stop_pid(pid)
+        raise
+    info = MetastoreInfo("127.0.0.1", port, pid, str(warehouse), str(home))
+    _state_file(home).write_text(json.dumps(asdict(info)))
+    return info
+
+
+def metastore_status(home: Path | None = None) -> MetastoreInfo | None:
+    """The running metastore recorded under ``home``, or None."""
+    home = (home or staged_home()).resolve()
+    try:
+        info = MetastoreInfo(**json.loads(_state_file(home).read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    if read_pid(home / "metastore.pid") != info.pid:
+        return None
+    return info
+
+
+def stop_metastore(home: Path | None = None) -> bool:
+    """Stop the metastore recorded under ``home``; return whether one was running."""
+    home = (home or staged_home()).resolve()
+    pid = read_pid(home / "metastore.pid")
+    _state_file(home).unlink(missing_ok=True)
+    if pid is None:
+        return False
+    stop_pid(pid)
+    (home / "metastore.pid").unlink(missing_ok=True)
+    return True

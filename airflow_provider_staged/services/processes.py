@@ -1,0 +1,94 @@
+"""Start, find and stop background processes by pid file (no Airflow or Spark imports)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(FileNotFoundError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
+
+
+def read_pid(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def start_background(
+    command: Sequence[str],
+    pid_file: Path,
+    log_file: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> int:
+    """Start ``command`` detached in its own session, logging to ``log_file``."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    pid_file.write_text(str(process.pid))
+    return process.pid
+
+
+def wait_for_port(port: int, pid: int, timeout: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_open(port):
+            return
+        if not pid_alive(pid):
+            tail = log_file.read_text(errors="replace")[-3000:] if log_file.exists() else ""
+            raise RuntimeError(f"process {pid} exited before port {port} opened; log:\n{tail}")
+        time.sleep(0.25)
+    raise TimeoutError(f"port {port} did not open within {timeout:.0f}s (pid {pid}, log {log_file})")
+
+
+def stop_pid(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM the process group of ``pid``, then SIGKILL it if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not pid_alive(pid):
+                return
+            time.sleep(0.1)

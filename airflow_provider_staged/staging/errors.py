@@ -1,0 +1,17 @@
+"""Errors of staged table operations."""
+
+
+class StagingError(Exception):
+    """A staged table operation failed; the message says which table and why."""
+
+
+class TableAlreadyExistsError(StagingError):
+    """CREATE_TABLE_AS on a target that exists (or appeared before the commit)."""
+
+
+class TableNotFoundError(StagingError):
+    """REPLACE_TABLE_AS on a target that does not exist, or a missing database."""
+
+
+class CommitConflictError(StagingError):
+    """The attempt can no longer be committed (it was aborted, or another state forbids it)."""

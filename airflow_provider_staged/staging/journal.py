@@ -1,0 +1,197 @@
+"""A journal of staged attempts that any process can read: one JSON file per attempt.
+
+Every transition is written with a temp file and ``os.replace`` under an exclusive
+``flock`` of the attempt, so a reader never sees a torn record and a commit and an abort
+of the same attempt (``on_kill`` racing ``execute``) cannot interleave. Locks die with
+their process, so a SIGKILLed task never leaves a lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.staging.errors import CommitConflictError
+
+_ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+class AttemptState(str, enum.Enum):
+    BEGUN = "BEGUN"
+    WRITTEN = "WRITTEN"
+    COMMITTED = "COMMITTED"
+    ABORTED = "ABORTED"
+
+    @property
+    def ended(self) -> bool:
+        return self in (AttemptState.COMMITTED, AttemptState.ABORTED)
+
+
+_ALLOWED = {
+    AttemptState.BEGUN: {AttemptState.WRITTEN, AttemptState.ABORTED, AttemptState.COMMITTED},
+    AttemptState.WRITTEN: {AttemptState.COMMITTED, AttemptState.ABORTED, AttemptState.WRITTEN},
+    AttemptState.COMMITTED: set(),
+    AttemptState.ABORTED: set(),
+}
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """The Airflow task try that owns an attempt (absent when driven from the CLI)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    try_number: int
+    map_index: int = -1
+
+
+@dataclass
+class AttemptRecord:
+    attempt_id: str
+    kind: str
+    target: str
+    purpose: str
+    location: str
+    catalog: dict[str, Any] = field(default_factory=dict)
+    state: AttemptState = AttemptState.BEGUN
+    task: TaskRef | None = None
+    manifest: dict[str, Any] | None = None
+    superseded_location: str | None = None
+    error: str | None = None
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    heartbeat_at: float = field(default_factory=time.time)
+    history: list[tuple[str, float]] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> AttemptRecord:
+        data = json.loads(text)
+        data["state"] = AttemptState(data["state"])
+        if data.get("task"):
+            data["task"] = TaskRef(**data["task"])
+        data["history"] = [tuple(item) for item in data.get("history", [])]
+        return cls(**data)
+
+
+class AttemptJournal:
+    """Reads and transitions attempt records stored under ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def _path(self, attempt_id: str, suffix: str = ".json") -> Path:
+        if not _ATTEMPT_ID.match(attempt_id):
+            raise ValueError(f"invalid attempt id {attempt_id!r}")
+        return self.root / f"{attempt_id}{suffix}"
+
+    @contextlib.contextmanager
+    def locked(self, attempt_id: str) -> Iterator[None]:
+        """Hold the attempt's exclusive lock (blocks while another process holds it)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self._path(attempt_id, ".lock"), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _write(self, record: AttemptRecord) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(record.to_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self._path(record.attempt_id))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def create(self, record: AttemptRecord) -> AttemptRecord:
+        with self.locked(record.attempt_id):
+            if self._path(record.attempt_id).exists():
+                raise CommitConflictError(f"attempt {record.attempt_id} is already journaled")
+            record.history.append((record.state.value, time.time()))
+            self._write(record)
+        return record
+
+    def get(self, attempt_id: str) -> AttemptRecord | None:
+        try:
+            return AttemptRecord.from_json(self._path(attempt_id).read_text())
+        except FileNotFoundError:
+            return None
+
+    def require(self, attempt_id: str) -> AttemptRecord:
+        record = self.get(attempt_id)
+        if record is None:
+            raise CommitConflictError(f"attempt {attempt_id} is not in the journal at {self.root}")
+        return record
+
+    def transition(self, attempt_id: str, state: AttemptState, **changes: Any) -> AttemptRecord:
+        """Move an attempt to ``state``; the caller must hold ``locked(attempt_id)``."""
+        record = self.require(attempt_id)
+        if state not in _ALLOWED[record.state]:
+            raise CommitConflictError(
+                f"attempt {attempt_id} of {record.target} is {record.state.value}: "
+                f"it cannot become {state.value}"
+            )
+        for key, value in changes.items():
+            setattr(record, key, value)
+        now = time.time()
+        record.state = state
+        record.updated_at = record.heartbeat_at = now
+        record.history.append((state.value, now))
+        self._write(record)
+        return record
+
+    def heartbeat(self, attempt_id: str) -> None:
+        """Mark an open attempt as alive, so that the TTL sweep leaves it alone."""
+        with self.locked(attempt_id):
+            record = self.get(attempt_id)
+            if record is not None and not record.state.ended:
+                record.heartbeat_at = time.time()
+                self._write(record)
+
+    def records(self) -> list[AttemptRecord]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in sorted(self.root.glob("*.json")):
+            if path.name.startswith(".tmp-"):
+                continue
+            record = self.get(path.stem)
+            if record is not None:
+                found.append(record)
+        return found
+
+    def open_attempts(self) -> list[AttemptRecord]:
+        return [record for record in self.records() if not record.state.ended]
+
+    def for_task(self, task: TaskRef) -> list[AttemptRecord]:
+        """Attempts owned by ``task`` (the same try, or any try when ``try_number`` is 0)."""
+        return [
+            record
+            for record in self.records()
+            if record.task is not None
+            and (record.task.dag_id, record.task.task_id, record.task.run_id, record.task.map_index)
+            == (task.dag_id, task.task_id, task.run_id, task.map_index)
+            and (task.try_number == 0 or record.task.try_number == task.try_number)
+        ]

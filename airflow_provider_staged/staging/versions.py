@@ -1,0 +1,69 @@
+"""Version directories of a table and the retention of superseded versions (pure logic)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from dataclasses import dataclass
+
+from airflow_provider_staged.staging.journal import TaskRef
+
+VERSION_PREFIX = "_v="
+_VERSION_DIR = re.compile(r"^_v=([A-Za-z0-9_.-]+)$")
+
+
+def new_attempt_id(task: TaskRef | None = None, now: float | None = None) -> str:
+    """A sortable, unique attempt id; deterministic for one Airflow task try.
+
+    Determinism lets a wrapped operator (the callbacks form) compute where to write from
+    its template context before the begin callback has run.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now if now is not None else time.time()))
+    if task is None:
+        return f"{stamp}-{secrets.token_hex(4)}"
+    key = f"{task.dag_id}\0{task.task_id}\0{task.run_id}\0{task.map_index}\0{task.try_number}"
+    return "af-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def version_dir_name(attempt_id: str) -> str:
+    return f"{VERSION_PREFIX}{attempt_id}"
+
+
+def parse_version_dir(name: str) -> str | None:
+    """The attempt id of a version directory name, or None for any other name."""
+    match = _VERSION_DIR.match(name)
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Keep at most ``keep_versions`` superseded versions, each for at most ``max_age_seconds``.
+
+    A superseded version is deleted when it is beyond the count **or** older than the age
+    (whichever comes first); ``None`` disables that bound.
+    """
+
+    keep_versions: int | None = 2
+    max_age_seconds: float | None = 7 * 24 * 3600
+
+    def __post_init__(self) -> None:
+        if self.keep_versions is not None and self.keep_versions < 0:
+            raise ValueError(f"invalid keep_versions {self.keep_versions!r}: must be >= 0")
+        if self.max_age_seconds is not None and self.max_age_seconds < 0:
+            raise ValueError(f"invalid max_age_seconds {self.max_age_seconds!r}: must be >= 0")
+
+    def expired(self, superseded: dict[str, float], now: float) -> list[str]:
+        """Which of ``superseded`` (version name -> time it was superseded) to delete."""
+        newest_first = sorted(superseded, key=lambda name: superseded[name], reverse=True)
+        doomed = []
+        for rank, name in enumerate(newest_first):
+            too_many = self.keep_versions is not None and rank >= self.keep_versions
+            too_old = (
+                self.max_age_seconds is not None
+                and now - superseded[name] > self.max_age_seconds
+            )
+            if too_many or too_old:
+                doomed.append(name)
+        return doomed

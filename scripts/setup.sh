@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine: Debian packages (when missing
+# and we are root), a virtual environment with the package and its dev tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+[ -x "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | head -1)" ] || need_apt+=(postgresql)
+[ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "setup: installing Debian packages: ${need_apt[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+        # Debian starts a cluster on install; tests start their own throwaway servers.
+        if command -v pg_lsclusters >/dev/null; then
+            pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
+                pg_ctlcluster "$ver" "$name" stop 2>/dev/null || true
+            done
+        fi
+    else
+        echo "setup: please install: ${need_apt[*]} (not root, cannot apt-get)" >&2
+    fi
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"
+# The Spark provider's pyspark-client shares the pyspark/ package: make sure nothing clobbered it.
+.venv/bin/python - <<'PY'
+import pathlib, pyspark
+jars = pathlib.Path(pyspark.__file__).parent / "jars"
+core = next(jars.glob("spark-core_*.jar")).name
+assert pyspark.__version__ in core, f"pyspark {pyspark.__version__} python files over jars {core}"
+print(f"setup: pyspark {pyspark.__version__} ({core})")
+PY
