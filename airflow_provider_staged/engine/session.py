@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Debian's libpostgresql-jdbc-java (scripts/setup.sh installs it); STAGED_JDBC_JAR overrides.
+DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
+
+
+def jdbc_jars_conf() -> dict[str, str]:
+    """``spark.jars`` with the PostgreSQL JDBC driver when the jar exists (JDBC staged tables)."""
+    jar = os.environ.get("STAGED_JDBC_JAR", DEFAULT_JDBC_JAR)
+    return {"spark.jars": jar} if Path(jar).is_file() else {}
 
 
 def hive_conf(metastore_uri: str, warehouse: str) -> dict[str, str]:
@@ -39,6 +49,7 @@ def build_session(
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "4",
+        **jdbc_jars_conf(),
         **hive_conf(metastore_uri, warehouse),
         **(conf or {}),
     }

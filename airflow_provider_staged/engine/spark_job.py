@@ -76,7 +76,39 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-WRITERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {"parquet": write_parquet}
+def write_table_non_atomic(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
+    """The plain, NON-atomic path: (drop,) create the table first, then insert into it.
+
+    Readers can see a missing or empty table while this runs, and a failure leaves it so.
+    ``spec["table"]`` is an already validated and quoted identifier.
+    """
+    spark, table, purpose = df.sparkSession, spec["table"], spec["purpose"]
+    exists = spark.catalog.tableExists(spec["table_name"])
+    if exists and purpose == "create_if_not_exists":
+        return {"table": table, "skipped": True}
+    if exists and purpose == "create":
+        raise ValueError(f"table {spec['table_name']} already exists")
+    if not exists and purpose == "replace":
+        raise ValueError(f"table {spec['table_name']} does not exist")
+    if exists:
+        spark.sql(f"DROP TABLE {table}")
+    df.limit(0).write.format("parquet").saveAsTable(table)
+    df.write.insertInto(table)
+    return {"table": table, "skipped": False}
+
+
+def write_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
+    """Write into a staged PostgreSQL table (imported here: this module stays stdlib-only)."""
+    from airflow_provider_staged.staging.jdbc import write_staged_jdbc
+
+    return write_staged_jdbc(df, spec)
+
+
+WRITERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
+    "parquet": write_parquet,
+    "table": write_table_non_atomic,
+    "jdbc": write_jdbc,
+}
 
 
 def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
 
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
+from airflow_provider_staged.storage import normalize_location
 
 NoSuchObjectException = ttypes.NoSuchObjectException
 AlreadyExistsException = ttypes.AlreadyExistsException
@@ -55,6 +56,19 @@ class MetastoreClient:
             return self._client.get_database(database).locationUri
         except NoSuchObjectException:
             raise TableNotFoundError(f"database {database!r} does not exist") from None
+
+    def ensure_database(self, name: str, warehouse: str) -> bool:
+        """Create database ``name`` at ``<warehouse>/<name>.db`` unless it exists."""
+        try:
+            self._client.get_database(name)
+            return False
+        except NoSuchObjectException:
+            location = f"{normalize_location(warehouse)}/{name}.db"
+            try:
+                self._client.create_database(ttypes.Database(name=name, locationUri=location, parameters={}))
+            except AlreadyExistsException:
+                return False
+            return True
 
     def get_table(self, database: str, table: str) -> ttypes.Table | None:
         try:

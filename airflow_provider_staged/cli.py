@@ -1,0 +1,123 @@
+"""``staged``: local services, reconcile/sweep of staged attempts, reading tables."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from airflow_provider_staged.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.services.metastore import (
+    metastore_status,
+    staged_home,
+    start_metastore,
+    stop_metastore,
+)
+
+app = typer.Typer(help="Atomic Spark table builds and materialized tables for Airflow.", no_args_is_help=True)
+services = typer.Typer(help="The embedded default runtime: a local Hive Metastore.", no_args_is_help=True)
+app.add_typer(services, name="services")
+console = Console()
+
+ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
+
+
+@services.command("up")
+def services_up() -> None:
+    """Start the local Hive Metastore (Derby) under $STAGED_HOME."""
+    info = start_metastore()
+    console.print(f"metastore [bold]{info.uri}[/] pid {info.pid}, warehouse {info.warehouse}")
+
+
+@services.command("down")
+def services_down() -> None:
+    """Stop the local services."""
+    console.print("metastore stopped" if stop_metastore() else "metastore was not running")
+
+
+@services.command("status")
+def services_status() -> None:
+    """Show whether the local services run."""
+    info = metastore_status()
+    if info is None:
+        console.print(f"metastore: not running (home {staged_home()})")
+        raise typer.Exit(1)
+    console.print(f"metastore: {info.uri} pid {info.pid}, warehouse {info.warehouse}")
+
+
+@app.command("create-database")
+def create_database(
+    names: Annotated[list[str], typer.Argument(help="database names")],
+    conn: ConnOption = "staged_default",
+) -> None:
+    """Create databases in the metastore (under the warehouse) unless they exist."""
+    from airflow_provider_staged.metastore.client import MetastoreClient
+
+    settings = _settings(conn)
+    with MetastoreClient(settings.metastore_uri) as client:
+        for name in names:
+            created = client.ensure_database(validate_name(name, "database name"), settings.warehouse)
+            console.print(f"database {name}: {'created' if created else 'exists'}")
+
+
+def _settings(conn_id: str):
+    from airflow_provider_staged.hooks.staged_table import StagedTableHook
+
+    return StagedTableHook(conn_id).get_settings()
+
+
+@app.command()
+def reconcile(
+    conn: ConnOption = "staged_default",
+    airflow: Annotated[bool, typer.Option(help="ask Airflow's database for task states")] = True,
+) -> None:
+    """Finish or roll back attempts whose task ended; expire abandoned ones (the sweep)."""
+    from airflow_provider_staged.lifecycle import reconcile as run_reconcile
+    from airflow_provider_staged.task_states import airflow_task_state
+
+    actions = run_reconcile(_settings(conn), airflow_task_state if airflow else None)
+    table = Table("attempt", "target", "action")
+    for action in actions:
+        table.add_row(action.attempt_id, action.target, action.action)
+    console.print(table if actions else "no open attempts")
+
+
+@app.command()
+def attempts(conn: ConnOption = "staged_default") -> None:
+    """List journaled staged attempts."""
+    table = Table("attempt", "target", "purpose", "state", "updated", "task")
+    for record in _settings(conn).journal.records():
+        task = f"{record.task.dag_id}.{record.task.task_id} #{record.task.try_number}" if record.task else ""
+        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.updated_at))
+        table.add_row(record.attempt_id, record.target, record.purpose, record.state.value, updated, task)
+    console.print(table)
+
+
+@app.command()
+def show(
+    table_name: Annotated[str, typer.Argument(help="database.table")],
+    limit: Annotated[int, typer.Option(help="rows to print")] = 20,
+    conn: ConnOption = "staged_default",
+) -> None:
+    """Print a table's current version and rows (read with pyarrow, no JVM)."""
+    from airflow_provider_staged.reader import read_table
+
+    snapshot = read_table(_settings(conn).metastore_uri, TableIdentifier.parse(table_name), limit)
+    console.print(f"[bold]{table_name}[/] version {snapshot.version}: {snapshot.total_rows} rows")
+    out = Table(*snapshot.columns)
+    for row in snapshot.rows:
+        out.add_row(*(str(value) for value in row))
+    console.print(out)
+
+
+def main() -> None:
+    try:
+        from airflow_provider_staged.materialized.cli import app as materialized_app
+    except ImportError:
+        materialized_app = None
+    if materialized_app is not None:
+        app.add_typer(materialized_app, name="mt", help="Materialized tables.")
+    app()

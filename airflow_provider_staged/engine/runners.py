@@ -1,0 +1,146 @@
+"""Run the staged write job in-process (embedded) or through spark-submit (a cluster)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.engine import spark_job
+from airflow_provider_staged.engine.session import build_session, hive_conf
+from airflow_provider_staged.settings import StagedSettings
+
+log = logging.getLogger(__name__)
+
+
+class Engine(ABC):
+    """Where the Spark job runs; ``cancel`` may be called from a signal handler."""
+
+    def __init__(self, settings: StagedSettings, spark_conf: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        self.spark_conf = {**settings.spark_conf, **(spark_conf or {})}
+
+    @abstractmethod
+    def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        """Run ``sql`` into ``spec``; return the manifest (the committable)."""
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Stop the running job (on_kill)."""
+
+
+class EmbeddedEngine(Engine):
+    """An in-process SparkSession (``local[*]`` by default), reused across tasks of a process."""
+
+    def __init__(
+        self,
+        settings: StagedSettings,
+        spark_conf: dict[str, str] | None = None,
+        master: str | None = None,
+    ) -> None:
+        super().__init__(settings, spark_conf)
+        self.master = master or os.environ.get("STAGED_SPARK_MASTER", "local[*]")
+        self._group: str | None = None
+        self._session: Any = None
+
+    def session(self) -> Any:
+        if self._session is None:
+            self._session = build_session(
+                self.settings.metastore_uri, self.settings.warehouse, self.master, "staged", self.spark_conf
+            )
+        return self._session
+
+    def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        spark = self.session()
+        self._group = f"staged-{uuid.uuid4().hex[:12]}"
+        spark.sparkContext.setJobGroup(self._group, "staged write", interruptOnCancel=True)
+        previous = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            return spark_job.run_staged_write(spark, sql, spec)
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            self._group = None
+
+    def cancel(self) -> None:
+        if self._session is not None and self._group is not None:
+            log.info("cancelling Spark job group %s", self._group)
+            self._session.sparkContext.cancelJobGroup(self._group)
+
+
+class SparkSubmitEngine(Engine):
+    """spark-submit of the shipped job script through the Spark provider's ``SparkSubmitHook``.
+
+    The driver runs in client mode next to this task, so the job writes its manifest to a
+    local file that this side reads after the submit returns.
+    """
+
+    def __init__(
+        self,
+        settings: StagedSettings,
+        spark_conf: dict[str, str] | None = None,
+        spark_conn_id: str = "spark_default",
+        submit_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(settings, spark_conf)
+        self.spark_conn_id = spark_conn_id
+        self.submit_kwargs = submit_kwargs or {}
+        self._hook: Any = None
+
+    def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        with tempfile.TemporaryDirectory(prefix="staged-submit-") as workdir:
+            manifest_path = Path(workdir) / spark_job.MANIFEST_NAME
+            spec_path = Path(workdir) / "spec.json"
+            spec_path.write_text(json.dumps({**spec, "sql": sql, "manifest_path": str(manifest_path)}))
+            conf = {
+                **hive_conf(self.settings.metastore_uri, self.settings.warehouse),
+                "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable,
+                **self.spark_conf,
+            }
+            self._hook = SparkSubmitHook(
+                conn_id=self.spark_conn_id,
+                conf=conf,
+                name="staged-write",
+                application_args=["--spec", str(spec_path)],
+                env_vars={**_spark_env(), **env} or None,
+                **self.submit_kwargs,
+            )
+            self._hook.submit(application=spark_job.__file__)
+            return json.loads(manifest_path.read_text())
+
+    def cancel(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+def _spark_env() -> dict[str, str]:
+    """spark-submit from the pyspark wheel needs to find its own bin directory and Java."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    env = {"PATH": f"{bin_dir}:{path}" if bin_dir not in path.split(":") else path}
+    env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+ENGINES = {"embedded": EmbeddedEngine, "spark_submit": SparkSubmitEngine}
+
+
+def make_engine(name: str, settings: StagedSettings, **kwargs: Any) -> Engine:
+    try:
+        engine_class = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}: expected one of {sorted(ENGINES)}") from None
+    return engine_class(settings, **kwargs)

@@ -1,0 +1,59 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_staged import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-provider-staged",
+        "name": "Staged tables",
+        "description": "Atomic Spark table builds (staged CTAS/RTAS) and materialized tables.",
+        "versions": [__version__],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_staged.hooks.staged_table.StagedTableHook",
+                "connection-type": "staged_hive",
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Staged tables",
+                "python-modules": ["airflow_provider_staged.operators.staged_table"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Staged tables",
+                "python-modules": ["airflow_provider_staged.hooks.staged_table"],
+            }
+        ],
+        "integrations": [
+            {
+                "integration-name": "Staged tables",
+                "external-doc-url": "https://github.com/airflow-provider-staged",
+                "tags": ["software"],
+            }
+        ],
+        "config": {
+            "staged": {
+                "description": "Staged (atomic) table builds.",
+                "options": {
+                    "atomicity_enabled": {
+                        "description": (
+                            "Default for operators that do not set atomic=: build tables atomically "
+                            "(staged, committed on success). False uses the plain create-then-insert "
+                            "path (the analogue of Flink's table.ctas.atomicity-enabled)."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "True",
+                    }
+                },
+            }
+        },
+    }

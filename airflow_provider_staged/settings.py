@@ -1,0 +1,91 @@
+"""Resolved settings of a staged-table catalog (pure: built from a connection's fields or defaults)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.versions import RetentionPolicy
+
+DEFAULT_ATTEMPT_TTL_SECONDS = 3600.0
+_BOOL_TEXT = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+KNOWN_EXTRAS = {
+    "warehouse",
+    "journal_dir",
+    "atomic",
+    "keep_versions",
+    "max_version_age_hours",
+    "attempt_ttl_minutes",
+    "spark_conf",
+}
+
+
+def parse_bool(value: object, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[value.strip().lower()]
+    raise ValueError(f"invalid {name} {value!r}: expected true or false")
+
+
+def _optional_number(extras: dict[str, Any], key: str) -> float | None:
+    value = extras.get(key)
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid connection extra {key}={value!r}: expected a number") from None
+
+
+@dataclass(frozen=True)
+class StagedSettings:
+    """Where the metastore, warehouse and journal are, and the lifecycle options."""
+
+    metastore_uri: str
+    warehouse: str
+    journal_dir: str
+    atomic: bool = True
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    attempt_ttl_seconds: float = DEFAULT_ATTEMPT_TTL_SECONDS
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def journal(self) -> AttemptJournal:
+        return AttemptJournal(self.journal_dir)
+
+    @classmethod
+    def from_fields(
+        cls, host: str, port: int | None, extras: dict[str, Any] | str | None, home: Path
+    ) -> StagedSettings:
+        """Build settings from a connection's host, port and extra JSON; unknown extras fail."""
+        if isinstance(extras, str):
+            extras = json.loads(extras) if extras.strip() else {}
+        extras = dict(extras or {})
+        unknown = sorted(set(extras) - KNOWN_EXTRAS)
+        if unknown:
+            raise ValueError(f"unknown staged connection extra(s) {unknown}: known {sorted(KNOWN_EXTRAS)}")
+        if not host or not port:
+            raise ValueError(f"staged connection needs the metastore host and port, got {host!r}:{port!r}")
+        keep = _optional_number(extras, "keep_versions")
+        age_hours = _optional_number(extras, "max_version_age_hours")
+        ttl_minutes = _optional_number(extras, "attempt_ttl_minutes")
+        spark_conf = extras.get("spark_conf") or {}
+        if not isinstance(spark_conf, dict):
+            raise ValueError(f"invalid connection extra spark_conf={spark_conf!r}: expected an object")
+        defaults = RetentionPolicy()
+        return cls(
+            metastore_uri=f"thrift://{host}:{int(port)}",
+            warehouse=str(extras.get("warehouse") or home / "warehouse"),
+            journal_dir=str(extras.get("journal_dir") or home / "journal"),
+            atomic=parse_bool(extras.get("atomic", True), "connection extra atomic"),
+            retention=RetentionPolicy(
+                keep_versions=int(keep) if keep is not None else defaults.keep_versions,
+                max_age_seconds=age_hours * 3600 if age_hours is not None else defaults.max_age_seconds,
+            ),
+            attempt_ttl_seconds=ttl_minutes * 60 if ttl_minutes is not None else DEFAULT_ATTEMPT_TTL_SECONDS,
+            spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+        )

@@ -1,0 +1,33 @@
+"""Turn an operator's ``target`` into the sink that stages it (Hive table or JDBC table)."""
+
+from __future__ import annotations
+
+from airflow_provider_staged.assets import table_asset_uri
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.api import SupportsStaging
+from airflow_provider_staged.staging.hive import HiveStagingSink
+from airflow_provider_staged.staging.journal import TaskRef
+
+JDBC_PREFIX = "jdbc://"
+
+
+def is_jdbc(target: str) -> bool:
+    return target.startswith(JDBC_PREFIX)
+
+
+def resolve_sink(target: str, settings: StagedSettings, task: TaskRef | None) -> SupportsStaging:
+    """``db.table`` → Hive Metastore; ``jdbc://<postgres conn id>/<schema>.<table>`` → PostgreSQL."""
+    if is_jdbc(target):
+        from airflow_provider_staged.staging.jdbc import jdbc_sink_for_target
+
+        return jdbc_sink_for_target(target, settings.journal, task)
+    return HiveStagingSink(
+        TableIdentifier.parse(target), settings.journal, settings.metastore_uri, settings.retention, task
+    )
+
+
+def asset_uri(target: str, staged_conn_id: str) -> str:
+    if is_jdbc(target):
+        return target
+    return table_asset_uri(TableIdentifier.parse(target), staged_conn_id)
