@@ -25,6 +25,7 @@ with DAG(
         sql="""
             SELECT id AS order_id,
                    date_add(DATE'2024-01-01', CAST(id % 7 AS INT)) AS order_date,
+                   CAST(date_add(DATE'2024-01-01', CAST(id % 7 AS INT)) AS STRING) AS ds,
                    CAST(id % 97 AS DECIMAL(10, 2)) AS amount
             FROM range(10000)
         """,

@@ -116,10 +116,19 @@ def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dic
     writer = WRITERS.get(spec.get("format", "parquet"))
     if writer is None:
         raise ValueError(f"unknown staged write format {spec.get('format')!r}")
-    for key, value in (spec.get("sql_conf") or {}).items():
-        spark.conf.set(key, value)
-    df = spark.sql(sql)
-    manifest = writer(df, spec)
+    sql_conf = spec.get("sql_conf") or {}
+    # The session may serve later builds in this process: put its settings back afterwards.
+    previous = {key: spark.conf.get(key, None) for key in sql_conf}
+    try:
+        for key, value in sql_conf.items():
+            spark.conf.set(key, value)
+        manifest = writer(spark.sql(sql), spec)
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
     if spec.get("manifest_path"):
         write_manifest(spec["manifest_path"], manifest)
     return manifest

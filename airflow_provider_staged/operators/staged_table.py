@@ -13,20 +13,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context, conf
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_staged.engine.runners import Engine, make_engine
+from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.lifecycle import abort_task_attempts, task_ref
 from airflow_provider_staged.settings import StagedSettings, parse_bool
-from airflow_provider_staged.staging.api import StagingContext, StagingJobStatusHook, StagingPurpose
+from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.targets import asset_uri, is_jdbc, resolve_sink
-
-
-class TaskKilledError(AirflowException):
-    """The task was killed (SIGTERM, timeout, mark-failed) while the staged job ran."""
 
 
 class StagedCreateTableAsOperator(BaseOperator):
@@ -98,46 +94,21 @@ class StagedCreateTableAsOperator(BaseOperator):
         self._engine = self._make_engine(settings)
         if not self._is_atomic(settings):
             return self._execute_non_atomic()
-        sink = resolve_sink(self.target, settings, task_ref(context))
-        staged = sink.apply_staging(StagingContext(StagingPurpose.parse(self.purpose)))
         if self.partition_by and is_jdbc(self.target):
             raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
-        self._staged = staged
-        status = StagingJobStatusHook(staged)
-        job_id = staged.attempt_id
-        status.on_created(job_id)
-        if staged.skipped:
-            self.log.info("%s exists and purpose is create_if_not_exists: nothing to do", self.target)
+        sink = resolve_sink(self.target, settings, task_ref(context))
+        self._staged = sink.apply_staging(StagingContext(StagingPurpose.parse(self.purpose)))
+        manifest = execute_staged(
+            self._staged,
+            self._engine,
+            self.sql,
+            {"partition_by": self.partition_by},
+            settings.attempt_ttl_seconds,
+            self._killed,
+        )
+        if manifest is None:
             return {"target": self.target, "skipped": True}
-        spec = {**staged.write_spec(), "partition_by": self.partition_by}
-        self.log.info("staged attempt %s writes into %s", job_id, staged.location)
-        try:
-            with _Heartbeat(staged, settings.attempt_ttl_seconds):
-                manifest = self._engine.run(self.sql, spec, staged.job_env())
-                self._raise_if_killed()
-                staged.written(manifest)
-                self._raise_if_killed()
-                status.on_finished(job_id)
-        except BaseException as error:
-            if self._killed.is_set():
-                status.on_canceled(job_id)
-            else:
-                self._abort_quietly(status, job_id, error)
-            raise
-        if staged.skipped:
-            return {"target": self.target, "skipped": True}
-        return self._report(context, staged, manifest)
-
-    def _abort_quietly(self, status: StagingJobStatusHook, job_id: str, error: BaseException) -> None:
-        try:
-            status.on_failed(job_id, error)
-        except Exception:
-            # Keep the original error; the callbacks, reconcile or the TTL sweep retry the abort.
-            self.log.exception("abort of %s failed; left to the sweep", job_id)
-
-    def _raise_if_killed(self) -> None:
-        if self._killed.is_set():
-            raise TaskKilledError(f"task was killed while building {self.target}")
+        return self._report(context, self._staged, manifest)
 
     def _report(
         self, context: Context, staged: JournaledStagedTable, manifest: dict[str, Any]
@@ -168,36 +139,24 @@ class StagedCreateTableAsOperator(BaseOperator):
         return {"target": self.target, **self._engine.run(self.sql, spec, {}), "atomic": False}
 
     def on_kill(self) -> None:
+        """Cancel the Spark job and abort; ``execute`` then raises so the task fails.
+
+        Airflow calls this from its SIGTERM handler on the main thread, which may be inside
+        a py4j call or hold the attempt's lock: the work runs in its own thread, bounded.
+        """
         self._killed.set()
-        if self._engine is not None:
-            self._engine.cancel()
-        if self._staged is not None:
-            try:
+        worker = threading.Thread(target=self._cancel_and_abort, name="staged-on-kill", daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+
+    def _cancel_and_abort(self) -> None:
+        try:
+            if self._engine is not None:
+                self._engine.cancel()
+            if self._staged is not None:
                 self._staged.abort("task killed")
-            except Exception:
-                self.log.exception("abort on kill failed; left to the sweep")
-
-
-class _Heartbeat:
-    """Refresh the attempt's heartbeat while the job runs, so only dead attempts expire."""
-
-    def __init__(self, staged: JournaledStagedTable, ttl_seconds: float) -> None:
-        self.staged = staged
-        self.interval = max(1.0, min(30.0, ttl_seconds / 4))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="staged-heartbeat", daemon=True)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.staged.journal.heartbeat(self.staged.attempt_id)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        except Exception:
+            self.log.exception("cancel/abort on kill failed; execute or the sweep retries it")
 
 
 def _prepend(callback: Any, existing: Any) -> list[Any]:

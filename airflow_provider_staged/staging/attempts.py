@@ -197,7 +197,11 @@ def abort_attempt(staged: JournaledStagedTable, reason: str | None = None) -> bo
     """Discard and journal ABORTED unless the attempt already ended; return whether it aborted."""
     with staged.journal.locked(staged.attempt_id):
         record = staged.journal.get(staged.attempt_id)
-        if record is None or record.state.ended:
+        if record is None or record.state is AttemptState.COMMITTED:
+            return False
+        if record.state is AttemptState.ABORTED:
+            # Aborted while the job still ran (on_kill): delete what stragglers wrote since.
+            staged.discard(record)
             return False
         if staged.is_published(record):
             # The catalog already points at this data: deleting it would break the table.

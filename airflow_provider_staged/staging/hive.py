@@ -135,27 +135,42 @@ def sweep_versions(
         table = client.get_table(staged.identifier.database, staged.identifier.table)
         if table is None:
             return []
-        current = normalize_location(current_location(table))
+        live = {normalize_location(current_location(table))}
+        if table.partitionKeys:
+            live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
         root = staged.table_root(client)
     records = [r for r in staged.journal.records() if r.kind == "hive" and r.target == staged.target]
     in_flight = {normalize_location(r.location) for r in records if not r.state.ended}
+    committed = {normalize_location(r.location) for r in records if r.state is AttemptState.COMMITTED}
     superseded_at = {
         normalize_location(r.superseded_location): r.updated_at
         for r in records
         if r.state is AttemptState.COMMITTED and r.superseded_location
     }
-    candidates = {}
+    candidates, orphans = {}, []
     for entry in list_dir(root):
         if not entry.is_dir or parse_version_dir(entry.name) is None:
             continue
-        if entry.location in (current,) or entry.location in in_flight:
+        if entry.location in live or entry.location in in_flight:
             continue
-        candidates[entry.location] = superseded_at.get(entry.location, entry.mtime)
-    doomed = retention.expired(candidates, now)
+        if entry.location in committed:
+            candidates[entry.location] = superseded_at.get(entry.location, entry.mtime)
+        else:
+            orphans.append(entry.location)  # aborted, or never journaled: never readable
+    doomed = orphans + retention.expired(candidates, now)
     for location in doomed:
         log.info("retention: deleting superseded version %s of %s", location, staged.target)
         delete_dir(location)
     return doomed
+
+
+def _version_dir(location: str) -> str:
+    """The version directory that holds a (partition) location."""
+    parts = normalize_location(location).split("/")
+    for index, part in enumerate(parts):
+        if parse_version_dir(part) is not None:
+            return "/".join(parts[: index + 1])
+    return normalize_location(location)
 
 
 class HiveStagingSink(SupportsStaging):

@@ -1,0 +1,46 @@
+"""DAGs for the Airflow-driven tests; what they build comes from STAGED_TEST_* variables."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG
+
+from airflow_provider_staged.lifecycle import staged_table_callbacks, staged_write_location
+from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+
+TARGET = os.environ.get("STAGED_TEST_TARGET", "default.unset")
+SQL = os.environ.get("STAGED_TEST_SQL", "SELECT 1 AS x")
+PURPOSE = os.environ.get("STAGED_TEST_PURPOSE", "create_or_replace")
+TIMEOUT = os.environ.get("STAGED_TEST_TIMEOUT_SECONDS")
+START = pendulum.datetime(2024, 1, 1, tz="UTC")
+
+with DAG("staged_operator", schedule=None, start_date=START, catchup=False):
+    StagedCreateTableAsOperator(
+        task_id="build",
+        target=TARGET,
+        sql=SQL,
+        purpose=PURPOSE,
+        atomic=os.environ.get("STAGED_TEST_ATOMIC", "true") == "true",
+        execution_timeout=timedelta(seconds=float(TIMEOUT)) if TIMEOUT else None,
+    )
+
+
+def write_with_spark(**context):
+    from airflow_provider_staged.engine.runners import EmbeddedEngine
+    from airflow_provider_staged.hooks.staged_table import StagedTableHook
+
+    location = staged_write_location(context)
+    engine = EmbeddedEngine(StagedTableHook().get_settings())
+    engine.run(SQL, {"location": location, "manifest_path": f"{location}/_STAGED_MANIFEST.json"}, {})
+
+
+with DAG("staged_callbacks", schedule=None, start_date=START, catchup=False):
+    PythonOperator(
+        task_id="build",
+        python_callable=write_with_spark,
+        **staged_table_callbacks(TARGET, PURPOSE),
+    )

@@ -1,0 +1,209 @@
+"""The Airflow task lifecycle as the job-status hook, through real ``airflow dags test`` runs.
+
+Faults are real: the metastore becomes unreachable (a proxy stops listening), the task
+process gets SIGTERM or SIGKILL, the task times out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from tests.fixtures.airflow_cli import BIN, staged_connection
+from tests.fixtures.tcp_proxy import BudgetProxy
+from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, version_dirs
+
+SQL_V1 = "SELECT id, concat('v1-', id) AS label FROM range(5000)"
+SQL_V2 = "SELECT id, concat('v2-', id) AS label FROM range(7000)"
+# Each row sleeps 50 ms inside a Spark task: the job runs long enough to be killed.
+SQL_SLOW = "SELECT /*+ REPARTITION(2) */ id, reflect('java.lang.Thread', 'sleep', 50L) AS z FROM range(2000)"
+# The metastore connections our client makes before the commit: begin checks the target
+# and resolves the staging location (one connection each).
+CONNECTIONS_BEFORE_COMMIT = 2
+
+
+@pytest.fixture(scope="module")
+def database(metastore):
+    name = "af_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, metastore.warehouse)
+    return name
+
+
+@pytest.fixture
+def target(database):
+    return f"{database}.t_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def journal_dir(tmp_path):
+    return tmp_path / "journal"
+
+
+def _env(airflow_cli, metastore, journal_dir, target, sql, port=None, **extra):
+    conn = staged_connection(
+        port or metastore.port,
+        metastore.uri,
+        journal_dir,
+        metastore.warehouse,
+        **extra.pop("conn_extra", {}),
+    )
+    return airflow_cli.env(
+        AIRFLOW_CONN_STAGED_DEFAULT=conn, STAGED_TEST_TARGET=target, STAGED_TEST_SQL=sql, **extra
+    )
+
+
+def _records(journal_dir, target):
+    return [r for r in AttemptJournal(journal_dir).records() if r.target == target]
+
+
+def _seed_v1(spark, metastore, journal_dir, target):
+    build(spark, staged_table(metastore, AttemptJournal(journal_dir), target, "create"), SQL_V1)
+    return snapshot(spark, target)
+
+
+def test_dags_test_commits_and_emits_asset_event(airflow_cli, spark, metastore, journal_dir, target):
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_V1, STAGED_TEST_PURPOSE="create")
+    result = airflow_cli.run("dags", "test", "staged_operator", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    assert [r.state for r in _records(journal_dir, target)] == [AttemptState.COMMITTED]
+    with sqlite3.connect(airflow_cli.home / "airflow.db") as db:
+        extras = [json.loads(row[0]) for row in db.execute("SELECT extra FROM asset_event")]
+    event = next(e for e in extras if e.get("target") == target)
+    assert event["rows"] == 5000 and event["version"] == _records(journal_dir, target)[0].attempt_id
+
+
+def test_metastore_unreachable_at_commit_then_retry(airflow_cli, spark, metastore, journal_dir, target):
+    before = _seed_v1(spark, metastore, journal_dir, target)
+    proxy = BudgetProxy(metastore.port, budget=CONNECTIONS_BEFORE_COMMIT)
+    try:
+        env = _env(airflow_cli, metastore, journal_dir, target, SQL_V2, port=proxy.port)
+        failed = airflow_cli.run("dags", "test", "staged_operator", env=env)
+    finally:
+        proxy.close()
+    assert "cannot reach the Hive Metastore" in failed.stdout + failed.stderr
+    assert snapshot(spark, target) == before
+    stuck = [r for r in _records(journal_dir, target) if r.state is AttemptState.WRITTEN]
+    assert len(stuck) == 1  # written, never committed; the abort could not reach the metastore either
+
+    retry = airflow_cli.run(
+        "dags", "test", "staged_operator", env=_env(airflow_cli, metastore, journal_dir, target, SQL_V2)
+    )
+    assert retry.returncode == 0, retry.stdout[-3000:]
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V2)
+
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_V2)
+    reconciled = airflow_cli.staged("reconcile", env=env)
+    assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
+    assert AttemptJournal(journal_dir).require(stuck[0].attempt_id).state is AttemptState.ABORTED
+    assert not any(d.endswith(stuck[0].attempt_id) for d in version_dirs(metastore, target))
+
+
+def test_callbacks_form_commit_raises_then_reconcile_commits(
+    airflow_cli, spark, metastore, journal_dir, target
+):
+    proxy = BudgetProxy(metastore.port, budget=CONNECTIONS_BEFORE_COMMIT)
+    try:
+        env = _env(
+            airflow_cli, metastore, journal_dir, target, SQL_V1, port=proxy.port, STAGED_TEST_PURPOSE="create"
+        )
+        result = airflow_cli.run("dags", "test", "staged_callbacks", env=env)
+    finally:
+        proxy.close()
+    output = result.stdout + result.stderr
+    assert "cannot reach the Hive Metastore" in output  # Airflow only logged the callback's error
+    assert snapshot(spark, target) is None  # never half-visible
+    assert [r.state for r in _records(journal_dir, target)] == [AttemptState.WRITTEN]
+
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_V1)
+    reconciled = airflow_cli.staged("reconcile", env=env)
+    assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
+    assert "committed" in reconciled.stdout
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+
+
+def _start_dags_test(airflow_cli, env, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "w")  # noqa: SIM115 - closed by the caller through the process
+    return subprocess.Popen(
+        [str(BIN / "airflow"), "dags", "test", "staged_operator"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _wait_for_running_attempt(journal_dir, target, process, timeout=240.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        open_records = [r for r in _records(journal_dir, target) if not r.state.ended]
+        if open_records:
+            time.sleep(8)  # let the Spark job start writing
+            return open_records[0]
+        assert process.poll() is None, "dags test ended before the attempt began"
+        time.sleep(0.5)
+    raise AssertionError("no attempt began")
+
+
+def test_sigterm_while_spark_job_runs_aborts(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
+    before = _seed_v1(spark, metastore, journal_dir, target)
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW)
+    process = _start_dags_test(airflow_cli, env, tmp_path / "dags-test.log")
+    attempt = _wait_for_running_attempt(journal_dir, target, process)
+    os.kill(process.pid, signal.SIGTERM)
+    process.wait(timeout=180)
+    log = (tmp_path / "dags-test.log").read_text()
+    assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.ABORTED, log[-3000:]
+    assert "task was killed" in log or "cancelled" in log.lower()
+    assert snapshot(spark, target) == before
+    assert not any(d.endswith(attempt.attempt_id) for d in version_dirs(metastore, target))
+
+
+def test_timeout_aborts(airflow_cli, spark, metastore, journal_dir, target):
+    before = _seed_v1(spark, metastore, journal_dir, target)
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW, STAGED_TEST_TIMEOUT_SECONDS="25")
+    result = airflow_cli.run("dags", "test", "staged_operator", env=env)
+    attempts = [r for r in _records(journal_dir, target) if r.purpose == "create_or_replace"]
+    assert [r.state for r in attempts] == [AttemptState.ABORTED], result.stdout[-3000:]
+    assert "AirflowTaskTimeout" in result.stdout + result.stderr
+    assert snapshot(spark, target) == before
+    assert len(version_dirs(metastore, target)) == 1
+
+
+def test_sigkill_of_task_process_then_sweep(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
+    before = _seed_v1(spark, metastore, journal_dir, target)
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW, conn_extra={"attempt_ttl_minutes": 0.1})
+    process = _start_dags_test(airflow_cli, env, tmp_path / "dags-test.log")
+    attempt = _wait_for_running_attempt(journal_dir, target, process)
+    os.killpg(process.pid, signal.SIGKILL)  # no callback can run
+    process.wait(timeout=60)
+    assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.BEGUN
+    assert snapshot(spark, target) == before  # readers never saw the half-written attempt
+
+    time.sleep(7)  # past the attempt TTL without heartbeats
+    swept = airflow_cli.staged("reconcile", "--no-airflow", env=env)
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    assert "expired" in swept.stdout
+    assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.ABORTED
+    assert snapshot(spark, target) == before
+    assert len(version_dirs(metastore, target)) == 1
+
+
+def test_non_atomic_path_when_disabled(airflow_cli, spark, metastore, journal_dir, target):
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_V1, STAGED_TEST_ATOMIC="false")
+    result = airflow_cli.run("dags", "test", "staged_operator", env=env)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "not atomic" in result.stdout + result.stderr
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    assert _records(journal_dir, target) == []

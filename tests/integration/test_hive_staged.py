@@ -1,0 +1,248 @@
+"""Atomic CTAS/RTAS on a real Hive Metastore with real Spark, through the staging API."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
+from airflow_provider_staged.lifecycle import reconcile
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.reader import read_table
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.errors import TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.versions import RetentionPolicy
+from tests.integration.staged_helpers import (
+    build,
+    expected_snapshot,
+    snapshot,
+    staged_table,
+    table_location,
+    version_dirs,
+)
+
+SQL_V1 = "SELECT id, CAST(id AS DECIMAL(12, 2)) AS amount, concat('v1-', id) AS label FROM range(1000)"
+SQL_V2 = "SELECT id, CAST(id * 2 AS DECIMAL(12, 2)) AS amount, concat('v2-', id) AS label FROM range(2500)"
+# Fails inside a Spark task after other tasks have written their files.
+SQL_FAILS_MID_WRITE = (
+    "SELECT /*+ REPARTITION(4) */ IF(id = 149999, raise_error('injected task failure'), id) AS id "
+    "FROM range(150000)"
+)
+
+
+@pytest.fixture(scope="module")
+def database(metastore, spark):
+    name = "it_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {name}")
+    return name
+
+
+@pytest.fixture
+def journal(tmp_path):
+    return AttemptJournal(tmp_path / "journal")
+
+
+@pytest.fixture
+def target(database):
+    return f"{database}.t_{uuid.uuid4().hex[:8]}"
+
+
+def _assert_no_open_or_orphans(metastore, journal, target):
+    assert journal.open_attempts() == []
+    current = table_location(metastore, target)
+    leftovers = [d for d in version_dirs(metastore, target) if current is None or not current.endswith(d)]
+    assert leftovers == [] or all(
+        r.state is AttemptState.COMMITTED for r in journal.records() if r.location.endswith(leftovers[0])
+    )
+
+
+def test_create_then_replace_then_create_or_replace(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    first_location = table_location(metastore, target)
+
+    build(spark, staged_table(metastore, journal, target, "replace"), SQL_V2)
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V2)
+    assert table_location(metastore, target) != first_location
+
+    build(spark, staged_table(metastore, journal, target, "create_or_replace"), SQL_V1)
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    assert [r.state for r in journal.records()] == [AttemptState.COMMITTED] * 3
+
+
+def test_table_is_a_spark_and_metastore_table(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create_or_replace"), SQL_V1)
+    database, table = target.split(".")
+    with MetastoreClient(metastore.uri) as client:
+        thrift = client.get_table(database, table)
+    assert thrift.tableType == "EXTERNAL_TABLE"
+    assert [(c.name, c.type) for c in thrift.sd.cols] == [
+        ("id", "bigint"),
+        ("amount", "decimal(12,2)"),
+        ("label", "string"),
+    ]
+    assert thrift.parameters["staged.rows"] == "1000"
+    assert thrift.sd.serdeInfo.parameters["path"] == thrift.sd.location
+    # A reader with no Spark at all (pyarrow over the committed files).
+    data = read_table(metastore.uri, TableIdentifier.parse(target), limit=5)
+    assert data.total_rows == 1000 and data.columns == ["id", "amount", "label"]
+    # A new Spark session (own catalog state) sees the same schema.
+    other = spark.newSession()
+    assert [f.name for f in other.table(target).schema.fields] == ["id", "amount", "label"]
+    assert other.table(target).count() == 1000
+
+
+def test_create_on_existing_fails_before_any_spark_work(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    before = snapshot(spark, target)
+    staged = staged_table(metastore, journal, target, "create")
+    with pytest.raises(TableAlreadyExistsError, match=target):
+        staged.begin()
+    assert journal.get(staged.attempt_id) is None
+    assert snapshot(spark, target) == before
+    assert len(version_dirs(metastore, target)) == 1
+
+
+def test_if_not_exists_leaves_existing_table_untouched(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    staged = build(spark, staged_table(metastore, journal, target, "create_if_not_exists"), SQL_V2)
+    assert staged.skipped
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    assert len(version_dirs(metastore, target)) == 1
+
+
+def test_replace_missing_table_fails_clearly(metastore, journal, target):
+    with pytest.raises(TableNotFoundError, match="does not exist"):
+        staged_table(metastore, journal, target, "replace").begin()
+
+
+def test_missing_database_fails_clearly(metastore, journal):
+    with pytest.raises(TableNotFoundError, match="database 'no_such_db_x' does not exist"):
+        staged_table(metastore, journal, "no_such_db_x.t", "create").begin()
+    assert journal.records() == []
+
+
+@pytest.mark.parametrize("bad", ["db.t;drop", "`db`.t", "db.t.x", "", "db.'t'"])
+def test_bad_identifiers_rejected(metastore, journal, bad):
+    with pytest.raises(InvalidIdentifierError, match="invalid"):
+        staged_table(metastore, journal, bad, "create")
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELEC id FROM range(3)", "PARSE_SYNTAX_ERROR"),
+        ("SELECT no_such_column FROM range(3)", "UNRESOLVED_COLUMN"),
+        ("SELECT * FROM no_such_db_y.no_such_table", "TABLE_OR_VIEW_NOT_FOUND"),
+    ],
+)
+def test_query_errors_before_writing_leave_nothing(spark, metastore, journal, target, sql, message):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    before = snapshot(spark, target)
+    with pytest.raises(Exception, match=message):
+        build(spark, staged_table(metastore, journal, target, "replace"), sql)
+    assert snapshot(spark, target) == before
+    assert len(version_dirs(metastore, target)) == 1
+    assert [r.state for r in journal.records()].count(AttemptState.ABORTED) == 1
+
+
+def test_task_failing_mid_write_keeps_previous_version(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    before = snapshot(spark, target)
+    staged = staged_table(metastore, journal, target, "create_or_replace")
+    with pytest.raises(Exception, match="injected task failure"):
+        build(spark, staged, SQL_FAILS_MID_WRITE)
+    assert snapshot(spark, target) == before
+    assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
+    assert len(version_dirs(metastore, target)) == 1
+
+
+def test_failure_after_write_before_commit_then_abort(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    before = snapshot(spark, target)
+    staged = staged_table(metastore, journal, target, "replace")
+    staged.begin()
+    staged.written(
+        __import__("airflow_provider_staged.engine.spark_job", fromlist=["x"]).run_staged_write(
+            spark, SQL_V2, staged.write_spec()
+        )
+    )
+    assert len(version_dirs(metastore, target)) == 2  # staged data exists, invisible to readers
+    assert snapshot(spark, target) == before
+    staged.abort("injected failure before commit")
+    assert snapshot(spark, target) == before
+    assert len(version_dirs(metastore, target)) == 1
+    with pytest.raises(Exception, match="aborted"):
+        staged.commit()
+
+
+def test_four_concurrent_if_not_exists_attempts_make_one_table(spark, metastore, journal, target):
+    attempts = [staged_table(metastore, journal, target, "create_if_not_exists") for _ in range(4)]
+    for staged in attempts:
+        staged.begin()  # all see no table: the race is decided at commit
+    errors = []
+
+    def run(staged, index):
+        try:
+            sql = f"SELECT id, {index} AS writer FROM range(20000)"
+            staged.written(
+                __import__("airflow_provider_staged.engine.spark_job", fromlist=["x"]).run_staged_write(
+                    spark, sql, staged.write_spec()
+                )
+            )
+            staged.commit()
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(s, i)) for i, s in enumerate(attempts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    states = [journal.require(s.attempt_id).state for s in attempts]
+    assert states.count(AttemptState.COMMITTED) == 1
+    assert states.count(AttemptState.ABORTED) == 3
+    assert sum(s.skipped for s in attempts) == 3
+    rows = spark.table(target).groupBy("writer").count().collect()
+    assert len(rows) == 1 and rows[0]["count"] == 20000
+    assert len(version_dirs(metastore, target)) == 1
+
+
+def test_retention_keeps_configured_superseded_versions(spark, metastore, journal, target):
+    retention = RetentionPolicy(keep_versions=1, max_age_seconds=None)
+    for i in range(4):
+        build(
+            spark,
+            staged_table(metastore, journal, target, "create_or_replace", retention),
+            f"SELECT id, {i} AS round FROM range(10)",
+        )
+    dirs = version_dirs(metastore, target)
+    assert len(dirs) == 2  # the current version + one superseded
+    assert table_location(metastore, target).endswith(dirs[0]) or table_location(metastore, target).endswith(
+        dirs[1]
+    )
+    assert spark.table(target).select("round").distinct().first()[0] == 3
+
+
+def test_sweep_expires_abandoned_attempts(spark, metastore, journal, target, tmp_path):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    before = snapshot(spark, target)
+    abandoned = staged_table(metastore, journal, target, "replace")
+    abandoned.begin()
+    abandoned.written(
+        __import__("airflow_provider_staged.engine.spark_job", fromlist=["x"]).run_staged_write(
+            spark, SQL_V2, abandoned.write_spec()
+        )
+    )
+    settings = StagedSettings(metastore.uri, metastore.warehouse, str(journal.root), attempt_ttl_seconds=60)
+    assert [a.action for a in reconcile(settings)] == ["left running"]
+    actions = reconcile(settings, now=time.time() + 120)
+    assert [a.action for a in actions] == ["expired"]
+    assert journal.require(abandoned.attempt_id).state is AttemptState.ABORTED
+    assert snapshot(spark, target) == before
+    assert len(version_dirs(metastore, target)) == 1

@@ -1,0 +1,76 @@
+import pytest
+
+from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
+from airflow_provider_staged.staging.api import StagingPurpose
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("orders", "default.orders"), ("Raw.Orders", "raw.orders"), (" a_1.b_2 ", "a_1.b_2")],
+)
+def test_parse_valid_names(text, expected):
+    assert TableIdentifier.parse(text).name == expected
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "   ",
+        "a.b.c",
+        "a..b",
+        ".b",
+        "a.",
+        "a;drop table x",
+        "a`b",
+        "a'b",
+        'a"b',
+        "1abc",
+        "a b",
+        "ördner",
+        "a.b;--",
+        None,
+        42,
+        "x" * 129,
+    ],
+)
+def test_parse_rejects_bad_names_naming_the_value(bad):
+    with pytest.raises(InvalidIdentifierError) as info:
+        TableIdentifier.parse(bad)
+    assert repr(bad)[:40] in str(info.value) or str(bad)[:40] in str(info.value)
+
+
+def test_quoted_uses_backticks():
+    assert TableIdentifier.parse("raw.orders").quoted == "`raw`.`orders`"
+
+
+def test_validate_name_kind_in_message():
+    with pytest.raises(InvalidIdentifierError, match="database name 'a-b'"):
+        validate_name("a-b", "database name")
+
+
+@pytest.mark.parametrize(
+    ("text", "member"),
+    [
+        ("create", StagingPurpose.CREATE_TABLE_AS),
+        ("CREATE_TABLE_AS_IF_NOT_EXISTS", StagingPurpose.CREATE_TABLE_AS_IF_NOT_EXISTS),
+        ("replace", StagingPurpose.REPLACE_TABLE_AS),
+        (" create_or_replace ", StagingPurpose.CREATE_OR_REPLACE_TABLE_AS),
+    ],
+)
+def test_purpose_parse(text, member):
+    assert StagingPurpose.parse(text) is member
+
+
+def test_purpose_parse_unknown_names_value():
+    with pytest.raises(ValueError, match="unknown staging purpose 'upsert'"):
+        StagingPurpose.parse("upsert")
+
+
+def test_purpose_flags():
+    assert (
+        StagingPurpose.CREATE_OR_REPLACE_TABLE_AS.creates
+        and StagingPurpose.CREATE_OR_REPLACE_TABLE_AS.replaces
+    )
+    assert not StagingPurpose.REPLACE_TABLE_AS.creates
+    assert not StagingPurpose.CREATE_TABLE_AS.replaces

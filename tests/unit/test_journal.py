@@ -1,0 +1,132 @@
+import multiprocessing
+import time
+
+import pytest
+
+from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook
+from airflow_provider_staged.staging.errors import CommitConflictError
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.versions import RetentionPolicy, new_attempt_id, parse_version_dir
+
+
+def _record(attempt_id="a1", task=None):
+    return AttemptRecord(
+        attempt_id=attempt_id, kind="hive", target="db.t", purpose="create", location="/x", task=task
+    )
+
+
+def test_transitions_and_history(tmp_path):
+    journal = AttemptJournal(tmp_path)
+    journal.create(_record())
+    with journal.locked("a1"):
+        journal.transition("a1", AttemptState.WRITTEN, manifest={"rows": 3})
+        journal.transition("a1", AttemptState.COMMITTED)
+    record = journal.require("a1")
+    assert record.state is AttemptState.COMMITTED
+    assert [state for state, _ in record.history] == ["BEGUN", "WRITTEN", "COMMITTED"]
+    assert record.manifest == {"rows": 3}
+
+
+@pytest.mark.parametrize("ended", [AttemptState.COMMITTED, AttemptState.ABORTED])
+def test_ended_attempts_cannot_move(tmp_path, ended):
+    journal = AttemptJournal(tmp_path)
+    journal.create(_record())
+    with journal.locked("a1"):
+        journal.transition("a1", ended)
+        other = AttemptState.ABORTED if ended is AttemptState.COMMITTED else AttemptState.COMMITTED
+        with pytest.raises(CommitConflictError, match=f"is {ended.value}"):
+            journal.transition("a1", other)
+
+
+def test_duplicate_create_and_bad_ids(tmp_path):
+    journal = AttemptJournal(tmp_path)
+    journal.create(_record())
+    with pytest.raises(CommitConflictError):
+        journal.create(_record())
+    with pytest.raises(ValueError, match="invalid attempt id"):
+        journal.get("../etc/passwd")
+
+
+def test_for_task_matches_try(tmp_path):
+    journal = AttemptJournal(tmp_path)
+    task1 = TaskRef("d", "t", "r", 1)
+    journal.create(_record("a1", task1))
+    journal.create(_record("a2", TaskRef("d", "t", "r", 2)))
+    assert [r.attempt_id for r in journal.for_task(task1)] == ["a1"]
+    assert {r.attempt_id for r in journal.for_task(TaskRef("d", "t", "r", 0))} == {"a1", "a2"}
+
+
+def _hold_lock(root, ready, release):
+    journal = AttemptJournal(root)
+    with journal.locked("a1"):
+        ready.set()
+        release.wait(10)
+
+
+def test_lock_excludes_other_processes(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(tmp_path, ready, release))
+    holder.start()
+    assert ready.wait(10)
+    started = time.monotonic()
+    threading_release = ctx.Process(target=lambda: (time.sleep(0.5), release.set()))
+    threading_release.start()
+    with AttemptJournal(tmp_path).locked("a1"):
+        waited = time.monotonic() - started
+    holder.join()
+    threading_release.join()
+    assert waited >= 0.4
+
+
+def test_attempt_ids_deterministic_per_try():
+    task = TaskRef("d", "t", "r", 1)
+    assert new_attempt_id(task) == new_attempt_id(task)
+    assert new_attempt_id(task) != new_attempt_id(TaskRef("d", "t", "r", 2))
+    assert new_attempt_id() != new_attempt_id()
+    assert parse_version_dir("_v=" + new_attempt_id(task)) == new_attempt_id(task)
+    assert parse_version_dir("ds=2024-01-01") is None
+
+
+def test_retention_by_count_and_age():
+    superseded = {"v1": 100.0, "v2": 200.0, "v3": 300.0}
+    assert sorted(RetentionPolicy(keep_versions=1, max_age_seconds=None).expired(superseded, 400)) == [
+        "v1",
+        "v2",
+    ]
+    assert sorted(RetentionPolicy(keep_versions=None, max_age_seconds=150).expired(superseded, 400)) == [
+        "v1",
+        "v2",
+    ]
+    assert RetentionPolicy(keep_versions=5, max_age_seconds=None).expired(superseded, 400) == []
+    assert sorted(RetentionPolicy(keep_versions=0, max_age_seconds=None).expired(superseded, 400)) == [
+        "v1",
+        "v2",
+        "v3",
+    ]
+    with pytest.raises(ValueError, match="keep_versions -1"):
+        RetentionPolicy(keep_versions=-1)
+
+
+class _Recorder(StagedTable):
+    def __init__(self):
+        self.calls = []
+
+    def begin(self):
+        self.calls.append("begin")
+
+    def commit(self):
+        self.calls.append("commit")
+
+    def abort(self):
+        self.calls.append("abort")
+
+
+def test_job_status_hook_maps_transitions():
+    table = _Recorder()
+    hook = StagingJobStatusHook(table)
+    hook.on_created("j")
+    hook.on_finished("j")
+    hook.on_failed("j", RuntimeError("x"))
+    hook.on_canceled("j")
+    assert table.calls == ["begin", "commit", "abort", "abort"]
