@@ -43,6 +43,13 @@ def build(spark: Any, staged: HiveStagedTable, sql: str) -> HiveStagedTable:
     return staged
 
 
+def begin_and_write(spark: Any, staged: HiveStagedTable, sql: str) -> HiveStagedTable:
+    """An attempt that wrote its data but has not committed (a task that died before commit)."""
+    staged.begin()
+    staged.written(run_staged_write(spark, sql, staged.write_spec()))
+    return staged
+
+
 def snapshot(spark: Any, target: str) -> tuple[int, int] | None:
     """(rows, checksum) as a new reader sees the table, or None when it does not exist."""
     database, table = target.split(".")

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
 from airflow_provider_staged.lifecycle import reconcile
 from airflow_provider_staged.metastore.client import MetastoreClient
@@ -17,6 +18,7 @@ from airflow_provider_staged.staging.errors import TableAlreadyExistsError, Tabl
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from tests.integration.staged_helpers import (
+    begin_and_write,
     build,
     expected_snapshot,
     snapshot,
@@ -164,13 +166,7 @@ def test_task_failing_mid_write_keeps_previous_version(spark, metastore, journal
 def test_failure_after_write_before_commit_then_abort(spark, metastore, journal, target):
     build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
     before = snapshot(spark, target)
-    staged = staged_table(metastore, journal, target, "replace")
-    staged.begin()
-    staged.written(
-        __import__("airflow_provider_staged.engine.spark_job", fromlist=["x"]).run_staged_write(
-            spark, SQL_V2, staged.write_spec()
-        )
-    )
+    staged = begin_and_write(spark, staged_table(metastore, journal, target, "replace"), SQL_V2)
     assert len(version_dirs(metastore, target)) == 2  # staged data exists, invisible to readers
     assert snapshot(spark, target) == before
     staged.abort("injected failure before commit")
@@ -189,11 +185,7 @@ def test_four_concurrent_if_not_exists_attempts_make_one_table(spark, metastore,
     def run(staged, index):
         try:
             sql = f"SELECT id, {index} AS writer FROM range(20000)"
-            staged.written(
-                __import__("airflow_provider_staged.engine.spark_job", fromlist=["x"]).run_staged_write(
-                    spark, sql, staged.write_spec()
-                )
-            )
+            staged.written(run_staged_write(spark, sql, staged.write_spec()))
             staged.commit()
         except Exception as error:  # pragma: no cover - reported below
             errors.append(error)
@@ -232,13 +224,7 @@ def test_retention_keeps_configured_superseded_versions(spark, metastore, journa
 def test_sweep_expires_abandoned_attempts(spark, metastore, journal, target, tmp_path):
     build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
     before = snapshot(spark, target)
-    abandoned = staged_table(metastore, journal, target, "replace")
-    abandoned.begin()
-    abandoned.written(
-        __import__("airflow_provider_staged.engine.spark_job", fromlist=["x"]).run_staged_write(
-            spark, SQL_V2, abandoned.write_spec()
-        )
-    )
+    abandoned = begin_and_write(spark, staged_table(metastore, journal, target, "replace"), SQL_V2)
     settings = StagedSettings(metastore.uri, metastore.warehouse, str(journal.root), attempt_ttl_seconds=60)
     assert [a.action for a in reconcile(settings)] == ["left running"]
     actions = reconcile(settings, now=time.time() + 120)

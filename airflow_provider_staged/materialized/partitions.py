@@ -1,0 +1,140 @@
+"""Partition math of a refresh: which partition a periodic run owns, and checks of static ones."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from airflow_provider_staged.materialized.freshness import Freshness
+
+SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
+_SCHEDULE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")
+_SCHEDULE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+# Java/Flink date-pattern letters we accept and their strftime equivalents. Anything else
+# (e.g. 'E', 'a', single letters, quoted literals) is rejected rather than guessed.
+_JAVA_TOKENS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+_JAVA_LITERALS = "-/:_. "
+_JAVA_PATTERN = re.compile("|".join([*_JAVA_TOKENS, f"[{re.escape(_JAVA_LITERALS)}]"]))
+# A partition value ends up inside a partition spec: refuse anything that could break quoting.
+_UNSAFE_VALUE = re.compile(r"['\"`\\;\x00-\x1f\x7f]")
+
+
+class PartitionError(ValueError):
+    """A schedule time or partition value that cannot be used for a refresh."""
+
+
+@lru_cache(maxsize=64)  # a handful of distinct patterns across hundreds of definitions
+def java_to_strftime(pattern: str) -> str:
+    """Translate a date formatter such as ``yyyy-MM-dd`` into ``%Y-%m-%d``."""
+    parts: list[str] = []
+    pos = 0
+    while pos < len(pattern):
+        match = _JAVA_PATTERN.match(pattern, pos)
+        if match is None:
+            raise PartitionError(
+                f"unsupported date-formatter {pattern!r} at {pattern[pos:]!r}: use "
+                f"{', '.join(_JAVA_TOKENS)} and the separators {_JAVA_LITERALS!r}"
+            )
+        parts.append(_JAVA_TOKENS.get(match.group(), match.group()))
+        pos = match.end()
+    if not any(token in parts for token in _JAVA_TOKENS.values()):
+        raise PartitionError(f"unsupported date-formatter {pattern!r}: it has no date field")
+    return "".join(parts)
+
+
+def time_zone(zone: str | tzinfo) -> tzinfo:
+    if isinstance(zone, tzinfo):
+        return zone
+    try:
+        return ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise PartitionError(f"unknown time zone {zone!r}") from None
+
+
+def parse_schedule_time(text: object) -> datetime:
+    """Parse ``yyyy-MM-dd HH:mm:ss`` strictly into a naive (wall-clock) datetime."""
+    if not isinstance(text, str) or not _SCHEDULE_TIME.match(text):
+        raise PartitionError(
+            f"invalid scheduleTime {text!r}: expected a string {SCHEDULE_TIME_PATTERN!r}, "
+            "e.g. '2024-01-02 00:00:00'"
+        )
+    try:
+        return datetime.strptime(text, _SCHEDULE_TIME_FORMAT)
+    except ValueError as err:
+        raise PartitionError(f"invalid scheduleTime {text!r}: {err}") from None
+
+
+def local_schedule_time(moment: datetime, zone: str | tzinfo = "UTC") -> datetime:
+    """Wall-clock time of ``moment`` in ``zone`` (naive datetimes are already wall-clock)."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(time_zone(zone)).replace(tzinfo=None)
+    return moment.replace(microsecond=0)
+
+
+def format_schedule_time(moment: datetime) -> str:
+    return moment.strftime(_SCHEDULE_TIME_FORMAT)
+
+
+def periodic_partition(
+    schedule_time: str | datetime,
+    freshness: Freshness,
+    formatters: Mapping[str, str],
+    zone: str | tzinfo = "UTC",
+) -> dict[str, str]:
+    """The partition a periodic run refreshes: ``format(scheduleTime - freshness)`` per column.
+
+    ``formatters`` maps partition columns to strftime patterns. As in Flink, the arithmetic is
+    on the wall-clock time in ``zone`` (a run fired 2024-01-02 00:00:00 with a 1-day freshness
+    owns ds='2024-01-01' whatever daylight saving does in between).
+    """
+    if isinstance(schedule_time, str):
+        local = parse_schedule_time(schedule_time)
+    else:
+        local = local_schedule_time(schedule_time, zone)
+    start = local - freshness.as_timedelta()
+    return {column: start.strftime(pattern) for column, pattern in formatters.items()}
+
+
+def validate_static_partitions(
+    partitions: object, partition_by: Iterable[str], formatters: Mapping[str, str]
+) -> dict[str, str]:
+    """Check ``staticPartitions`` against the table; returns them with lower-cased columns."""
+    if not isinstance(partitions, Mapping):
+        raise PartitionError(
+            f"invalid staticPartitions {partitions!r}: expected an object of column -> value"
+        )
+    columns = tuple(partition_by)
+    checked: dict[str, str] = {}
+    for key, value in partitions.items():
+        column = key.lower() if isinstance(key, str) else key
+        if column not in columns:
+            allowed = ", ".join(columns) or "none: the table is not partitioned"
+            raise PartitionError(
+                f"unknown partition column {key!r} in staticPartitions (partition columns: "
+                f"{allowed})"
+            )
+        if not isinstance(value, str) or not value or _UNSAFE_VALUE.search(value):
+            raise PartitionError(
+                f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
+                "string without quotes, backslashes, semicolons or control characters"
+            )
+        if column in formatters and not _matches(value, formatters[column]):
+            example = datetime(2024, 1, 2, 3, 4, 5).strftime(formatters[column])
+            raise PartitionError(
+                f"invalid value {value!r} for partition column {key!r}: it does not match the "
+                f"column's date-formatter (e.g. {example!r})"
+            )
+        checked[column] = value
+    return checked
+
+
+def _matches(value: str, pattern: str) -> bool:
+    # strptime accepts '2024-1-2' for %m/%d: the round trip insists on the exact rendering.
+    try:
+        return datetime.strptime(value, pattern).strftime(pattern) == value
+    except ValueError:
+        return False

@@ -1,0 +1,109 @@
+"""Freshness rules (Flink's), cron derivation and refresh-mode derivation."""
+
+from datetime import timedelta
+
+import pytest
+
+from airflow_provider_staged.materialized.freshness import (
+    Freshness,
+    FreshnessError,
+    RefreshMode,
+    TimeUnit,
+    derive_refresh_mode,
+    parse_duration,
+)
+
+ALLOWED = [
+    *((n, "SECOND") for n in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)),
+    *((n, "MINUTE") for n in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)),
+    *((n, "HOUR") for n in (1, 2, 3, 4, 6, 8, 12)),
+    (1, "DAY"),
+]
+FORBIDDEN = [
+    *((n, "SECOND") for n in (0, 7, 9, 45, 59, 60, 120)),
+    *((n, "MINUTE") for n in (0, 7, 8, 25, 40, 60, 90)),
+    *((n, "HOUR") for n in (0, 5, 7, 9, 10, 16, 24, 48)),
+    *((n, "DAY") for n in (0, 2, 7, 30)),
+]
+
+
+@pytest.mark.parametrize(("value", "unit"), ALLOWED)
+def test_allowed_freshness(value: int, unit: str) -> None:
+    freshness = Freshness(value, unit)
+    assert freshness.unit is TimeUnit(unit)
+    assert freshness.as_timedelta() == timedelta(**{unit.lower() + "s": value})
+
+
+@pytest.mark.parametrize(("value", "unit"), FORBIDDEN)
+def test_forbidden_freshness_names_the_value(value: int, unit: str) -> None:
+    with pytest.raises(FreshnessError, match=rf"INTERVAL '{value}' {unit}"):
+        Freshness(value, unit)
+
+
+@pytest.mark.parametrize("value", [True, -1, 1.5, "1"])
+def test_non_integer_values_are_rejected(value: object) -> None:
+    with pytest.raises(FreshnessError, match="positive integer"):
+        Freshness(value, "MINUTE")  # type: ignore[arg-type]
+
+
+def test_unknown_unit() -> None:
+    with pytest.raises(FreshnessError, match="WEEK"):
+        Freshness(1, "WEEK")
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "cron"),
+    [
+        (1, "MINUTE", "* * * * *"),
+        (15, "MINUTE", "*/15 * * * *"),
+        (1, "HOUR", "0 * * * *"),
+        (2, "HOUR", "0 */2 * * *"),
+        (12, "HOUR", "0 */12 * * *"),
+        (1, "DAY", "0 0 * * *"),
+    ],
+)
+def test_to_cron(value: int, unit: str, cron: str) -> None:
+    assert Freshness(value, unit).to_cron() == cron
+
+
+def test_sub_minute_freshness_has_no_cron() -> None:
+    with pytest.raises(FreshnessError, match=r"INTERVAL '30' SECOND.*no seconds"):
+        Freshness(30, "SECOND").to_cron()
+
+
+@pytest.mark.parametrize(
+    ("freshness", "explicit", "threshold", "mode"),
+    [
+        (Freshness(1, "DAY"), None, timedelta(minutes=30), RefreshMode.FULL),
+        (Freshness(30, "MINUTE"), None, timedelta(minutes=30), RefreshMode.FULL),
+        (Freshness(20, "MINUTE"), None, timedelta(minutes=30), RefreshMode.CONTINUOUS),
+        (Freshness(10, "SECOND"), None, timedelta(minutes=30), RefreshMode.CONTINUOUS),
+        (Freshness(20, "MINUTE"), None, timedelta(minutes=10), RefreshMode.FULL),
+        (Freshness(2, "HOUR"), None, timedelta(hours=3), RefreshMode.CONTINUOUS),
+        (Freshness(10, "SECOND"), RefreshMode.FULL, timedelta(minutes=30), RefreshMode.FULL),
+        (Freshness(1, "DAY"), RefreshMode.CONTINUOUS, timedelta(minutes=30), RefreshMode.CONTINUOUS),
+    ],
+)
+def test_derive_refresh_mode(
+    freshness: Freshness, explicit: RefreshMode | None, threshold: timedelta, mode: RefreshMode
+) -> None:
+    assert derive_refresh_mode(freshness, explicit, threshold) is mode
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30 min", timedelta(minutes=30)),
+        ("1h", timedelta(hours=1)),
+        ("2 days", timedelta(days=2)),
+        (" 45 SECONDS ", timedelta(seconds=45)),
+    ],
+)
+def test_parse_duration(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "30", "min", "0 min", "30 fortnights", "-1 h", "1.5 h"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(FreshnessError, match="invalid duration"):
+        parse_duration(text)

@@ -1,0 +1,137 @@
+"""Refresh requests (FLIP-448 refresh call as DAG-run conf): validation and partitions."""
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.params import (
+    PARAM_NAMES,
+    RefreshRequestError,
+    param_schemas,
+    parse_refresh_request,
+)
+
+PARTITIONED = parse_definition("""
+CREATE MATERIALIZED TABLE analytics.orders_daily
+PARTITIONED BY (ds, region)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')
+FRESHNESS = INTERVAL '1' DAY
+AS SELECT ds, region, count(*) AS n FROM raw.orders GROUP BY ds, region
+""")
+UNPARTITIONED = parse_definition(
+    "CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' HOUR AS SELECT 1 AS x"
+)
+FIRED = datetime(2024, 1, 2, 0, 0, tzinfo=timezone.utc)
+
+
+def test_pure_modules_do_not_import_airflow_or_spark() -> None:
+    modules = ", ".join(
+        f"airflow_provider_staged.materialized.{name}"
+        for name in ("definition", "freshness", "partitions", "params")
+    )
+    code = (
+        f"import sys, {modules}\n"
+        "loaded = [m for m in ('airflow', 'pyspark', 'sqlglot') if m in sys.modules]\n"
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_scheduled_run_refreshes_the_previous_day() -> None:
+    request = parse_refresh_request({}, PARTITIONED, FIRED)
+    assert request.is_periodic
+    assert request.schedule_time_text == "2024-01-02 00:00:00"
+    assert dict(request.partition_spec) == {"ds": "2024-01-01"}
+    assert dict(request.dynamic_options) == {} == dict(request.execution_config)
+
+
+def test_form_defaults_behave_like_a_scheduled_run() -> None:
+    defaults = {name: s["default"] for name, s in param_schemas(PARTITIONED).items()}
+    assert parse_refresh_request(defaults, PARTITIONED, FIRED) == parse_refresh_request(
+        None, PARTITIONED, FIRED
+    )
+
+
+def test_explicit_schedule_time_and_zone() -> None:
+    request = parse_refresh_request({"scheduleTime": "2024-03-01 00:00:00"}, PARTITIONED, FIRED)
+    assert dict(request.partition_spec) == {"ds": "2024-02-29"}
+    # Without scheduleTime, the run time is read as wall-clock time in the zone.
+    late = datetime(2024, 1, 1, 20, 0, tzinfo=timezone.utc)
+    shanghai = parse_refresh_request({}, PARTITIONED, late, zone="Asia/Shanghai")
+    assert shanghai.schedule_time_text == "2024-01-02 04:00:00"
+    assert dict(shanghai.partition_spec) == {"ds": "2024-01-01"}
+
+
+def test_one_time_refresh_of_static_partitions() -> None:
+    request = parse_refresh_request(
+        {
+            "isPeriodic": False,
+            "staticPartitions": {"ds": "2023-12-24", "REGION": "eu"},
+            "dynamicOptions": {"compression": "zstd"},
+            "executionConfig": {"spark.sql.shuffle.partitions": 8, "spark.x.enabled": True,
+                                "ratio": 0.5},
+        },
+        PARTITIONED,
+        FIRED,
+    )
+    assert not request.is_periodic
+    assert dict(request.partition_spec) == {"ds": "2023-12-24", "region": "eu"}
+    assert dict(request.dynamic_options) == {"compression": "zstd"}
+    assert dict(request.execution_config) == {
+        "spark.sql.shuffle.partitions": "8", "spark.x.enabled": "true", "ratio": "0.5"
+    }
+
+
+def test_one_time_refresh_without_partitions_is_a_full_refresh() -> None:
+    assert dict(parse_refresh_request({"isPeriodic": False}, PARTITIONED, FIRED).partition_spec) == {}
+    assert dict(parse_refresh_request({}, UNPARTITIONED, FIRED).partition_spec) == {}
+
+
+@pytest.mark.parametrize(
+    ("conf", "match"),
+    [
+        ({"isPeriodic": True, "foo": 1}, "unknown refresh parameter.*'foo'"),
+        ({"isPeriodic": "false"}, "invalid isPeriodic 'false'"),
+        ({"scheduleTime": "2024-01-02"}, "invalid scheduleTime '2024-01-02'"),
+        ({"scheduleTime": "2024-01-02T00:00:00"}, "invalid scheduleTime"),
+        ({"scheduleTime": 1704153600}, "invalid scheduleTime"),
+        ({"isPeriodic": False, "staticPartitions": {"dt": "2024-01-01"}},
+         "unknown partition column 'dt'"),
+        ({"isPeriodic": False, "staticPartitions": {"ds": "2024-01-01'; DROP TABLE x; --"}},
+         "without quotes"),
+        ({"isPeriodic": False, "staticPartitions": {"ds": "01/02/2024"}}, "date-formatter"),
+        ({"isPeriodic": False, "staticPartitions": "ds=2024-01-01"}, "expected an object"),
+        ({"staticPartitions": {"ds": "2024-01-01"}}, "set isPeriodic to false"),
+        ({"dynamicOptions": {"bad key": "x"}}, "invalid key 'bad key' in dynamicOptions"),
+        ({"dynamicOptions": {"k": {"nested": 1}}}, "invalid value .* dynamicOptions key 'k'"),
+        ({"executionConfig": {"spark.conf": None}}, "executionConfig key 'spark.conf'"),
+        ({"executionConfig": {"x": float("nan")}}, "executionConfig key 'x'"),
+        ({"executionConfig": ["a"]}, "invalid executionConfig"),
+    ],
+)
+def test_bad_requests(conf: dict, match: str) -> None:
+    with pytest.raises(RefreshRequestError, match=match):
+        parse_refresh_request(conf, PARTITIONED, FIRED)
+
+
+def test_static_partitions_on_unpartitioned_table() -> None:
+    with pytest.raises(RefreshRequestError, match="not partitioned"):
+        parse_refresh_request(
+            {"isPeriodic": False, "staticPartitions": {"ds": "x"}}, UNPARTITIONED, FIRED
+        )
+
+
+def test_param_schemas_explain_themselves() -> None:
+    schemas = param_schemas(PARTITIONED)
+    assert tuple(schemas) == PARAM_NAMES
+    for schema in schemas.values():
+        assert schema["title"] and schema["description"] and "default" in schema
+    assert schemas["staticPartitions"]["type"] == "object"
+    assert "Partition columns: ds, region (ds like '2024-01-01')" in (
+        schemas["staticPartitions"]["description"]
+    )
+    assert "INTERVAL '1' DAY" in schemas["isPeriodic"]["description"]
+    assert "not partitioned" in param_schemas(UNPARTITIONED)["staticPartitions"]["description"]

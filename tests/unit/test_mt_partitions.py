@@ -1,0 +1,147 @@
+"""Partition math: scheduleTime parsing, periodic partitions, static partition checks."""
+
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_provider_staged.materialized.freshness import Freshness
+from airflow_provider_staged.materialized.partitions import (
+    PartitionError,
+    java_to_strftime,
+    local_schedule_time,
+    parse_schedule_time,
+    periodic_partition,
+    validate_static_partitions,
+)
+
+DAY = Freshness(1, "DAY")
+HOUR = Freshness(1, "HOUR")
+DS = {"ds": "%Y-%m-%d"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "strftime"),
+    [
+        ("yyyy-MM-dd", "%Y-%m-%d"),
+        ("yyyyMMdd", "%Y%m%d"),
+        ("yyyy-MM-dd HH", "%Y-%m-%d %H"),
+        ("yyyy/MM/dd HH:mm:ss", "%Y/%m/%d %H:%M:%S"),
+        ("yyyy_MM", "%Y_%m"),
+        ("HH", "%H"),
+    ],
+)
+def test_java_to_strftime(pattern: str, strftime: str) -> None:
+    assert java_to_strftime(pattern) == strftime
+
+
+@pytest.mark.parametrize(
+    "pattern", ["yy-MM-dd", "yyyy-M-d", "EEE", "yyyy-MM-dd'T'HH", "%Y", "yyyy-MM-dd a", "--", ""]
+)
+def test_unsupported_formatters_are_rejected(pattern: str) -> None:
+    with pytest.raises(PartitionError, match="unsupported date-formatter"):
+        java_to_strftime(pattern)
+
+
+def test_parse_schedule_time() -> None:
+    assert parse_schedule_time("2024-01-02 00:00:00") == datetime(2024, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-01-02",
+        "2024-01-02T00:00:00",
+        "2024-01-02 00:00:00+00:00",
+        "2024-1-2 00:00:00",
+        "2024-02-30 00:00:00",
+        "2024-01-02 24:00:00",
+        " 2024-01-02 00:00:00",
+        "2024-01-02 00:00:00\n",
+        20240102,
+        None,
+    ],
+)
+def test_malformed_schedule_time(text: object) -> None:
+    with pytest.raises(PartitionError, match="invalid scheduleTime"):
+        parse_schedule_time(text)
+
+
+@pytest.mark.parametrize(
+    ("schedule_time", "freshness", "formatters", "expected"),
+    [
+        ("2024-01-02 00:00:00", DAY, DS, {"ds": "2024-01-01"}),
+        ("2024-03-01 00:00:00", DAY, DS, {"ds": "2024-02-29"}),  # leap year month boundary
+        ("2023-03-01 00:00:00", DAY, DS, {"ds": "2023-02-28"}),
+        ("2024-01-01 00:00:00", DAY, DS, {"ds": "2023-12-31"}),  # year boundary
+        ("2024-01-01 00:00:00", HOUR, {"ds": "%Y%m%d", "hr": "%H"}, {"ds": "20231231", "hr": "23"}),
+        ("2024-05-01 00:15:00", Freshness(15, "MINUTE"), {"ts": "%Y-%m-%d %H:%M"},
+         {"ts": "2024-05-01 00:00"}),
+        ("2024-01-02 00:00:00", DAY, {}, {}),
+    ],
+)
+def test_periodic_partition(
+    schedule_time: str, freshness: Freshness, formatters: dict[str, str], expected: dict
+) -> None:
+    assert periodic_partition(schedule_time, freshness, formatters) == expected
+
+
+def test_periodic_partition_in_a_time_zone() -> None:
+    # 2024-01-01 20:00 UTC is already 2024-01-02 04:00 in Shanghai: a different day partition.
+    fired = datetime(2024, 1, 1, 20, 0, tzinfo=timezone.utc)
+    assert periodic_partition(fired, DAY, DS) == {"ds": "2023-12-31"}
+    assert periodic_partition(fired, DAY, DS, zone="Asia/Shanghai") == {"ds": "2024-01-01"}
+    assert periodic_partition(fired, DAY, DS, zone="America/Los_Angeles") == {"ds": "2023-12-31"}
+
+
+def test_daylight_saving_uses_wall_clock_days() -> None:
+    # New York springs forward on 2024-03-10: the day is 23 hours long, the partition is still
+    # the previous calendar day.
+    fired = datetime(2024, 3, 11, 4, 0, tzinfo=timezone.utc)  # 2024-03-11 00:00 EDT
+    assert local_schedule_time(fired, "America/New_York") == datetime(2024, 3, 11)
+    assert periodic_partition(fired, DAY, DS, zone="America/New_York") == {"ds": "2024-03-10"}
+
+
+def test_naive_datetime_is_wall_clock_and_microseconds_dropped() -> None:
+    assert local_schedule_time(datetime(2024, 1, 2, 0, 0, 0, 999), "Asia/Tokyo") == datetime(
+        2024, 1, 2
+    )
+
+
+def test_unknown_time_zone() -> None:
+    with pytest.raises(PartitionError, match="unknown time zone 'Mars/Base'"):
+        periodic_partition(datetime(2024, 1, 1, tzinfo=timezone.utc), DAY, DS, zone="Mars/Base")
+
+
+def test_static_partitions_are_checked_and_normalized() -> None:
+    assert validate_static_partitions({"DS": "2024-01-01", "region": "eu"}, ("ds", "region"), DS) == {
+        "ds": "2024-01-01",
+        "region": "eu",
+    }
+    assert validate_static_partitions({}, (), {}) == {}
+
+
+@pytest.mark.parametrize(
+    ("partitions", "match"),
+    [
+        ({"dt": "2024-01-01"}, r"unknown partition column 'dt'.*ds, region"),
+        ({"ds": "2024-1-1"}, r"'2024-1-1'.*date-formatter.*'2024-01-02'"),
+        ({"ds": "2024-02-30"}, "date-formatter"),
+        ({"ds": "2024-01-01' OR '1'='1"}, "without quotes"),
+        ({"region": "eu'; DROP TABLE x; --"}, "without quotes"),
+        ({"region": 'e"u'}, "without quotes"),
+        ({"region": "eu\\"}, "without quotes"),
+        ({"region": "eu;"}, "without quotes"),
+        ({"region": "e\nu"}, "without quotes"),
+        ({"region": ""}, "non-empty"),
+        ({"region": 7}, "7"),
+        (["ds"], "expected an object"),
+    ],
+)
+def test_bad_static_partitions(partitions: object, match: str) -> None:
+    with pytest.raises(PartitionError, match=match):
+        validate_static_partitions(partitions, ("ds", "region"), DS)
+
+
+def test_static_partitions_on_unpartitioned_table() -> None:
+    with pytest.raises(PartitionError, match="not partitioned"):
+        validate_static_partitions({"ds": "2024-01-01"}, (), {})

@@ -1,0 +1,61 @@
+import pytest
+
+from airflow_provider_staged.identifiers import InvalidIdentifierError
+from airflow_provider_staged.materialized.params import RefreshRequestError
+from airflow_provider_staged.materialized.refresh import (
+    execution_conf,
+    partition_query,
+    string_literal,
+    writer_options,
+)
+from airflow_provider_staged.staging.partition_paths import (
+    escape_path_name,
+    matches,
+    partition_path,
+    partition_values,
+)
+
+
+def test_partition_path_escapes_like_spark():
+    assert partition_path(["ds", "hh"], ["2024-01-01", "10:00"]) == "ds=2024-01-01/hh=10%3A00"
+    assert escape_path_name("a/b=c%") == "a%2Fb%3Dc%25"
+
+
+def test_partition_values_round_trip():
+    path = partition_path(["ds", "hh"], ["2024-01-01", "10:00"]) + "/part-0.parquet"
+    assert partition_values(path, ["ds", "hh"]) == ("2024-01-01", "10:00")
+    assert partition_values("part-0.parquet", ["ds"]) is None
+    assert partition_values("other=1/part-0.parquet", ["ds"]) is None
+
+
+def test_matches_prefix_and_full_specs():
+    assert matches(("2024-01-01", "10"), ["ds", "hh"], {"ds": "2024-01-01"})
+    assert not matches(("2024-01-02", "10"), ["ds", "hh"], {"ds": "2024-01-01"})
+    assert matches(("2024-01-02", "10"), ["ds", "hh"], {})
+
+
+def test_partition_query_quotes_names_and_values():
+    sql = partition_query("SELECT ds, x FROM t", {"ds": "2024-01-01"})
+    assert sql.endswith("WHERE `ds` = '2024-01-01'")
+    assert partition_query("SELECT 1", {}) == "SELECT 1"
+    assert string_literal("a'b\\c") == "'a\\'b\\\\c'"
+    with pytest.raises(InvalidIdentifierError):
+        partition_query("SELECT 1", {"ds`; drop": "x"})
+
+
+def test_writer_options_allowlist():
+    assert writer_options({"compression": "zstd"}) == {"compression": "zstd"}
+    with pytest.raises(RefreshRequestError, match="path"):
+        writer_options({"path": "/tmp/elsewhere"})
+
+
+@pytest.mark.parametrize(
+    "key", ["spark.executor.memory", "spark.sql.warehouse.dir", "spark.sql.catalog.x", "spark.sql.a b"]
+)
+def test_execution_conf_rejects_non_runtime_keys(key):
+    with pytest.raises(RefreshRequestError, match="executionConfig key"):
+        execution_conf({key: "1"})
+
+
+def test_execution_conf_accepts_sql_settings():
+    assert execution_conf({"spark.sql.shuffle.partitions": "8"}) == {"spark.sql.shuffle.partitions": "8"}
