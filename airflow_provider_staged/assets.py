@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from airflow_provider_staged.identifiers import TableIdentifier
 
+# The staged_hive connection used when none is named (kept here: this module imports nothing heavy).
+DEFAULT_CONN_ID = "staged_default"
+
 
 def table_asset_uri(identifier: TableIdentifier, conn_id: str) -> str:
     """``hive://<staged connection id>/<database>/<table>``: one asset per catalog table."""

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.services.metastore import (
     metastore_status,
@@ -51,7 +52,7 @@ def services_status() -> None:
 @app.command("create-database")
 def create_database(
     names: Annotated[list[str], typer.Argument(help="database names")],
-    conn: ConnOption = "staged_default",
+    conn: ConnOption = DEFAULT_CONN_ID,
 ) -> None:
     """Create databases in the metastore (under the warehouse) unless they exist."""
     from airflow_provider_staged.metastore.client import MetastoreClient
@@ -71,7 +72,7 @@ def _settings(conn_id: str):
 
 @app.command()
 def reconcile(
-    conn: ConnOption = "staged_default",
+    conn: ConnOption = DEFAULT_CONN_ID,
     airflow: Annotated[bool, typer.Option(help="ask Airflow's database for task states")] = True,
 ) -> None:
     """Finish or roll back attempts whose task ended; expire abandoned ones (the sweep)."""
@@ -86,7 +87,7 @@ def reconcile(
 
 
 @app.command()
-def attempts(conn: ConnOption = "staged_default") -> None:
+def attempts(conn: ConnOption = DEFAULT_CONN_ID) -> None:
     """List journaled staged attempts."""
     table = Table("attempt", "target", "purpose", "state", "updated", "task")
     for record in _settings(conn).journal.records():
@@ -100,7 +101,7 @@ def attempts(conn: ConnOption = "staged_default") -> None:
 def show(
     table_name: Annotated[str, typer.Argument(help="database.table")],
     limit: Annotated[int, typer.Option(help="rows to print")] = 20,
-    conn: ConnOption = "staged_default",
+    conn: ConnOption = DEFAULT_CONN_ID,
 ) -> None:
     """Print a table's current version and rows (read with pyarrow, no JVM)."""
     from airflow_provider_staged.reader import read_table

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
@@ -25,9 +26,6 @@ from airflow_provider_staged.staging.manifest import MANIFEST_NAME
 from airflow_provider_staged.storage import read_text
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CONN_ID = "staged_default"
-
 
 def task_ref(context: Any) -> TaskRef:
     ti = context["ti"]

@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.services.metastore import metastore_status, staged_home
 from airflow_provider_staged.settings import StagedSettings
 
@@ -19,7 +20,7 @@ class StagedTableHook(BaseHook):
     """
 
     conn_name_attr = "staged_conn_id"
-    default_conn_name = "staged_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "staged_hive"
     hook_name = "Staged tables (Hive Metastore)"
 

@@ -20,7 +20,7 @@ import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, CronTriggerTimetable, get_parsing_context
 
-from airflow_provider_staged.assets import table_asset_uri
+from airflow_provider_staged.assets import DEFAULT_CONN_ID, table_asset_uri
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.dag_params import build_params
 from airflow_provider_staged.materialized.definition import (
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 DAG_ID_PREFIX = "mt__"
 BROKEN_DAG_ID_PREFIX = "mt__broken__"
-# Same as lifecycle.DEFAULT_CONN_ID, which cannot be imported here: it loads pyarrow (0.4 s).
-DEFAULT_CONN_ID = "staged_default"
 DEFINITION_GLOB = "*.sql"
 TAG = "materialized-table"
 
