@@ -15,6 +15,7 @@ from typing import Any
 from airflow_provider_staged.engine.runners import EmbeddedEngine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.identifiers import quote_name
+from airflow_provider_staged.materialized.catalog_status import workflow_options
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.params import RefreshRequest, RefreshRequestError
 from airflow_provider_staged.settings import StagedSettings
@@ -102,9 +103,14 @@ def run_refresh(
     settings: StagedSettings,
     task: TaskRef | None = None,
 ) -> dict[str, Any]:
-    """Refresh ``definition`` as ``request`` says; return what was committed."""
-    options = writer_options(request.dynamic_options)
-    sql_conf = execution_conf(request.execution_config)
+    """Refresh ``definition`` as ``request`` says; return what was committed.
+
+    The workflow's stored defaults (set on create or resume) apply under the run's own
+    ``dynamicOptions`` / ``executionConfig``.
+    """
+    default_options, default_conf = workflow_options(definition.source_path)
+    options = writer_options({**default_options, **request.dynamic_options})
+    sql_conf = execution_conf({**default_conf, **request.execution_config})
     staged = staged_refresh(definition, request, settings, task)
     manifest = execute_staged(
         staged,

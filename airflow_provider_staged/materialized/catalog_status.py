@@ -1,0 +1,228 @@
+"""Refresh status and refresh handler of a materialized table, kept with the table.
+
+As Flink keeps them in its catalog, they are table parameters in the Hive Metastore:
+``materialized.refresh-status``, ``materialized.refresh-handler`` and ``materialized.definition``.
+The table only exists after its first refresh, so until then they live in a small JSON state
+file beside the definition (``<stem>.workflow.json``); the first save or load that finds the
+table moves them into its parameters.
+
+Hive 2.3's Thrift API has no compare-and-set for table parameters: a status write is a
+read-modify-write of the whole table object, done back to back (milliseconds) to keep the
+window in which it could undo a concurrent commit's pointer switch as small as possible.
+
+The same state file always holds the workflow's default ``dynamicOptions`` and
+``executionConfig`` (set on create or resume): a refresh reads them with
+:func:`workflow_options` and lets the run's conf override them key by key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.scheduler import RefreshStatus, WorkflowException
+from airflow_provider_staged.metastore.client import MetastoreClient
+
+REFRESH_STATUS_KEY = "materialized.refresh-status"
+REFRESH_HANDLER_KEY = "materialized.refresh-handler"
+DEFINITION_KEY = "materialized.definition"
+STATE_SUFFIX = ".workflow.json"
+# Hive's TABLE_PARAMS values are VARCHAR(4000) in most schemas: split longer ones, as Spark does.
+_CHUNK = 4000
+_TABLE_KEYS = (REFRESH_STATUS_KEY, REFRESH_HANDLER_KEY, DEFINITION_KEY)
+
+
+@dataclass(frozen=True)
+class CatalogStatus:
+    """What is stored for one table, and where (``"table"``, ``"file"`` or ``"none"``)."""
+
+    refresh_status: RefreshStatus | None
+    refresh_handler: str | None
+    definition: str | None
+    stored_in: str
+    dynamic_options: Mapping[str, str] = field(default_factory=dict)
+    execution_config: Mapping[str, str] = field(default_factory=dict)
+
+
+def state_path(definition_path: str | Path) -> Path:
+    path = Path(definition_path)
+    return path.with_name(path.stem + STATE_SUFFIX)
+
+
+def read_state(definition_path: str | Path) -> dict[str, Any]:
+    path = state_path(definition_path)
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        raise WorkflowException(f"unreadable workflow state file {path}: {err}") from None
+    if not isinstance(state, dict):
+        raise WorkflowException(f"invalid workflow state file {path}: expected a JSON object")
+    return state
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Readers (the DAG processor) see the old file or the new one, never a partial one."""
+    # The temp name must not match the factory's "*.sql" glob.
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _update_state(definition_path: str | Path, **changes: Any) -> None:
+    """Set (or, for None, remove) fields of the state file; remove it once empty."""
+    state = read_state(definition_path)
+    for key, value in changes.items():
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    path = state_path(definition_path)
+    if state:
+        write_text_atomically(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
+    else:
+        path.unlink(missing_ok=True)
+
+
+def workflow_options(definition_path: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The stored default ``(dynamicOptions, executionConfig)`` of a table's refreshes."""
+    state = read_state(definition_path)
+    return dict(state.get("dynamic_options") or {}), dict(state.get("execution_config") or {})
+
+
+def set_workflow_options(
+    definition_path: str | Path,
+    dynamic_options: Mapping[str, str] | None,
+    execution_config: Mapping[str, str] | None,
+) -> None:
+    """Replace the stored defaults; None keeps what is stored, an empty map clears it."""
+    changes = {}
+    if dynamic_options is not None:
+        changes["dynamic_options"] = dict(dynamic_options) or None
+    if execution_config is not None:
+        changes["execution_config"] = dict(execution_config) or None
+    _update_state(definition_path, **changes)
+
+
+def remove_state(definition_path: str | Path) -> None:
+    state_path(definition_path).unlink(missing_ok=True)
+
+
+def _split(key: str, value: str) -> dict[str, str]:
+    if len(value) <= _CHUNK:
+        return {key: value}
+    chunks = [value[i : i + _CHUNK] for i in range(0, len(value), _CHUNK)]
+    return {f"{key}.numParts": str(len(chunks)), **{f"{key}.part.{i}": c for i, c in enumerate(chunks)}}
+
+
+def _join(params: Mapping[str, str], key: str) -> str | None:
+    if key in params:
+        return params[key]
+    parts = params.get(f"{key}.numParts")
+    if parts is None:
+        return None
+    return "".join(params[f"{key}.part.{i}"] for i in range(int(parts)))
+
+
+def _read_definition(definition_path: str | Path) -> str | None:
+    try:
+        return Path(definition_path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def _owned(key: str) -> bool:
+    """Keys this module writes, including the ``.numParts`` / ``.part.N`` of split values."""
+    return any(key == k or key.startswith(k + ".") for k in _TABLE_KEYS)
+
+
+class CatalogStatusStore:
+    """Reads and writes a table's refresh status; ``metastore_uri=None`` keeps it in files only."""
+
+    def __init__(self, metastore_uri: str | None) -> None:
+        self.metastore_uri = metastore_uri
+
+    def save(
+        self,
+        identifier: TableIdentifier,
+        definition_path: str | Path,
+        status: RefreshStatus,
+        refresh_handler: str | None = None,
+    ) -> str:
+        """Store ``status`` (and the handler, if given); return where it went."""
+        state = read_state(definition_path)
+        handler = refresh_handler if refresh_handler is not None else state.get("refresh_handler")
+        return self._store(identifier, definition_path, status, handler)
+
+    def load(self, identifier: TableIdentifier, definition_path: str | Path) -> CatalogStatus:
+        """The stored status; moves a file-held status into the table once the table exists."""
+        state = read_state(definition_path)
+        params = self._table_params(identifier)
+        if params is not None and state.get("refresh_status"):
+            self._store(identifier, definition_path, RefreshStatus(state["refresh_status"]),
+                        state.get("refresh_handler"))
+            params = self._table_params(identifier)
+        dynamic_options, execution_config = workflow_options(definition_path)
+        if params is not None and REFRESH_STATUS_KEY in params:
+            return CatalogStatus(
+                RefreshStatus(params[REFRESH_STATUS_KEY]), _join(params, REFRESH_HANDLER_KEY),
+                _join(params, DEFINITION_KEY), "table", dynamic_options, execution_config,
+            )
+        if state.get("refresh_status"):
+            return CatalogStatus(
+                RefreshStatus(state["refresh_status"]), state.get("refresh_handler"),
+                _read_definition(definition_path), "file", dynamic_options, execution_config,
+            )
+        return CatalogStatus(None, None, None, "none", dynamic_options, execution_config)
+
+    def clear(self, identifier: TableIdentifier, definition_path: str | Path) -> None:
+        """Forget the status (table parameters and state file); the table's data stays."""
+        remove_state(definition_path)
+        if self.metastore_uri is None:
+            return
+        with MetastoreClient(self.metastore_uri) as client:
+            table = client.get_table(identifier.database, identifier.table)
+            if table is not None and any(_owned(key) for key in table.parameters or {}):
+                table.parameters = {k: v for k, v in table.parameters.items() if not _owned(k)}
+                client.alter_table(table)
+
+    def _store(
+        self, identifier: TableIdentifier, definition_path: str | Path, status: RefreshStatus,
+        handler: str | None,
+    ) -> str:
+        if self.metastore_uri is not None:
+            ours = {REFRESH_STATUS_KEY: status.value}
+            if handler is not None:
+                ours.update(_split(REFRESH_HANDLER_KEY, handler))
+            definition = _read_definition(definition_path)
+            if definition is not None:
+                ours.update(_split(DEFINITION_KEY, definition))
+            with MetastoreClient(self.metastore_uri) as client:
+                table = client.get_table(identifier.database, identifier.table)
+                if table is not None:
+                    kept = {k: v for k, v in (table.parameters or {}).items() if not _owned(k)}
+                    table.parameters = {**kept, **ours}
+                    client.alter_table(table)
+                    _update_state(definition_path, refresh_status=None, refresh_handler=None)
+                    return "table"
+        _update_state(definition_path, refresh_status=status.value, refresh_handler=handler)
+        return "file"
+
+    def _table_params(self, identifier: TableIdentifier) -> dict[str, str] | None:
+        if self.metastore_uri is None:
+            return None
+        with MetastoreClient(self.metastore_uri) as client:
+            table = client.get_table(identifier.database, identifier.table)
+        return None if table is None else dict(table.parameters or {})

@@ -1,0 +1,196 @@
+"""Python API of materialized-table workflows: the workflow scheduler plus the catalog status.
+
+What Flink's materialized-table manager does around a ``WorkflowScheduler``: every operation
+changes the workflow in Airflow and then records the refresh status and handler with the table
+(:mod:`.catalog_status`). Used by ``staged mt ...``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.airflow_scheduler import (
+    AirflowRefreshHandler,
+    AirflowWorkflowScheduler,
+)
+from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
+from airflow_provider_staged.materialized.definition import (
+    DefinitionError,
+    load_definition,
+    parse_definition,
+    read_identifier,
+)
+from airflow_provider_staged.materialized.factory import DEFINITION_GLOB, dag_id_for
+from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
+from airflow_provider_staged.materialized.scheduler import (
+    CreatePeriodicRefreshWorkflow,
+    DeleteRefreshWorkflow,
+    ModifyRefreshWorkflowCronExpr,
+    RefreshStatus,
+    RefreshTrigger,
+    ResumeRefreshWorkflow,
+    SuspendRefreshWorkflow,
+    WorkflowException,
+)
+from airflow_provider_staged.metastore.client import MetastoreClient
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """Everything ``describe`` shows about one materialized table."""
+
+    identifier: TableIdentifier
+    dag_id: str
+    definition_path: Path
+    definition: str
+    freshness: str
+    schedule: str | None  # as Airflow has parsed it; None when the DAG is missing
+    paused: bool | None
+    status: CatalogStatus
+    last_runs: list[dict[str, Any]] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
+    table_exists: bool = False
+
+
+class MaterializedTables:
+    """Create, suspend, resume, re-schedule, refresh, drop and describe refresh workflows."""
+
+    def __init__(self, scheduler: AirflowWorkflowScheduler, metastore_uri: str | None) -> None:
+        self.scheduler = scheduler
+        self.store = CatalogStatusStore(metastore_uri)
+        self.metastore_uri = metastore_uri
+
+    def create(
+        self,
+        definition_text: str,
+        cron: str | None = None,
+        dynamic_options: Mapping[str, str] | None = None,
+        execution_config: Mapping[str, str] | None = None,
+    ) -> AirflowRefreshHandler:
+        try:
+            identifier = parse_definition(definition_text).identifier
+        except DefinitionError as err:
+            raise WorkflowException(str(err)) from None
+        path = self.scheduler.definition_path_for(identifier)
+        handler = self.scheduler.create_refresh_workflow(
+            CreatePeriodicRefreshWorkflow(
+                identifier, definition_text, cron, dict(dynamic_options or {}), dict(execution_config or {})
+            )
+        )
+        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler))
+        return handler
+
+    def suspend(self, identifier: TableIdentifier) -> None:
+        handler, path = self._locate(identifier)
+        self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
+        self.store.save(identifier, path, RefreshStatus.SUSPENDED, self._serialize(handler))
+
+    def resume(
+        self,
+        identifier: TableIdentifier,
+        dynamic_options: Mapping[str, str] | None = None,
+        execution_config: Mapping[str, str] | None = None,
+    ) -> None:
+        handler, path = self._locate(identifier)
+        self.scheduler.modify_refresh_workflow(
+            ResumeRefreshWorkflow(handler, dict(dynamic_options or {}), dict(execution_config or {}))
+        )
+        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler))
+
+    def reschedule(self, identifier: TableIdentifier, cron: str) -> None:
+        handler, _ = self._locate(identifier)
+        self.scheduler.modify_refresh_workflow(ModifyRefreshWorkflowCronExpr(handler, cron))
+
+    def refresh(self, identifier: TableIdentifier, trigger: RefreshTrigger) -> str:
+        """Validate the refresh call here (nothing is triggered if it is bad), then run it."""
+        handler, path = self._locate(identifier)
+        try:
+            # The run time only fills in a missing scheduleTime; this call just validates.
+            parse_refresh_request(trigger.as_conf(), load_definition(path), datetime.now(timezone.utc))
+        except (DefinitionError, RefreshRequestError) as err:
+            raise WorkflowException(f"refresh of {identifier} not triggered: {err}") from None
+        return self.scheduler.trigger_refresh(handler, trigger)
+
+    def wait_for_refresh(self, identifier: TableIdentifier, run_id: str, timeout: float) -> str:
+        """The final state of a refresh run (``success`` or ``failed``)."""
+        handler, _ = self._locate(identifier)
+        return self.scheduler.wait_for_run(handler, run_id, timeout).state.value
+
+    def drop(self, identifier: TableIdentifier) -> None:
+        """Delete the workflow and forget its status; the table's data stays in the catalog."""
+        handler, path = self._locate(identifier)
+        self.store.clear(identifier, path)
+        self.scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
+
+    def describe(self, identifier: TableIdentifier, runs: int = 5) -> TableDescription:
+        handler, path = self._locate(identifier)
+        try:
+            definition = load_definition(path)
+        except DefinitionError as err:
+            raise WorkflowException(str(err)) from None
+        dag = self.scheduler.get_dag(handler)
+        last_runs = [
+            {"run_id": run.dag_run_id, "state": run.state.value, "run_after": run.run_after,
+             "end_date": run.end_date, "conf": run.conf}
+            for run in (self.scheduler.last_runs(handler, runs) if dag is not None and runs else [])
+        ]
+        exists, partitions = self._table_partitions(identifier)
+        return TableDescription(
+            identifier=identifier,
+            dag_id=handler.dag_id,
+            definition_path=path,
+            definition=definition.text,
+            freshness=str(definition.freshness),
+            schedule=dag.timetable_summary if dag is not None else None,
+            paused=dag.is_paused if dag is not None else None,
+            status=self.store.load(identifier, path),
+            last_runs=last_runs,
+            partitions=partitions,
+            table_exists=exists,
+        )
+
+    def list(self) -> list[tuple[TableIdentifier, Path]]:
+        """Every definition in the folder with its table (broken files are left out)."""
+        tables = []
+        for path in sorted(self.scheduler.definitions_dir.glob(DEFINITION_GLOB)):
+            try:
+                tables.append((read_identifier(path), path))
+            except DefinitionError:
+                continue
+        return tables
+
+    def _locate(self, identifier: TableIdentifier) -> tuple[AirflowRefreshHandler, Path]:
+        """The handler recorded with the table, else the one its definition file implies."""
+        dag_id = dag_id_for(identifier)
+        path = self.scheduler.definition_file(dag_id)
+        if path is None:
+            raise WorkflowException(
+                f"no materialized table {identifier}: no definition in {self.scheduler.definitions_dir}"
+            )
+        stored = self.store.load(identifier, path).refresh_handler
+        if stored is not None:
+            handler = self.scheduler.get_refresh_handler_serializer().deserialize(stored)
+        else:  # a definition dropped into the folder by hand: its DAG is still ours to manage
+            handler = AirflowRefreshHandler(dag_id, self.scheduler.endpoint)
+        return handler, path
+
+    def _serialize(self, handler: AirflowRefreshHandler) -> str:
+        return self.scheduler.get_refresh_handler_serializer().serialize(handler).decode("utf-8")
+
+    def _table_partitions(self, identifier: TableIdentifier) -> tuple[bool, list[str]]:
+        if self.metastore_uri is None:
+            return False, []
+        with MetastoreClient(self.metastore_uri) as client:
+            table = client.get_table(identifier.database, identifier.table)
+            if table is None:
+                return False, []
+            parts = client.partitions(identifier.database, identifier.table)
+        keys = [column.name for column in table.partitionKeys or []]
+        return True, sorted(
+            "/".join(f"{k}={v}" for k, v in zip(keys, part.values, strict=False)) for part in parts
+        )

@@ -1,0 +1,213 @@
+"""A real Airflow on loopback (SQLite, LocalExecutor): api-server, scheduler and dag-processor.
+
+For tests, benchmarks and the embedded CLI. Everything lives under one home directory: the
+SQLite database, ``airflow.cfg``, pid files, logs and a state file recording the ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from airflow_provider_staged.services.processes import (
+    free_port,
+    pid_alive,
+    read_pid,
+    start_background,
+    stop_pid,
+    wait_for_port,
+)
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+HEALTH_PATH = "/api/v2/monitor/health"
+
+
+@dataclass(frozen=True)
+class AirflowInfo:
+    """A running local Airflow: where it answers and what it reads."""
+
+    home: str
+    port: int
+    dags_folder: str
+    pids: dict[str, int]
+    env: dict[str, str]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def token(self) -> str:
+        """A fresh API token (the simple auth manager issues one without credentials here)."""
+        return fetch_token(self.endpoint)
+
+
+def fetch_token(endpoint: str, username: str | None = None, password: str | None = None) -> str:
+    """JWT for REST API v2: ``POST /auth/token`` with credentials, else ``GET /auth/token``.
+
+    httpx, not apache-airflow-client: the client has no call for the auth manager's token route.
+    """
+    url = f"{endpoint.rstrip('/')}/auth/token"
+    if username is not None:
+        response = httpx.post(url, json={"username": username, "password": password or ""}, timeout=120)
+    else:
+        response = httpx.get(url, timeout=120)
+    if response.status_code >= 400:
+        how = f"as user {username!r}" if username is not None else "without credentials"
+        raise PermissionError(
+            f"cannot get an Airflow API token from {url} {how}: HTTP {response.status_code} "
+            f"{response.text[:300]}"
+        )
+    return response.json()["access_token"]
+
+
+def airflow_env(home: Path, port: int, dags_folder: Path, jwt_secret: str) -> dict[str, str]:
+    """Environment of every Airflow process (and of ``airflow`` CLI calls) for this instance."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+        AIRFLOW__CORE__PARALLELISM="2",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+        # The scheduler's task runners report to the execution API: on a non-default port every
+        # task fails with "connection refused" unless this points at our api-server.
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        # Tests and local use only: every request is an admin, tokens come without credentials.
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+        # The scheduler signs task tokens and the api-server checks them: one shared secret.
+        AIRFLOW__API_AUTH__JWT_SECRET=jwt_secret,
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__API__HOST="127.0.0.1",
+        AIRFLOW__API__WORKERS="1",
+        # New or changed definition files must show up within seconds, not minutes.
+        AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="2",
+        AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL="1",
+        AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+        AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD="10",
+        AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES="1",
+        AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL="0",
+    )
+    return env
+
+
+def _state_file(home: Path) -> Path:
+    return home / "airflow-local.json"
+
+
+def _pid_file(home: Path, component: str) -> Path:
+    return home / f"{component}.pid"
+
+
+def _log_file(home: Path, component: str) -> Path:
+    return home / "logs" / f"{component}.log"
+
+
+def start_airflow(
+    home: Path,
+    dags_folder: Path | None = None,
+    port: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float = 240,
+) -> AirflowInfo:
+    """Start api-server, scheduler and dag-processor under ``home`` unless already running.
+
+    ``extra_env`` reaches every process, so tasks too (e.g. ``STAGED_HOME`` to find the metastore).
+    """
+    home = home.resolve()
+    running = airflow_status(home)
+    if running is not None:
+        return running
+    home.mkdir(parents=True, exist_ok=True)
+    dags_folder = (dags_folder or home / "dags").resolve()
+    dags_folder.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    env = {**airflow_env(home, port, dags_folder, secrets.token_hex(32)), **(extra_env or {})}
+    _migrate(home, env)
+    pids: dict[str, int] = {}
+    try:
+        for component in COMPONENTS:
+            command = [sys.executable, "-m", "airflow", component]
+            pids[component] = start_background(
+                command, _pid_file(home, component), _log_file(home, component), env, home
+            )
+        wait_for_port(port, pids["api-server"], timeout, _log_file(home, "api-server"))
+        info = AirflowInfo(str(home), port, str(dags_folder), pids, env)
+        wait_for_health(info, timeout)
+    except BaseException:
+        for pid in pids.values():
+            stop_pid(pid)
+        raise
+    _state_file(home).write_text(json.dumps(asdict(info)))
+    return info
+
+
+def _migrate(home: Path, env: dict[str, str]) -> None:
+    log_file = _log_file(home, "db-migrate")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "wb") as log:
+        result = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, check=False,
+        )
+    if result.returncode != 0:
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"airflow db migrate failed ({result.returncode}); log:\n{tail}")
+
+
+def wait_for_health(info: AirflowInfo, timeout: float) -> None:
+    """Until the metadatabase, scheduler and dag-processor all report healthy."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        for component, pid in info.pids.items():
+            if not pid_alive(pid):
+                tail = _log_file(Path(info.home), component).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"airflow {component} (pid {pid}) exited; log:\n{tail}")
+        try:
+            health = httpx.get(info.endpoint + HEALTH_PATH, timeout=5).json()
+            last = json.dumps(health)
+            if all(
+                (health.get(part) or {}).get("status") == "healthy"
+                for part in ("metadatabase", "scheduler", "dag_processor")
+            ):
+                return
+        except (httpx.HTTPError, ValueError) as err:
+            last = str(err)
+        time.sleep(1)
+    raise TimeoutError(f"Airflow at {info.endpoint} not healthy within {timeout:.0f}s: {last}")
+
+
+def airflow_status(home: Path) -> AirflowInfo | None:
+    """The local Airflow recorded under ``home`` if all its processes still run, else None."""
+    try:
+        info = AirflowInfo(**json.loads(_state_file(home.resolve()).read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    if any(read_pid(_pid_file(Path(info.home), c)) != pid for c, pid in info.pids.items()):
+        return None
+    return info
+
+
+def stop_airflow(home: Path) -> bool:
+    """Stop every process recorded under ``home`` (by pid, process group); return whether any ran."""
+    home = home.resolve()
+    _state_file(home).unlink(missing_ok=True)
+    stopped = False
+    # Reverse order: stop the scheduler and dag-processor before the API they report to.
+    for component in reversed(COMPONENTS):
+        pid = read_pid(_pid_file(home, component))
+        if pid is not None:
+            stop_pid(pid)
+            stopped = True
+        _pid_file(home, component).unlink(missing_ok=True)
+    return stopped

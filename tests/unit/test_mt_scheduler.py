@@ -1,0 +1,223 @@
+"""FLIP-448 workflow scheduler: configuration factory, handler serializer, definition rewrite."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.airflow_scheduler import (
+    AirflowRefreshHandler,
+    AirflowRefreshHandlerSerializer,
+    AirflowWorkflowScheduler,
+    render_definition,
+)
+from airflow_provider_staged.materialized.catalog_status import (
+    CatalogStatusStore,
+    set_workflow_options,
+    state_path,
+    workflow_options,
+)
+from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.scheduler import (
+    CreatePeriodicRefreshWorkflow,
+    RefreshStatus,
+    RefreshTrigger,
+    SuspendRefreshWorkflow,
+    WorkflowException,
+    create_workflow_scheduler,
+    workflow_scheduler_options,
+)
+from airflow_provider_staged.services.processes import free_port
+
+BASE = {
+    "workflow-scheduler.type": "airflow",
+    "workflow-scheduler.airflow.endpoint": "http://127.0.0.1:8080",
+    "workflow-scheduler.airflow.definitions-dir": "/tmp/defs",
+}
+
+
+def test_factory_builds_airflow_scheduler_from_pruned_options() -> None:
+    config = {
+        **BASE,
+        "workflow-scheduler.airflow.username": "admin",
+        "workflow-scheduler.airflow.password": "secret",
+        "workflow-scheduler.airflow.parse-timeout": "45",
+        "spark.master": "local[2]",  # other settings in the same config are ignored
+    }
+    assert workflow_scheduler_options(config, "airflow") == {
+        "endpoint": "http://127.0.0.1:8080",
+        "definitions-dir": "/tmp/defs",
+        "username": "admin",
+        "password": "secret",
+        "parse-timeout": "45",
+    }
+    scheduler = create_workflow_scheduler(config)
+    assert isinstance(scheduler, AirflowWorkflowScheduler)
+    assert (scheduler.endpoint, scheduler.definitions_dir, scheduler.parse_timeout) == (
+        "http://127.0.0.1:8080", Path("/tmp/defs"), 45.0
+    )
+    assert (scheduler.username, scheduler.password) == ("admin", "secret")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"workflow-scheduler.type": None}, "missing option 'workflow-scheduler.type'; known types: airflow"),
+        ({"workflow-scheduler.type": "dolphin"}, "unknown workflow-scheduler.type 'dolphin'"),
+        ({"workflow-scheduler.airflow.user-name": "admin"},
+         "unknown option(s) workflow-scheduler.airflow.user-name; airflow accepts: "),
+        ({"workflow-scheduler.endpoint": "x"}, "unknown option(s) workflow-scheduler.endpoint: with"),
+        ({"workflow-scheduler.airflow.endpoint": None},
+         "missing required option(s) workflow-scheduler.airflow.endpoint"),
+        ({"workflow-scheduler.airflow.endpoint": "localhost:8080"},
+         "invalid workflow-scheduler.airflow.endpoint 'localhost:8080'"),
+        ({"workflow-scheduler.airflow.parse-timeout": "soon"},
+         "invalid workflow-scheduler.airflow.parse-timeout 'soon'"),
+        ({"workflow-scheduler.airflow.parse-timeout": "0"}, "invalid workflow-scheduler.airflow.parse-"),
+        ({"workflow-scheduler.airflow.password": "x"}, "password is set without a username"),
+    ],
+)
+def test_factory_rejects_bad_config_naming_the_option(change: dict[str, str | None], message: str) -> None:
+    config = {**BASE, **change}
+    config = {key: value for key, value in config.items() if value is not None}
+    with pytest.raises(WorkflowException) as err:
+        create_workflow_scheduler(config)
+    assert message in str(err.value)
+
+
+def test_handler_serializer_round_trip() -> None:
+    serializer = AirflowRefreshHandlerSerializer()
+    handler = AirflowRefreshHandler("mt__analytics__orders_daily", "http://127.0.0.1:8080")
+    data = serializer.serialize(handler)
+    assert json.loads(data) == {"type": "airflow", "version": 1,
+                                "dag_id": "mt__analytics__orders_daily", "endpoint": "http://127.0.0.1:8080"}
+    assert serializer.deserialize(data) == handler
+    assert serializer.deserialize(data.decode()) == handler
+    assert handler.as_summary_string() == "Airflow DAG mt__analytics__orders_daily at http://127.0.0.1:8080"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"not json", "not a serialized Airflow refresh handler"),
+        (b'{"type": "dolphin", "version": 1}', "not a serialized Airflow refresh handler"),
+        (b'{"type": "airflow", "version": 7, "dag_id": "d", "endpoint": "e"}', "unsupported"),
+        (b'{"type": "airflow", "version": 1, "dag_id": ""}', "without dag_id/endpoint"),
+    ],
+)
+def test_handler_serializer_rejects_foreign_data(data: bytes, message: str) -> None:
+    with pytest.raises(WorkflowException, match=message):
+        AirflowRefreshHandlerSerializer().deserialize(data)
+
+
+def test_refresh_trigger_conf_has_the_five_flip448_keys() -> None:
+    trigger = RefreshTrigger(False, "2024-01-02 00:00:00", {"a": "1"}, {"ds": "2024-01-01"}, {"b": "2"})
+    assert trigger.as_conf() == {
+        "isPeriodic": False,
+        "scheduleTime": "2024-01-02 00:00:00",
+        "dynamicOptions": {"a": "1"},
+        "staticPartitions": {"ds": "2024-01-01"},
+        "executionConfig": {"b": "2"},
+    }
+
+
+DEFINITION = """-- header comment
+CREATE MATERIALIZED TABLE analytics.orders_daily
+COMMENT 'it''s daily'
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd', 'owner' = 'data')
+FRESHNESS = INTERVAL '1' DAY
+AS SELECT ds, count(*) AS orders -- trailing comment
+FROM raw.orders GROUP BY ds;
+"""
+
+
+def test_render_definition_with_cron_keeps_everything_else() -> None:
+    original = parse_definition(DEFINITION, "orders_daily.sql")
+    rendered = parse_definition(
+        render_definition(original, {**original.options, "schedule.cron": "30 2 * * *"}), "x.sql"
+    )
+    assert rendered.schedule == "30 2 * * *"
+    for name in ("identifier", "comment", "partition_by", "partition_formatters", "freshness",
+                 "refresh_mode", "query", "owner"):
+        assert getattr(rendered, name) == getattr(original, name), name
+    assert "REFRESH_MODE" not in render_definition(original, original.options)  # stays derived
+
+
+def test_create_rejects_bad_definitions_before_touching_anything(tmp_path: Path) -> None:
+    scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
+    identifier = TableIdentifier("analytics", "orders_daily")
+    cases = [
+        (DEFINITION.replace("'1' DAY", "'7' MINUTE"), "analytics__orders_daily.sql:6: FRESHNESS"),
+        (DEFINITION.replace("'owner'", "'ownr'"), "unknown option 'ownr'"),
+        (DEFINITION.replace("FROM raw.orders", "FROM raw.orders WHERE ("), "invalid query"),
+        (DEFINITION.replace("FRESHNESS = INTERVAL '1' DAY", "FRESHNESS = INTERVAL '1' DAY\n"
+                            "REFRESH_MODE = CONTINUOUS"), "only FULL is supported"),
+    ]
+    for text, message in cases:
+        with pytest.raises(WorkflowException, match=message):
+            scheduler.create_refresh_workflow(CreatePeriodicRefreshWorkflow(identifier, text))
+    with pytest.raises(WorkflowException, match=r"creates analytics\.orders_daily, not analytics\.other"):
+        scheduler.create_refresh_workflow(
+            CreatePeriodicRefreshWorkflow(TableIdentifier("analytics", "other"), DEFINITION)
+        )
+    with pytest.raises(WorkflowException, match="invalid cron expression"):
+        scheduler.create_refresh_workflow(
+            CreatePeriodicRefreshWorkflow(identifier, DEFINITION, cron_expression="*/5 * * *")
+        )
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(WorkflowException, match="not open"):
+        scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(AirflowRefreshHandler("d", "e")))
+
+
+def test_workflow_options_and_file_status(tmp_path: Path) -> None:
+    definition = tmp_path / "analytics__orders_daily.sql"
+    definition.write_text(DEFINITION)
+    assert workflow_options(definition) == ({}, {})
+    set_workflow_options(definition, {"compression": "zstd"}, None)
+    set_workflow_options(definition, None, {"spark.sql.shuffle.partitions": "8"})
+    assert workflow_options(definition) == ({"compression": "zstd"}, {"spark.sql.shuffle.partitions": "8"})
+    assert state_path(definition).name == "analytics__orders_daily.workflow.json"
+
+    store = CatalogStatusStore(None)  # no metastore: the status stays in the state file
+    identifier = TableIdentifier("analytics", "orders_daily")
+    assert store.load(identifier, definition).stored_in == "none"
+    assert store.save(identifier, definition, RefreshStatus.INITIALIZING, '{"h": 1}') == "file"
+    assert store.save(identifier, definition, RefreshStatus.ACTIVATED) == "file"  # handler kept
+    status = store.load(identifier, definition)
+    assert (status.refresh_status, status.refresh_handler, status.definition, status.stored_in) == (
+        RefreshStatus.ACTIVATED, '{"h": 1}', DEFINITION, "file"
+    )
+    assert status.dynamic_options == {"compression": "zstd"}
+
+    set_workflow_options(definition, {}, {})  # empty maps clear
+    assert workflow_options(definition) == ({}, {})
+    store.clear(identifier, definition)
+    assert not state_path(definition).exists()
+
+    state_path(definition).write_text("[1, 2]")
+    with pytest.raises(WorkflowException, match="invalid workflow state file"):
+        workflow_options(definition)
+
+
+def test_open_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(WorkflowException, match=r"definitions folder .* does not exist"):
+        AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path / "missing").open()
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(WorkflowException, match=re.escape(f"cannot authenticate to Airflow at {endpoint}")):
+        AirflowWorkflowScheduler(endpoint, tmp_path).open()
+
+
+def test_long_table_parameters_are_split_like_spark_schemas() -> None:
+    from airflow_provider_staged.materialized.catalog_status import DEFINITION_KEY, _join, _split
+
+    text = "x" * 9001
+    params = _split(DEFINITION_KEY, text)
+    assert params[f"{DEFINITION_KEY}.numParts"] == "3"
+    assert all(len(value) <= 4000 for value in params.values())
+    assert _join(params, DEFINITION_KEY) == text
+    assert _join(_split(DEFINITION_KEY, "short"), DEFINITION_KEY) == "short"
