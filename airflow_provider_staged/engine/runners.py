@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_staged.engine import spark_job
-from airflow_provider_staged.engine.session import build_session, hive_conf
+from airflow_provider_staged.engine.session import build_session, hive_conf, jdbc_jars_conf
 from airflow_provider_staged.settings import StagedSettings
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class SparkSubmitEngine(Engine):
             spec_path = Path(workdir) / "spec.json"
             spec_path.write_text(json.dumps({**spec, "sql": sql, "manifest_path": str(manifest_path)}))
             conf = {
+                **jdbc_jars_conf(),
                 **hive_conf(self.settings.metastore_uri, self.settings.warehouse),
                 "spark.pyspark.python": sys.executable,
                 "spark.pyspark.driver.python": sys.executable,

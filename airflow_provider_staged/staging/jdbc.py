@@ -1,0 +1,557 @@
+"""Staged tables in PostgreSQL (FLIP-305's JDBC demo): a staged table, a rename on commit.
+
+An attempt on ``jdbc://<conn id>/<schema>.<table>`` owns the table ``<table>__stg_<hash of the
+attempt id>`` in the same schema:
+
+- ``begin`` checks the target, journals the attempt and creates the staged table as an empty
+  placeholder (so abort always has a table to drop, and a job of an aborted attempt fails);
+- the Spark job (``write_staged_jdbc``, called by ``engine.spark_job``) replaces the
+  placeholder by a table typed from the query's schema (``jdbc_types``) in one transaction,
+  then writes into it through Spark's JDBC data source, in parallel partitions;
+- ``commit`` renames the staged table to the target in ONE transaction; a replace renames the
+  old table away, renames the staged one in, carries over comments and drops the old one in
+  that same transaction: readers see the old table or the new one, never neither;
+- ``abort`` ends the sessions still writing into the staged table and drops it.
+
+The password comes from the Airflow connection and reaches the job only as an environment
+variable (``job_env``); it is never in the journal, the write spec, a repr or a log line.
+This module imports Airflow only inside ``postgres_connection``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_staged.identifiers import InvalidIdentifierError
+from airflow_provider_staged.jdbc_types import (
+    POSTGRES_MAX_NAME_LENGTH,
+    PostgresColumn,
+    postgres_columns,
+    postgres_name,
+)
+from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
+from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort_attempt
+from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+JDBC_SCHEME = "jdbc://"
+APPLICATION_NAME = "airflow-provider-staged"
+POSTGRES_DRIVER = "org.postgresql.Driver"
+_CONN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
+_RELATION_KINDS = {"v": "view", "m": "materialized view", "f": "foreign table", "S": "sequence"}
+
+
+# -- targets, options, connections ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JdbcTarget:
+    """A validated ``jdbc://<airflow postgres conn id>/<schema>.<table>`` (schema defaults to public)."""
+
+    conn_id: str
+    schema: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: object) -> JdbcTarget:
+        if not isinstance(text, str) or not text.startswith(JDBC_SCHEME):
+            raise ValueError(f"invalid JDBC target {text!r}: expected 'jdbc://<conn id>/<schema>.<table>'")
+        conn_id, slash, name = text[len(JDBC_SCHEME) :].partition("/")
+        if not slash or not _CONN_ID.match(conn_id):
+            raise ValueError(
+                f"invalid JDBC target {text!r}: the connection id {conn_id!r} must be letters, digits, "
+                "'_', '-' or '.', followed by '/<schema>.<table>'"
+            )
+        parts = name.split(".")
+        if len(parts) > 2:
+            raise ValueError(
+                f"invalid JDBC target {text!r}: expected '<schema>.<table>' after the connection id"
+            )
+        try:
+            schema = postgres_name(parts[0] if len(parts) == 2 else "public", "schema name")
+            table = postgres_name(parts[-1], "table name")
+        except InvalidIdentifierError as error:
+            raise InvalidIdentifierError(f"invalid JDBC target {text!r}: {error}") from None
+        return cls(conn_id, schema, table)
+
+    @property
+    def uri(self) -> str:
+        return f"{JDBC_SCHEME}{self.conn_id}/{self.schema}.{self.table}"
+
+    def sibling(self, kind: str, attempt_id: str) -> str:
+        """``<table>__<kind>_<hash of attempt>``: a per-attempt name within PostgreSQL's 63 characters."""
+        suffix = f"__{kind}_{hashlib.sha256(attempt_id.encode()).hexdigest()[:10]}"
+        return self.table[: POSTGRES_MAX_NAME_LENGTH - len(suffix)] + suffix
+
+
+@dataclass(frozen=True)
+class JdbcWriteOptions:
+    """How the job writes (``batch_size`` rows per JDBC batch, at most ``num_partitions`` parallel
+    connections, default: the query's partitions) and how long commit/abort wait for locks."""
+
+    batch_size: int = 10_000
+    num_partitions: int | None = None
+    lock_timeout_ms: int = 5_000
+    commit_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "lock_timeout_ms", "commit_attempts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"invalid {name} {value!r}: must be a positive integer")
+        if self.num_partitions is not None and (
+            not isinstance(self.num_partitions, int) or self.num_partitions < 1
+        ):
+            raise ValueError(f"invalid num_partitions {self.num_partitions!r}: must be a positive integer")
+
+
+@dataclass(frozen=True)
+class PostgresConnection:
+    """Where and as whom to reach PostgreSQL; the password is left out of ``repr`` and ``endpoint``."""
+
+    host: str
+    port: int
+    database: str
+    user: str
+    password: str = field(default="", repr=False)
+    sslmode: str | None = None
+
+    def endpoint(self) -> dict[str, Any]:
+        """Everything but the password (safe for the write spec and the journal)."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "database": self.database,
+            "user": self.user,
+            "sslmode": self.sslmode,
+        }
+
+    @classmethod
+    def from_endpoint(cls, endpoint: dict[str, Any], password: str) -> PostgresConnection:
+        return cls(
+            endpoint["host"],
+            int(endpoint["port"]),
+            endpoint["database"],
+            endpoint["user"],
+            password,
+            endpoint.get("sslmode"),
+        )
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """An autocommit connection: each change runs in an explicit ``transaction()``."""
+        extra = {"sslmode": self.sslmode} if self.sslmode else {}
+        return psycopg.connect(
+            host=self.host,
+            port=self.port,
+            dbname=self.database,
+            user=self.user,
+            password=self.password,
+            connect_timeout=10,
+            application_name=APPLICATION_NAME,
+            autocommit=True,
+            **extra,
+        )
+
+    def jdbc_url(self) -> str:
+        """The JDBC URL, without credentials (Spark gets them as in-memory options)."""
+        # Batched INSERTs rewritten to multi-row ones: several times faster on PostgreSQL.
+        params = {"reWriteBatchedInserts": "true", "ApplicationName": APPLICATION_NAME}
+        if self.sslmode:
+            params["sslmode"] = self.sslmode
+        return (
+            f"jdbc:postgresql://{self.host}:{self.port}/{quote(self.database, safe='')}?{urlencode(params)}"
+        )
+
+
+def postgres_connection(conn_id: str) -> PostgresConnection:
+    """Look up an Airflow connection of type postgres (``schema`` is the database name)."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type not in ("postgres", "postgresql"):
+        raise ValueError(
+            f"connection {conn_id!r} has type {conn.conn_type!r}: JDBC targets need a postgres one"
+        )
+    if not conn.login:
+        raise ValueError(f"connection {conn_id!r} has no login")
+    return PostgresConnection(
+        host=conn.host or "localhost",
+        port=int(conn.port or 5432),
+        database=conn.schema or "postgres",
+        user=conn.login,
+        password=conn.password or "",
+        sslmode=conn.extra_dejson.get("sslmode"),
+    )
+
+
+def password_env_var(conn_id: str) -> str:
+    """The environment variable that carries ``conn_id``'s password to the Spark job."""
+    return "STAGED_JDBC_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", conn_id.upper())
+
+
+# -- SQL helpers (every identifier through psycopg.sql) ---------------------------------------
+
+
+def _relation(conn: psycopg.Connection[Any], schema: str, name: str) -> tuple[int, str] | None:
+    """(oid, relkind) of ``schema.name``, or None."""
+    row = conn.execute(
+        "SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s",
+        (schema, name),
+    ).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def _set_lock_timeout(conn: psycopg.Connection[Any], milliseconds: int) -> None:
+    """Bound lock waits for the current transaction (``SET LOCAL`` takes no parameters)."""
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{milliseconds}ms",))
+
+
+def recreate_staged_table(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    staged: str,
+    columns: list[PostgresColumn],
+    lock_timeout_ms: int,
+) -> int:
+    """Replace the attempt's placeholder by a typed, empty table in one transaction; return its oid.
+
+    The placeholder must exist: when an abort has dropped it, this fails and the job stops
+    instead of leaving a table that nothing would ever drop.
+    """
+    name = sql.Identifier(schema, staged)
+    definitions = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(column.name), sql.SQL(column.definition)) for column in columns
+    )
+    try:
+        with conn.transaction():
+            _set_lock_timeout(conn, lock_timeout_ms)
+            conn.execute(sql.SQL("DROP TABLE {}").format(name))
+            conn.execute(sql.SQL("CREATE TABLE {} ({})").format(name, definitions))
+            found = _relation(conn, schema, staged)
+    except psycopg.errors.UndefinedTable:
+        raise StagingError(f"staged table {schema}.{staged} is gone: its attempt was aborted") from None
+    assert found is not None
+    return found[0]
+
+
+@contextlib.contextmanager
+def _quiet_py4j() -> Iterator[None]:
+    """py4j logs every JVM call with its arguments at DEBUG: keep the password out of it."""
+    logger = logging.getLogger("py4j")
+    level = logger.level
+    logger.setLevel(max(level, logging.INFO))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
+    """The Spark job's JDBC writer: type the staged table from ``df``'s schema, write, describe it."""
+    columns = postgres_columns(df.schema.jsonValue())
+    df = df.toDF(*[column.name for column in columns])
+    password = os.environ.get(spec["password_env"])
+    if password is None:
+        raise StagingError(
+            f"the environment variable {spec['password_env']} (the database password) is not set"
+        )
+    connection = PostgresConnection.from_endpoint(spec["endpoint"], password)
+    schema, staged = spec["schema"], spec["staged_table"]
+    options = {
+        "url": connection.jdbc_url(),
+        "driver": POSTGRES_DRIVER,
+        "dbtable": sql.Identifier(schema, staged).as_string(),
+        "user": connection.user,
+        "password": password,
+        "batchsize": str(spec["batch_size"]),
+    }
+    if spec.get("num_partitions"):
+        options["numPartitions"] = str(spec["num_partitions"])
+    # One connection for the DDL before and the row count after (idle, lock-free, meanwhile).
+    with connection.connect() as conn:
+        oid = recreate_staged_table(conn, schema, staged, columns, spec["lock_timeout_ms"])
+        with _quiet_py4j():
+            writer = df.write.format("jdbc").options(**options)
+        writer.mode("append").save()
+        rows, size = conn.execute(
+            sql.SQL("SELECT count(*), pg_total_relation_size({}) FROM {}").format(
+                sql.Literal(oid), sql.Identifier(schema, staged)
+            )
+        ).fetchone()
+    return {
+        "format": "jdbc",
+        "location": f"{schema}.{staged}",
+        "table_oid": oid,
+        "columns": [[column.name, column.definition] for column in columns],
+        "rows": int(rows),
+        "bytes": int(size),
+    }
+
+
+# -- the staged table -------------------------------------------------------------------------
+
+
+class JdbcStagedTable(JournaledStagedTable):
+    """An atomic CTAS/RTAS target in PostgreSQL: a staged table renamed to the target on commit."""
+
+    kind = "jdbc"
+
+    def __init__(
+        self,
+        target: JdbcTarget,
+        purpose: StagingPurpose,
+        journal: AttemptJournal,
+        options: JdbcWriteOptions | None = None,
+        task: TaskRef | None = None,
+        attempt_id: str | None = None,
+        connection: PostgresConnection | None = None,
+    ) -> None:
+        super().__init__(target.uri, purpose, journal, task, attempt_id)
+        self.table = target
+        self.options = options or JdbcWriteOptions()
+        self._connection = connection
+        self.staged_name = target.sibling("stg", self.attempt_id)
+
+    @property
+    def connection(self) -> PostgresConnection:
+        if self._connection is None:
+            self._connection = postgres_connection(self.table.conn_id)
+        return self._connection
+
+    def _describe_target(self, conn: psycopg.Connection[Any]) -> tuple[int, str] | None:
+        """(oid, relkind) of the target, or None; raise for a missing schema or a view to replace."""
+        exists = conn.execute(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.table.schema,)
+        ).fetchone()
+        if not exists:
+            raise TableNotFoundError(
+                f"schema {self.table.schema!r} does not exist in database {self.connection.database!r} "
+                f"(connection {self.table.conn_id!r})"
+            )
+        found = _relation(conn, self.table.schema, self.table.table)
+        if found is not None and found[1] not in ("r", "p") and self.purpose.replaces:
+            kind = _RELATION_KINDS.get(found[1], "relation")
+            raise StagingError(f"{self.target} is a {kind}, not a table: it cannot be replaced")
+        return found
+
+    def target_exists(self) -> bool:
+        with self.connection.connect() as conn:
+            return self._describe_target(conn) is not None
+
+    def staging_location(self) -> str:
+        return f"{self.table.schema}.{self.staged_name}"
+
+    def begin(self) -> None:
+        super().begin()
+        if self.skipped:
+            return
+        try:
+            with self.connection.connect() as conn, conn.transaction():
+                _set_lock_timeout(conn, self.options.lock_timeout_ms)
+                # Zero columns: the job gives it the query's columns (see recreate_staged_table).
+                conn.execute(
+                    sql.SQL("CREATE TABLE IF NOT EXISTS {} ()").format(
+                        sql.Identifier(self.table.schema, self.staged_name)
+                    )
+                )
+        except Exception as error:
+            abort_attempt(self, f"begin failed: {error}")
+            raise
+
+    def write_spec(self) -> dict[str, Any]:
+        return {
+            "format": "jdbc",
+            "endpoint": self.connection.endpoint(),
+            "password_env": password_env_var(self.table.conn_id),
+            "schema": self.table.schema,
+            "staged_table": self.staged_name,
+            "batch_size": self.options.batch_size,
+            "num_partitions": self.options.num_partitions,
+            "lock_timeout_ms": self.options.lock_timeout_ms,
+        }
+
+    def job_env(self) -> dict[str, str]:
+        return {password_env_var(self.table.conn_id): self.connection.password}
+
+    def catalog_ref(self) -> dict[str, Any]:
+        return {"conn_id": self.table.conn_id, "schema": self.table.schema, "staged_table": self.staged_name}
+
+    def publish(self, record: AttemptRecord) -> str | None:
+        """Rename staged → target in one transaction; retried when a lock wait times out."""
+        written_oid = (record.manifest or {}).get("table_oid")
+        for attempt in range(1, self.options.commit_attempts + 1):
+            try:
+                with self.connection.connect() as conn:
+                    return self._swap(conn, written_oid)
+            except (
+                psycopg.errors.DuplicateTable,
+                psycopg.errors.DuplicateObject,
+                psycopg.errors.UniqueViolation,
+            ):
+                # Someone created the target after our check: a create loses, create-or-replace retries.
+                if not self.purpose.replaces:
+                    raise TableAlreadyExistsError(
+                        f"table {self.target} was created by someone else before this commit"
+                    ) from None
+            except psycopg.errors.LockNotAvailable:
+                log.warning(
+                    "commit of %s: target locked by readers for %d ms (try %d of %d)",
+                    self.target,
+                    self.options.lock_timeout_ms,
+                    attempt,
+                    self.options.commit_attempts,
+                )
+            if attempt < self.options.commit_attempts:
+                time.sleep(0.2 * attempt)
+        raise StagingError(
+            f"could not commit {self.target}: its table stayed locked or contended "
+            f"({self.options.commit_attempts} tries with lock_timeout {self.options.lock_timeout_ms} ms)"
+        )
+
+    def _swap(self, conn: psycopg.Connection[Any], written_oid: int | None) -> str | None:
+        schema, table = self.table.schema, self.table.table
+        target, staged = sql.Identifier(schema, table), sql.Identifier(schema, self.staged_name)
+        with conn.transaction():
+            _set_lock_timeout(conn, self.options.lock_timeout_ms)
+            found = _relation(conn, schema, self.staged_name)
+            if found is None or (written_oid is not None and found[0] != written_oid):
+                raise StagingError(f"staged table {self.location} is missing or is not what the job wrote")
+            current = self._describe_target(conn)
+            if current is None:
+                if not self.purpose.creates:
+                    raise TableNotFoundError(f"table {self.target} was dropped before the commit")
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table)))
+                return None
+            if not self.purpose.replaces:
+                raise TableAlreadyExistsError(
+                    f"table {self.target} was created by someone else before this commit"
+                )
+            # Waits (lock_timeout) for running readers; readers arriving later wait for us and
+            # then see the new table: PostgreSQL looks the name up again after a lock wait.
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
+            old_name = self.table.sibling("old", self.attempt_id)
+            conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(target, sql.Identifier(old_name)))
+            conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table)))
+            _carry_comments(conn, current[0], found[0], schema, table)
+            # No CASCADE: views on the old table make the whole replace fail, visibly, unchanged.
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, old_name)))
+        return None  # the old table is dropped in the same transaction: nothing left to retain
+
+    def is_published(self, record: AttemptRecord) -> bool:
+        written_oid = (record.manifest or {}).get("table_oid")
+        if written_oid is None:
+            return False
+        with self.connection.connect() as conn:
+            found = _relation(conn, self.table.schema, self.table.table)
+        return found is not None and found[0] == written_oid
+
+    def discard(self, record: AttemptRecord) -> None:
+        with self.connection.connect() as conn:
+            found = _relation(conn, self.table.schema, self.staged_name)
+            if found is None:
+                return
+            # Writers into this attempt's own table are doomed: end their sessions rather than
+            # wait for them. Cancelling is not enough: between two JDBC batches a writer is idle
+            # in its transaction, still holding its lock, and a cancel does nothing.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks"
+                " WHERE relation = %s AND pid <> pg_backend_pid() AND granted",
+                (found[0],),
+            )
+            with conn.transaction():
+                _set_lock_timeout(conn, max(self.options.lock_timeout_ms, 30_000))
+                conn.execute(
+                    sql.SQL("DROP TABLE IF EXISTS {}").format(
+                        sql.Identifier(self.table.schema, self.staged_name)
+                    )
+                )
+        log.info("dropped staged table %s of %s", record.location, self.target)
+
+
+def _carry_comments(
+    conn: psycopg.Connection[Any], old_oid: int, new_oid: int, schema: str, table: str
+) -> None:
+    """Copy the replaced table's comment and the comments of columns that kept their name."""
+    rows = conn.execute(
+        "SELECT NULL, obj_description(%(old)s, 'pg_class')"
+        " WHERE obj_description(%(old)s, 'pg_class') IS NOT NULL"
+        " UNION ALL"
+        " SELECT a.attname, col_description(%(old)s, a.attnum) FROM pg_attribute a"
+        " JOIN pg_attribute b ON b.attrelid = %(new)s AND b.attname = a.attname AND b.attnum > 0"
+        "  AND NOT b.attisdropped"
+        " WHERE a.attrelid = %(old)s AND a.attnum > 0 AND NOT a.attisdropped"
+        "  AND col_description(%(old)s, a.attnum) IS NOT NULL",
+        {"old": old_oid, "new": new_oid},
+    ).fetchall()
+    for column, comment in rows:
+        if column is None:
+            statement = sql.SQL("COMMENT ON TABLE {} IS {}").format(
+                sql.Identifier(schema, table), sql.Literal(comment)
+            )
+        else:
+            statement = sql.SQL("COMMENT ON COLUMN {} IS {}").format(
+                sql.Identifier(schema, table, column), sql.Literal(comment)
+            )
+        conn.execute(statement)
+
+
+# -- the sink ---------------------------------------------------------------------------------
+
+
+class JdbcStagingSink(SupportsStaging):
+    """``SupportsStaging`` for a PostgreSQL table (FLIP-305's JdbcTableSink)."""
+
+    def __init__(
+        self,
+        target: JdbcTarget,
+        journal: AttemptJournal,
+        task: TaskRef | None = None,
+        options: JdbcWriteOptions | None = None,
+        connection: PostgresConnection | None = None,
+    ) -> None:
+        self.target = target
+        self.journal = journal
+        self.task = task
+        self.options = options
+        self.connection = connection
+
+    def apply_staging(self, context: StagingContext) -> JdbcStagedTable:
+        return JdbcStagedTable(
+            self.target, context.purpose, self.journal, self.options, self.task, connection=self.connection
+        )
+
+
+def jdbc_sink_for_target(
+    target: str, journal: AttemptJournal, task: TaskRef | None = None, options: JdbcWriteOptions | None = None
+) -> JdbcStagingSink:
+    """The sink of ``jdbc://<postgres conn id>/<schema>.<table>``; raise ValueError naming a bad one."""
+    return JdbcStagingSink(JdbcTarget.parse(target), journal, task, options)
+
+
+def jdbc_staged_from_record(record: AttemptRecord, journal: AttemptJournal) -> JdbcStagedTable:
+    """Rebuild a journaled attempt (abort, reconcile, the TTL sweep)."""
+    return JdbcStagedTable(
+        JdbcTarget.parse(record.target),
+        StagingPurpose.parse(record.purpose),
+        journal,
+        task=record.task,
+        attempt_id=record.attempt_id,
+    )

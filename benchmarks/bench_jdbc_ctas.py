@@ -1,0 +1,167 @@
+"""Atomic JDBC CTAS (staged table + rename) vs a plain ``df.write.jdbc(mode="overwrite")``.
+
+Starts its own throwaway PostgreSQL (fsync on: commit latency includes a real WAL flush) and a
+local Spark session, then runs both paths on the same query, alternating which goes first, at
+each size. Prints the median ratio atomic / plain (target <= 1.10) of wall time and of the CPU
+time of the whole process tree (Python, the Spark JVM, PostgreSQL: steadier than wall time on a
+shared machine), and the commit latency p50 (target < 50 ms).
+Run: ``.venv/bin/python benchmarks/bench_jdbc_ctas.py [--sizes 100000 1000000] [--reps 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.engine.session import jdbc_jars_conf
+from airflow_provider_staged.engine.spark_job import run_staged_write
+from airflow_provider_staged.services.postgres import PostgresServer, start_postgres, stop_postgres
+from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
+from airflow_provider_staged.staging.jdbc import (
+    POSTGRES_DRIVER,
+    JdbcStagingSink,
+    JdbcTarget,
+    JdbcWriteOptions,
+    PostgresConnection,
+)
+from airflow_provider_staged.staging.journal import AttemptJournal
+
+QUERY = (
+    "SELECT id, id * 3 AS v, concat('row-', id) AS s, CAST(id / 100 AS DECIMAL(12, 2)) AS amount"
+    " FROM range({n})"
+)
+BATCH_SIZE = 10_000
+
+
+def spark_session() -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName("bench-jdbc")
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        **jdbc_jars_conf(),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def atomic_run(spark: Any, sink: JdbcStagingSink, n: int, commits: list[float]) -> None:
+    staged = sink.apply_staging(StagingContext(StagingPurpose.CREATE_OR_REPLACE_TABLE_AS))
+    staged.begin()
+    os.environ.update(staged.job_env())
+    staged.written(run_staged_write(spark, QUERY.format(n=n), staged.write_spec()))
+    started = time.perf_counter()
+    staged.commit()
+    commits.append(time.perf_counter() - started)
+
+
+def plain_run(spark: Any, connection: PostgresConnection, n: int) -> None:
+    properties = {
+        "user": connection.user,
+        "password": connection.password,
+        "driver": POSTGRES_DRIVER,
+        "batchsize": str(BATCH_SIZE),
+    }
+    spark.sql(QUERY.format(n=n)).write.jdbc(connection.jdbc_url(), "public.plain", "overwrite", properties)
+
+
+def tree_cpu_seconds(roots: list[int]) -> float:
+    """CPU used by ``roots`` and their descendants (this process, its Spark JVM, the PostgreSQL
+    server and its backends, whose CPU the postmaster collects when they exit).
+
+    Unlike wall time, it barely moves when other jobs share the machine's 2 cores.
+    """
+    parents, ticks = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    tree, frontier = set(roots), list(roots)
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(ticks.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(run: Callable[[], None], roots: list[int]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process tree) of one run."""
+    cpu, started = tree_cpu_seconds(roots), time.perf_counter()
+    run()
+    return time.perf_counter() - started, tree_cpu_seconds(roots) - cpu
+
+
+def bench(server: PostgresServer, sizes: list[int], reps: int) -> None:
+    connection = PostgresConnection(server.host, server.port, server.database, server.user, server.password)
+    roots = [os.getpid(), server.pid] if server.pid else [os.getpid()]
+    spark = spark_session()
+    with tempfile.TemporaryDirectory(prefix="bench-jdbc-journal-") as journal_dir:
+        sink = JdbcStagingSink(
+            JdbcTarget("bench", "public", "atomic"),
+            AttemptJournal(journal_dir),
+            options=JdbcWriteOptions(batch_size=BATCH_SIZE),
+            connection=connection,
+        )
+        for n in sizes:
+            commits: list[float] = []
+            runs = {
+                "atomic": lambda n=n, commits=commits: atomic_run(spark, sink, n, commits),
+                "plain": lambda n=n: plain_run(spark, connection, n),
+            }
+            for run in runs.values():  # warm-up: JIT, first creation of both tables
+                run()
+            commits.clear()
+            wall: dict[str, list[float]] = {"atomic": [], "plain": []}
+            cpu: dict[str, list[float]] = {"atomic": [], "plain": []}
+            for rep in range(reps):
+                order = ["atomic", "plain"] if rep % 2 == 0 else ["plain", "atomic"]
+                for name in order:
+                    seconds, cpu_seconds = measured(runs[name], roots)
+                    wall[name].append(seconds)
+                    cpu[name].append(cpu_seconds)
+            print(f"rows={n:,} reps={reps}")
+            for label, values in (("wall", wall), ("cpu", cpu)):
+                atomic, plain = statistics.median(values["atomic"]), statistics.median(values["plain"])
+                print(
+                    f"    {label:4} s  atomic median {atomic:7.3f}  plain median {plain:7.3f}  "
+                    f"ratio {atomic / plain:5.3f} (target <= 1.10)  "
+                    f"atomic runs {' '.join(f'{t:.2f}' for t in values['atomic'])}  "
+                    f"plain runs {' '.join(f'{t:.2f}' for t in values['plain'])}"
+                )
+            p50, worst = statistics.median(commits) * 1000, max(commits) * 1000
+            print(f"    commit p50 {p50:6.1f} ms  max {worst:6.1f} ms (target p50 < 50 ms)")
+    spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    server = start_postgres(durable=True)
+    try:
+        bench(server, args.sizes, args.reps)
+    finally:
+        stop_postgres(server)
+
+
+if __name__ == "__main__":
+    main()

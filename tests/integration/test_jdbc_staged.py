@@ -1,0 +1,493 @@
+"""JDBC staged tables on a real PostgreSQL server, written by a real Spark session.
+
+Each test works in its own schema. ``run_staged`` drives an attempt the way the operator does:
+begin, the Spark job, written, commit, and abort on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from airflow_provider_staged.engine.spark_job import run_staged_write
+from airflow_provider_staged.identifiers import InvalidIdentifierError
+from airflow_provider_staged.jdbc_types import UnsupportedColumnTypeError
+from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.services.postgres import PostgresServer
+from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
+from airflow_provider_staged.staging.attempts import abort_attempt
+from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.jdbc import (
+    APPLICATION_NAME,
+    JdbcStagedTable,
+    JdbcWriteOptions,
+    jdbc_sink_for_target,
+    jdbc_staged_from_record,
+)
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+
+pytestmark = pytest.mark.timeout(300)
+
+OLD_ROWS, NEW_ROWS = 20_000, 30_000
+OLD = (OLD_ROWS, OLD_ROWS * (OLD_ROWS + 1))  # count, sum(v) of make_table: v = 2 * id
+NEW_QUERY = f"SELECT id, id * 3 AS v FROM range(1, {NEW_ROWS + 1})"
+NEW = (NEW_ROWS, 3 * NEW_ROWS * (NEW_ROWS + 1) // 2)
+
+
+@pytest.fixture
+def db(postgres: PostgresServer) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def schema(db: psycopg.Connection[Any]) -> Iterator[str]:
+    name = f"t_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> AttemptJournal:
+    return AttemptJournal(tmp_path / "journal")
+
+
+@pytest.fixture(autouse=True)
+def _forget_job_env() -> Iterator[None]:
+    yield
+    for key in [key for key in os.environ if key.startswith("STAGED_JDBC_PASSWORD_")]:
+        del os.environ[key]
+
+
+def staged_table(
+    conn_id: str, schema: str, purpose: str, journal: AttemptJournal, table: str = "t", **options: Any
+) -> JdbcStagedTable:
+    sink = jdbc_sink_for_target(
+        f"jdbc://{conn_id}/{schema}.{table}", journal, options=JdbcWriteOptions(**options)
+    )
+    return sink.apply_staging(StagingContext(StagingPurpose.parse(purpose)))
+
+
+def write(spark: Any, staged: JdbcStagedTable, query: str) -> dict[str, Any]:
+    """The Spark job, with the secrets in its environment as the engines pass them."""
+    os.environ.update(staged.job_env())
+    return run_staged_write(spark, query, staged.write_spec())
+
+
+def run_staged(spark: Any, staged: JdbcStagedTable, query: str) -> None:
+    staged.begin()
+    if staged.skipped:
+        return
+    try:
+        staged.written(write(spark, staged, query))
+        staged.commit()
+    except BaseException as error:
+        staged.abort(f"failed: {error}")
+        raise
+
+
+def tables(db: psycopg.Connection[Any], schema: str) -> set[str]:
+    rows = db.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p')",
+        (schema,),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def count_sum(db: psycopg.Connection[Any], schema: str, table: str = "t") -> tuple[int, int]:
+    query = sql.SQL("SELECT count(*), coalesce(sum(v), 0)::bigint FROM {}").format(
+        sql.Identifier(schema, table)
+    )
+    count, total = db.execute(query).fetchone()
+    return int(count), int(total)
+
+
+def make_table(db: psycopg.Connection[Any], schema: str, table: str = "t") -> None:
+    name = sql.Identifier(schema, table)
+    db.execute(
+        sql.SQL(
+            "CREATE TABLE {} AS SELECT g::bigint AS id, 2 * g::bigint AS v FROM generate_series(1, {}) g"
+        ).format(name, sql.Literal(OLD_ROWS))
+    )
+
+
+def states(journal: AttemptJournal) -> list[str]:
+    return [record.state.value for record in journal.records()]
+
+
+# -- success --------------------------------------------------------------------------------------
+
+
+def test_create_types_columns_and_keeps_the_password_out(
+    spark: Any,
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres: PostgresServer,
+    postgres_conn_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    staged = staged_table(postgres_conn_id, schema, "create", journal, batch_size=250, num_partitions=2)
+    query = """
+        SELECT id, CAST(id / 4 AS DECIMAL(12, 2)) AS amount, id % 2 = 0 AS even, concat('n', id) AS Name,
+               timestamp_seconds(1767225600 + id) AS ts, array(id, id + 1) AS pair, array('a', 'b') AS tags,
+               DATE'2026-11-21' AS d
+        FROM range(1000)
+    """
+    run_staged(spark, staged, query)
+
+    assert tables(db, schema) == {"t"}
+    types = dict(
+        db.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+            (f"{schema}.t",),
+        ).fetchall()
+    )
+    assert types == {
+        "id": "bigint",
+        "amount": "numeric(12,2)",
+        "even": "boolean",
+        "name": "text",
+        "ts": "timestamp with time zone",
+        "pair": "bigint[]",
+        "tags": "text[]",
+        "d": "date",
+    }
+    row = db.execute(
+        sql.SQL(
+            "SELECT count(*), sum(amount), min(extract(epoch FROM ts)), count(*) FILTER (WHERE even),"
+            " (SELECT pair FROM {t} WHERE id = 3), min(tags), min(d)::text, max(name) FROM {t}"
+        ).format(t=sql.Identifier(schema, "t"))
+    ).fetchone()
+    assert row[:5] == (1000, 124875, 1767225600, 500, [3, 4])
+    assert row[5:] == (["a", "b"], "2026-11-21", "n999")
+    [record] = journal.records()
+    assert record.state is AttemptState.COMMITTED and record.manifest["rows"] == 1000
+    assert record.catalog == {
+        "conn_id": postgres_conn_id,
+        "schema": schema,
+        "staged_table": staged.staged_name,
+    }
+
+    password = postgres.password
+    journal_text = "".join(path.read_text() for path in Path(journal.root).glob("*.json"))
+    assert password not in journal_text
+    assert password not in json.dumps(staged.write_spec()) + repr(staged.connection)
+    assert password not in caplog.text
+    assert list(staged.job_env().values()) == [password]
+
+
+def test_create_if_not_exists_creates_then_leaves_the_table(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+) -> None:
+    run_staged(spark, staged_table(postgres_conn_id, schema, "create_if_not_exists", journal), NEW_QUERY)
+    assert count_sum(db, schema) == NEW
+
+    again = staged_table(postgres_conn_id, schema, "create_if_not_exists", journal)
+    run_staged(spark, again, "SELECT 1 AS id, 1 AS v")
+    assert again.skipped
+    assert count_sum(db, schema) == NEW
+    assert states(journal) == ["COMMITTED"]
+
+
+def test_create_or_replace_creates_a_missing_table(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+) -> None:
+    run_staged(spark, staged_table(postgres_conn_id, schema, "create_or_replace", journal), NEW_QUERY)
+    assert count_sum(db, schema) == NEW
+    assert tables(db, schema) == {"t"}
+
+
+def test_wrong_purpose_fails_before_any_spark_work(
+    db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+) -> None:
+    with pytest.raises(TableNotFoundError, match="does not exist"):
+        staged_table(postgres_conn_id, schema, "replace", journal).begin()
+    with pytest.raises(TableNotFoundError, match="schema 'nowhere' does not exist"):
+        staged_table(postgres_conn_id, "nowhere", "create", journal).begin()
+    make_table(db, schema)
+    with pytest.raises(TableAlreadyExistsError, match="already exists"):
+        staged_table(postgres_conn_id, schema, "create", journal).begin()
+    assert tables(db, schema) == {"t"}
+    assert journal.records() == []
+
+
+@pytest.mark.parametrize("purpose", ["replace", "create_or_replace"])
+def test_replace_readers_see_old_or_new_only(
+    spark: Any,
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres: PostgresServer,
+    postgres_conn_id: str,
+    purpose: str,
+) -> None:
+    make_table(db, schema)
+    db.execute(sql.SQL("COMMENT ON TABLE {} IS 'orders per day'").format(sql.Identifier(schema, "t")))
+    db.execute(sql.SQL("COMMENT ON COLUMN {} IS 'value'").format(sql.Identifier(schema, "t", "v")))
+    reads: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+            while not stop.is_set():
+                try:
+                    reads.append(count_sum(conn, schema))
+                except BaseException as error:
+                    errors.append(error)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        run_staged(spark, staged_table(postgres_conn_id, schema, purpose, journal), NEW_QUERY)
+        seen = len(reads)
+        while len(reads) < seen + 20:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()
+
+    assert errors == []
+    first_new = reads.index(NEW)  # every read is complete: the old table, then the new one
+    assert first_new > 0 and set(reads[:first_new]) == {OLD} and set(reads[first_new:]) == {NEW}
+    assert tables(db, schema) == {"t"}
+    comments = db.execute(
+        "SELECT obj_description(%(t)s::regclass, 'pg_class'), col_description(%(t)s::regclass, 2)",
+        {"t": f"{schema}.t"},
+    ).fetchone()
+    assert comments == ("orders per day", "value")
+    assert states(journal) == ["COMMITTED"]
+
+
+# -- failures: target unchanged, no staged table, journal ABORTED ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        # A Spark task fails after the other partition may have written its rows.
+        ("SELECT id, IF(id = 15000, raise_error('boom'), id) AS v FROM range(20000)", Exception),
+        # PostgreSQL rejects a value (NUL in text) in the middle of a batch.
+        ("SELECT id, IF(id = 700, concat('x', char(0)), 'ok') AS v FROM range(1000)", Exception),
+        ("SELECT 1 AS id, map('a', 1) AS v", UnsupportedColumnTypeError),
+        ('SELECT 1 AS `a"; drop table x; --`', InvalidIdentifierError),
+    ],
+    ids=["spark-task-fails", "value-rejected", "unsupported-type", "column-injection"],
+)
+def test_failed_write_changes_nothing(
+    spark: Any,
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres_conn_id: str,
+    query: str,
+    error: type[BaseException],
+) -> None:
+    make_table(db, schema)
+    with pytest.raises(error):
+        run_staged(spark, staged_table(postgres_conn_id, schema, "create_or_replace", journal), query)
+    assert count_sum(db, schema) == OLD
+    assert tables(db, schema) == {"t"}
+    assert states(journal) == ["ABORTED"]
+
+
+def test_connection_killed_during_commit(
+    spark: Any,
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres: PostgresServer,
+    postgres_conn_id: str,
+) -> None:
+    make_table(db, schema)
+    staged = staged_table(postgres_conn_id, schema, "replace", journal, lock_timeout_ms=30_000)
+    staged.begin()
+    staged.written(write(spark, staged, NEW_QUERY))
+    failures: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            staged.commit()
+        except BaseException as error:
+            failures.append(error)
+            staged.abort(f"commit failed: {error}")
+
+    with psycopg.connect(postgres.conninfo()) as reader:
+        # A reader in an open transaction keeps the commit waiting for its lock.
+        assert count_sum(reader, schema) == OLD
+        thread = threading.Thread(target=commit)
+        thread.start()
+        deadline = time.monotonic() + 60
+        killed = None
+        while killed is None and time.monotonic() < deadline:
+            killed = db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND wait_event_type = 'Lock'",
+                (APPLICATION_NAME,),
+            ).fetchone()
+            time.sleep(0.05)
+        thread.join(timeout=60)
+        reader.rollback()
+    assert killed == (True,)
+    assert len(failures) == 1 and isinstance(failures[0], psycopg.OperationalError)
+    assert count_sum(db, schema) == OLD
+    assert tables(db, schema) == {"t"}
+    assert states(journal) == ["ABORTED"]
+
+
+SIGTERM_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from airflow_provider_staged.engine.session import build_session
+    from airflow_provider_staged.engine.spark_job import run_staged_write
+    from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
+    from airflow_provider_staged.staging.jdbc import jdbc_sink_for_target
+    from airflow_provider_staged.staging.journal import AttemptJournal
+
+    target, journal_dir, metastore_uri, warehouse = sys.argv[1:]
+    sink = jdbc_sink_for_target(target, AttemptJournal(journal_dir))
+    staged = sink.apply_staging(StagingContext(StagingPurpose.REPLACE_TABLE_AS))
+
+    def on_sigterm(signum, frame):
+        staged.abort("SIGTERM")  # what the operator's on_kill does
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    staged.begin()
+    os.environ.update(staged.job_env())
+    spark = build_session(metastore_uri, warehouse, master="local[2]", app_name="sigterm")
+    run_staged_write(spark, "SELECT id, id AS v FROM range(200000000)", staged.write_spec())
+    sys.exit("the write should have been killed")
+    """
+)
+
+
+def test_sigterm_during_write_aborts(
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres_conn_id: str,
+    metastore: MetastoreInfo,
+    tmp_path: Path,
+) -> None:
+    make_table(db, schema)
+    script = tmp_path / "staged_write.py"
+    script.write_text(SIGTERM_SCRIPT)
+    target = f"jdbc://{postgres_conn_id}/{schema}.t"
+    args = [sys.executable, str(script), target, str(journal.root), metastore.uri, metastore.warehouse]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            inserting = db.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = %s AND query LIKE 'INSERT INTO%%'",
+                (APPLICATION_NAME,),
+            ).fetchone()[0]
+            if inserting:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, process.communicate()[0].decode(errors="replace")[-3000:]
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=120)[0].decode(errors="replace")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, output[-3000:]
+    assert count_sum(db, schema) == OLD
+    assert tables(db, schema) == {"t"}
+    [record] = journal.records()
+    assert (record.state, record.error) == (AttemptState.ABORTED, "SIGTERM")
+
+
+def test_concurrent_if_not_exists_make_exactly_one_table(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+) -> None:
+    attempts = [staged_table(postgres_conn_id, schema, "create_if_not_exists", journal) for _ in range(4)]
+    os.environ.update(attempts[0].job_env())
+    # Everyone has begun and written before anyone commits: all four race for the rename.
+    ready = threading.Barrier(len(attempts))
+
+    def attempt(writer: int) -> None:
+        staged = attempts[writer]
+        staged.begin()
+        manifest = run_staged_write(
+            spark, f"SELECT {writer} AS writer, id AS v FROM range(2000)", staged.write_spec()
+        )
+        staged.written(manifest)
+        ready.wait(timeout=120)
+        staged.commit()
+
+    with ThreadPoolExecutor(len(attempts)) as pool:
+        list(pool.map(attempt, range(len(attempts))))
+
+    winners = [index for index, staged in enumerate(attempts) if not staged.skipped]
+    assert len(winners) == 1
+    assert db.execute(
+        sql.SQL("SELECT DISTINCT writer FROM {}").format(sql.Identifier(schema, "t"))
+    ).fetchall() == [(winners[0],)]
+    assert count_sum(db, schema) == (2000, 1999 * 2000 // 2)
+    assert tables(db, schema) == {"t"}
+    assert sorted(states(journal)) == ["ABORTED", "ABORTED", "ABORTED", "COMMITTED"]
+
+
+# -- identifiers, reconcile -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["x; drop table y", "'x; drop table y'", 'x"y', "`x`", "tablé", "x--", "a.b.c"],
+)
+def test_injected_identifiers_rejected_and_nothing_created(
+    db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str, name: str
+) -> None:
+    before = db.execute("SELECT count(*) FROM pg_class").fetchone()
+    with pytest.raises(ValueError, match="invalid JDBC target") as error:
+        jdbc_sink_for_target(f"jdbc://{postgres_conn_id}/{schema}.{name}", journal)
+    assert repr(f"jdbc://{postgres_conn_id}/{schema}.{name}") in str(error.value)
+    assert db.execute("SELECT count(*) FROM pg_class").fetchone() == before
+    assert tables(db, schema) == set()
+
+
+def test_reconcile_rebuilds_attempts_from_the_journal(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+) -> None:
+    """A task that died: its attempt is aborted from the journal alone; a commit not journaled is kept."""
+    dead = staged_table(postgres_conn_id, schema, "create", journal, table="dead")
+    dead.begin()
+    dead.written(write(spark, dead, NEW_QUERY))
+    assert abort_attempt(jdbc_staged_from_record(journal.require(dead.attempt_id), journal), "expired")
+    assert tables(db, schema) == set()
+
+    lost = staged_table(postgres_conn_id, schema, "create", journal, table="lost")
+    lost.begin()
+    lost.written(write(spark, lost, NEW_QUERY))
+    lost.publish(journal.require(lost.attempt_id))  # committed in PostgreSQL, then the process died
+    rebuilt = jdbc_staged_from_record(journal.require(lost.attempt_id), journal)
+    assert not abort_attempt(rebuilt, "expired")
+    assert tables(db, schema) == {"lost"}
+    assert sorted(states(journal)) == ["ABORTED", "COMMITTED"]
+    with pytest.raises(StagingError, match="aborted"):
+        write(spark, dead, NEW_QUERY)
