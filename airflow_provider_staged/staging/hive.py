@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Any
 
+from hmsclient.genthrift.hive_metastore import ttypes
+
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import (
     AlreadyExistsException,
@@ -58,14 +60,18 @@ class HiveStagedTable(JournaledStagedTable):
         self.identifier = identifier
         self.metastore_uri = metastore_uri
         self.retention = retention or RetentionPolicy()
+        self._root: str | None = None  # resolved by target_exists, used by staging_location
 
     def _client(self) -> MetastoreClient:
         return MetastoreClient(self.metastore_uri)
 
     def target_exists(self) -> bool:
         with self._client() as client:
-            client.database_location(self.identifier.database)
-            return client.get_table(self.identifier.database, self.identifier.table) is not None
+            table = client.get_table(self.identifier.database, self.identifier.table)
+            # Resolve the root from this same read (raises for a missing database): each
+            # metastore call costs tens of milliseconds, begin needs no further one.
+            self._root = self.root_for(client, table)
+            return table is not None
 
     def catalog_ref(self) -> dict[str, Any]:
         return {"metastore_uri": self.metastore_uri}
@@ -75,26 +81,37 @@ class HiveStagedTable(JournaledStagedTable):
 
     def table_root(self, client: MetastoreClient) -> str:
         """The directory that holds this table's version directories."""
-        database_dir = normalize_location(client.database_location(self.identifier.database))
-        table = client.get_table(self.identifier.database, self.identifier.table)
-        if table is not None:
-            location = normalize_location(current_location(table))
+        return self.root_for(client, client.get_table(self.identifier.database, self.identifier.table))
+
+    def root_for(self, client: MetastoreClient, table: ttypes.Table | None) -> str:
+        """``table_root`` of the target as the caller just read it (None: it does not exist).
+
+        A version-managed table needs no other metastore call; otherwise the database's.
+        """
+        location = normalize_location(current_location(table)) if table is not None else None
+        if location is not None:
             parent, _, leaf = location.rpartition("/")
             if parse_version_dir(leaf) is not None:
                 return parent
-            if location == storage_paths.default_root(database_dir, self.identifier.table):
-                # A table we did not make: never write inside the directory it reads.
-                return storage_paths.side_root(database_dir, self.identifier.table)
+        database_dir = normalize_location(client.database_location(self.identifier.database))
+        if location == storage_paths.default_root(database_dir, self.identifier.table):
+            # A table we did not make: never write inside the directory it reads.
+            return storage_paths.side_root(database_dir, self.identifier.table)
         return storage_paths.default_root(database_dir, self.identifier.table)
 
     def staging_location(self) -> str:
-        with self._client() as client:
-            return f"{self.table_root(client)}/{version_dir_name(self.attempt_id)}"
+        if self._root is None:
+            with self._client() as client:
+                self._root = self.table_root(client)
+        return f"{self._root}/{version_dir_name(self.attempt_id)}"
 
     def publish(self, record: AttemptRecord) -> str | None:
         manifest = Manifest.from_dict(record.manifest or {})
         with self._client() as client:
-            current = client.get_table(self.identifier.database, self.identifier.table)
+            # A create-only purpose skips the read: the metastore refuses a second create.
+            current = None
+            if self.purpose.replaces:
+                current = client.get_table(self.identifier.database, self.identifier.table)
             if current is None:
                 if not self.purpose.creates:
                     raise TableNotFoundError(f"table {self.target} was dropped before the commit")
@@ -123,23 +140,35 @@ class HiveStagedTable(JournaledStagedTable):
         delete_dir(record.location)
 
     def after_commit(self, record: AttemptRecord) -> None:
-        sweep_versions(self, self.retention)
+        # A create-only purpose supersedes nothing: skip the sweep's metastore read and listing.
+        # Leftovers of earlier failed attempts go with the next replace or the TTL sweep.
+        if self.purpose.replaces:
+            sweep_versions(self, self.retention)
 
 
 def sweep_versions(
     staged: HiveStagedTable, retention: RetentionPolicy, now: float | None = None
 ) -> list[str]:
-    """Delete superseded and orphaned version directories of ``staged``'s table."""
+    """Delete superseded and orphaned version directories of ``staged``'s table.
+
+    The order matters: list the directories first, then read the journal, then read what is
+    live. An attempt journals BEGUN before its directory exists, so every listed directory
+    of a running attempt is in the journal; a commit that lands meanwhile is seen as live.
+    """
     now = time.time() if now is None else now
     with staged._client() as client:
+        table = client.get_table(staged.identifier.database, staged.identifier.table)
+        if table is None:
+            return []
+        root = staged.root_for(client, table)
+        listed = [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
+        records = [r for r in staged.journal.records() if r.kind == "hive" and r.target == staged.target]
         table = client.get_table(staged.identifier.database, staged.identifier.table)
         if table is None:
             return []
         live = {normalize_location(current_location(table))}
         if table.partitionKeys:
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
-        root = staged.table_root(client)
-    records = [r for r in staged.journal.records() if r.kind == "hive" and r.target == staged.target]
     in_flight = {normalize_location(r.location) for r in records if not r.state.ended}
     committed = {normalize_location(r.location) for r in records if r.state is AttemptState.COMMITTED}
     superseded_at = {
@@ -148,9 +177,7 @@ def sweep_versions(
         if r.state is AttemptState.COMMITTED and r.superseded_location
     }
     candidates, orphans = {}, []
-    for entry in list_dir(root):
-        if not entry.is_dir or parse_version_dir(entry.name) is None:
-            continue
+    for entry in listed:
         if entry.location in live or entry.location in in_flight:
             continue
         if entry.location in committed:

@@ -27,9 +27,9 @@ SQL_V1 = "SELECT id, concat('v1-', id) AS label FROM range(5000)"
 SQL_V2 = "SELECT id, concat('v2-', id) AS label FROM range(7000)"
 # Each row sleeps 50 ms inside a Spark task: the job runs long enough to be killed.
 SQL_SLOW = "SELECT /*+ REPARTITION(2) */ id, reflect('java.lang.Thread', 'sleep', 50L) AS z FROM range(2000)"
-# The metastore connections our client makes before the commit: begin checks the target
-# and resolves the staging location (one connection each).
-CONNECTIONS_BEFORE_COMMIT = 2
+# The metastore connections our client makes before the commit: begin reads the target once
+# (the staging location comes from the same read).
+CONNECTIONS_BEFORE_COMMIT = 1
 
 
 @pytest.fixture(scope="module")
