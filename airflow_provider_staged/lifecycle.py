@@ -52,7 +52,9 @@ def staged_from_record(record: AttemptRecord, settings: StagedSettings) -> Journ
             TableIdentifier.parse(record.target),
             purpose,
             settings.journal,
-            record.catalog.get("metastore_uri", settings.metastore_uri),
+            # The journal belongs to the connection: its metastore is authoritative, the
+            # address recorded at attempt time may be stale.
+            settings.metastore_uri,
             settings.retention,
             record.task,
             record.attempt_id,
