@@ -82,4 +82,5 @@ def execute_staged(
             # Keep the original error; the callbacks, reconcile or the TTL sweep retry the abort.
             log.exception("abort of %s failed; left to the sweep", job_id)
         raise
+    staged.housekeep()
     return None if staged.skipped else manifest

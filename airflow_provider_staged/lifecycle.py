@@ -118,6 +118,7 @@ def staged_table_callbacks(
 
             table.written(json.loads(manifest))
         table.commit()
+        table.housekeep()
 
     def abort(context: Any) -> None:
         _abort_for_task(task_ref(context), staged_conn_id, "task failed")
@@ -161,6 +162,7 @@ def reconcile(
             action = "finished"
         elif state == "success" and record.state is AttemptState.WRITTEN:
             staged.commit()
+            staged.housekeep()
             action = "committed"
         elif state == "success" or state in _FAILED_STATES:
             abort_attempt(staged, f"task {state}")

@@ -175,6 +175,15 @@ class JournaledStagedTable(StagedTable):
                 self.attempt_id, AttemptState.COMMITTED, superseded_location=superseded
             )
         log.info("committed %s: %s is now %s", self.attempt_id, self.target, record.location)
+
+    def housekeep(self) -> None:
+        """Retention after a commit, kept out of it (readers already see the new version).
+
+        Errors are logged, never raised: the next commit's or the sweep's housekeeping retries.
+        """
+        record = None if self.skipped else self.journal.get(self.attempt_id)
+        if record is None or record.state is not AttemptState.COMMITTED:
+            return
         try:
             self.after_commit(record)
         except Exception:

@@ -40,6 +40,7 @@ def build(spark: Any, staged: HiveStagedTable, sql: str) -> HiveStagedTable:
     except BaseException as error:
         hook.on_failed(staged.attempt_id, error)
         raise
+    staged.housekeep()
     return staged
 
 
