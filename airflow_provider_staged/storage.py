@@ -51,11 +51,6 @@ def list_dir(location: str) -> list[Entry]:
     ]
 
 
-def exists(location: str) -> bool:
-    filesystem, path = _resolve(location)
-    return filesystem.get_file_info(path).type != pafs.FileType.NotFound
-
-
 def delete_dir(location: str) -> None:
     """Delete a directory tree; nothing to do when it is already gone."""
     filesystem, path = _resolve(location)

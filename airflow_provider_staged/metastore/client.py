@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from hmsclient import hmsclient
@@ -95,9 +94,3 @@ class MetastoreClient:
     def alter_partitions(self, database: str, table: str, parts: list[ttypes.Partition]) -> None:
         if parts:
             self._client.alter_partitions(database, table, parts)
-
-
-@contextlib.contextmanager
-def connect(uri: str) -> Iterator[MetastoreClient]:
-    with MetastoreClient(uri) as client:
-        yield client
