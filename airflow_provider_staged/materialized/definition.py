@@ -443,23 +443,22 @@ def parse_definition(text: str, path: str | Path = "<string>") -> MaterializedTa
     return _Parser(text, str(path)).definition()
 
 
-def load_definition(path: str | Path) -> MaterializedTableDefinition:
-    path = Path(path)
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise DefinitionError(str(path), 1, "file", f"cannot read the definition: {err}") from None
-    return parse_definition(text, path)
+
+
+def load_definition(path: str | Path) -> MaterializedTableDefinition:
+    path = Path(path)
+    return parse_definition(_read(path), path)
 
 
 def read_identifier(path: str | Path) -> TableIdentifier:
     """Only the table name of a definition file: cheap, for finding one file among many."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DefinitionError(str(path), 1, "file", f"cannot read the definition: {err}") from None
-    return _Parser(text, str(path)).identifier()
+    return _Parser(_read(path), str(path)).identifier()
 
 
 def check_query(definition: MaterializedTableDefinition) -> None:
