@@ -5,13 +5,17 @@ attempt id>`` in the same schema:
 
 - ``begin`` checks the target, journals the attempt and creates the staged table as an empty
   placeholder (so abort always has a table to drop, and a job of an aborted attempt fails);
-- the Spark job (``write_staged_jdbc``, called by ``engine.spark_job``) replaces the
-  placeholder by a table typed from the query's schema (``jdbc_types``) in one transaction,
-  then writes into it through Spark's JDBC data source, in parallel partitions;
+- the Spark job (``write_staged_jdbc``, called by ``engine.spark_job``) adds the query's
+  columns to the placeholder (types from ``jdbc_types``) in one statement, then writes into
+  it through Spark's JDBC data source, in parallel partitions;
 - ``commit`` renames the staged table to the target in ONE transaction; a replace renames the
-  old table away, renames the staged one in, carries over comments and drops the old one in
-  that same transaction: readers see the old table or the new one, never neither;
+  old table away, renames the staged one in and carries over comments in that same
+  transaction: readers see the old table or the new one, never neither. The old table is
+  dropped right after (``housekeep``), so the switch never waits for its files to be deleted;
 - ``abort`` ends the sessions still writing into the staged table and drops it.
+
+One connection serves an attempt from ``begin`` to ``commit`` (authenticating a new one costs
+about 20 ms, more than the swap itself); ``close`` releases it.
 
 The password comes from the Airflow connection and reaches the job only as an environment
 variable (``job_env``); it is never in the journal, the write spec, a repr or a log line.
@@ -55,6 +59,7 @@ JDBC_SCHEME = "jdbc://"
 APPLICATION_NAME = "airflow-provider-staged"
 POSTGRES_DRIVER = "org.postgresql.Driver"
 _CONN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
+_HASH_LENGTH = 10
 _RELATION_KINDS = {"v": "view", "m": "materialized view", "f": "foreign table", "S": "sequence"}
 
 
@@ -97,8 +102,12 @@ class JdbcTarget:
 
     def sibling(self, kind: str, attempt_id: str) -> str:
         """``<table>__<kind>_<hash of attempt>``: a per-attempt name within PostgreSQL's 63 characters."""
-        suffix = f"__{kind}_{hashlib.sha256(attempt_id.encode()).hexdigest()[:10]}"
-        return self.table[: POSTGRES_MAX_NAME_LENGTH - len(suffix)] + suffix
+        return self.sibling_prefix(kind) + hashlib.sha256(attempt_id.encode()).hexdigest()[:_HASH_LENGTH]
+
+    def sibling_prefix(self, kind: str) -> str:
+        """What every ``sibling(kind, ...)`` name starts with."""
+        marker = f"__{kind}_"
+        return self.table[: POSTGRES_MAX_NAME_LENGTH - len(marker) - _HASH_LENGTH] + marker
 
 
 @dataclass(frozen=True)
@@ -224,31 +233,38 @@ def _set_lock_timeout(conn: psycopg.Connection[Any], milliseconds: int) -> None:
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{milliseconds}ms",))
 
 
-def recreate_staged_table(
+def type_staged_table(
     conn: psycopg.Connection[Any],
     schema: str,
     staged: str,
     columns: list[PostgresColumn],
     lock_timeout_ms: int,
 ) -> int:
-    """Replace the attempt's placeholder by a typed, empty table in one transaction; return its oid.
+    """Give the attempt's empty placeholder the query's columns, in one statement; return its oid.
 
     The placeholder must exist: when an abort has dropped it, this fails and the job stops
-    instead of leaving a table that nothing would ever drop.
+    instead of leaving a table that nothing would ever drop. It must still have no columns: a
+    second run of the same attempt would append to what the first one wrote.
     """
-    name = sql.Identifier(schema, staged)
-    definitions = sql.SQL(", ").join(
-        sql.SQL("{} {}").format(sql.Identifier(column.name), sql.SQL(column.definition)) for column in columns
+    additions = sql.SQL(", ").join(
+        sql.SQL("ADD COLUMN {} {}").format(sql.Identifier(column.name), sql.SQL(column.definition))
+        for column in columns
     )
-    try:
-        with conn.transaction():
-            _set_lock_timeout(conn, lock_timeout_ms)
-            conn.execute(sql.SQL("DROP TABLE {}").format(name))
-            conn.execute(sql.SQL("CREATE TABLE {} ({})").format(name, definitions))
-            found = _relation(conn, schema, staged)
-    except psycopg.errors.UndefinedTable:
-        raise StagingError(f"staged table {schema}.{staged} is gone: its attempt was aborted") from None
-    assert found is not None
+    with conn.transaction():
+        _set_lock_timeout(conn, lock_timeout_ms)
+        found = _relation(conn, schema, staged)
+        if found is None:
+            raise StagingError(f"staged table {schema}.{staged} is gone: its attempt was aborted")
+        typed = conn.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+            (found[0],),
+        ).fetchone()
+        if typed and typed[0]:
+            raise StagingError(
+                f"staged table {schema}.{staged} was already written by an earlier run of this attempt: "
+                "retry the task (a new attempt)"
+            )
+        conn.execute(sql.SQL("ALTER TABLE {} {}").format(sql.Identifier(schema, staged), additions))
     return found[0]
 
 
@@ -267,7 +283,9 @@ def _quiet_py4j() -> Iterator[None]:
 def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     """The Spark job's JDBC writer: type the staged table from ``df``'s schema, write, describe it."""
     columns = postgres_columns(df.schema.jsonValue())
-    df = df.toDF(*[column.name for column in columns])
+    names = [column.name for column in columns]
+    if names != df.columns:  # toDF costs a round of analysis: only when a name changes
+        df = df.toDF(*names)
     password = os.environ.get(spec["password_env"])
     if password is None:
         raise StagingError(
@@ -287,7 +305,7 @@ def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
         options["numPartitions"] = str(spec["num_partitions"])
     # One connection for the DDL before and the row count after (idle, lock-free, meanwhile).
     with connection.connect() as conn:
-        oid = recreate_staged_table(conn, schema, staged, columns, spec["lock_timeout_ms"])
+        oid = type_staged_table(conn, schema, staged, columns, spec["lock_timeout_ms"])
         with _quiet_py4j():
             writer = df.write.format("jdbc").options(**options)
         writer.mode("append").save()
@@ -328,6 +346,7 @@ class JdbcStagedTable(JournaledStagedTable):
         self.table = target
         self.options = options or JdbcWriteOptions()
         self._connection = connection
+        self._session: psycopg.Connection[Any] | None = None
         self.staged_name = target.sibling("stg", self.attempt_id)
 
     @property
@@ -335,6 +354,26 @@ class JdbcStagedTable(JournaledStagedTable):
         if self._connection is None:
             self._connection = postgres_connection(self.table.conn_id)
         return self._connection
+
+    def session(self) -> psycopg.Connection[Any]:
+        """This attempt's connection, reopened when the server dropped it since its last use.
+
+        Only the thread that runs the attempt uses it; ``is_published`` and ``discard`` (which
+        ``on_kill`` may call from another thread) open their own.
+        """
+        if self._session is not None and not self._session.closed:
+            try:
+                self._session.execute("SELECT 1")
+                return self._session
+            except psycopg.OperationalError:
+                self._session.close()
+        self._session = self.connection.connect()
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
     def _describe_target(self, conn: psycopg.Connection[Any]) -> tuple[int, str] | None:
         """(oid, relkind) of the target, or None; raise for a missing schema or a view to replace."""
@@ -353,8 +392,7 @@ class JdbcStagedTable(JournaledStagedTable):
         return found
 
     def target_exists(self) -> bool:
-        with self.connection.connect() as conn:
-            return self._describe_target(conn) is not None
+        return self._describe_target(self.session()) is not None
 
     def staging_location(self) -> str:
         return f"{self.table.schema}.{self.staged_name}"
@@ -364,9 +402,10 @@ class JdbcStagedTable(JournaledStagedTable):
         if self.skipped:
             return
         try:
-            with self.connection.connect() as conn, conn.transaction():
+            conn = self.session()
+            with conn.transaction():
                 _set_lock_timeout(conn, self.options.lock_timeout_ms)
-                # Zero columns: the job gives it the query's columns (see recreate_staged_table).
+                # Zero columns: the job adds the query's columns (see type_staged_table).
                 conn.execute(
                     sql.SQL("CREATE TABLE IF NOT EXISTS {} ()").format(
                         sql.Identifier(self.table.schema, self.staged_name)
@@ -399,8 +438,7 @@ class JdbcStagedTable(JournaledStagedTable):
         written_oid = (record.manifest or {}).get("table_oid")
         for attempt in range(1, self.options.commit_attempts + 1):
             try:
-                with self.connection.connect() as conn:
-                    return self._swap(conn, written_oid)
+                return self._swap(self.session(), written_oid)
             except (
                 psycopg.errors.DuplicateTable,
                 psycopg.errors.DuplicateObject,
@@ -447,13 +485,31 @@ class JdbcStagedTable(JournaledStagedTable):
             # Waits (lock_timeout) for running readers; readers arriving later wait for us and
             # then see the new table: PostgreSQL looks the name up again after a lock wait.
             conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
+            _refuse_dependents(conn, current[0], self.target)
             old_name = self.table.sibling("old", self.attempt_id)
             conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(target, sql.Identifier(old_name)))
             conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table)))
             _carry_comments(conn, current[0], found[0], schema, table)
-            # No CASCADE: views on the old table make the whole replace fail, visibly, unchanged.
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, old_name)))
-        return None  # the old table is dropped in the same transaction: nothing left to retain
+        return f"{schema}.{old_name}"
+
+    def after_commit(self, record: AttemptRecord) -> None:
+        """Drop the table this commit renamed away, and any that an earlier commit left behind."""
+        conn = self.session()
+        doomed = {record.superseded_location} if record.superseded_location else set()
+        found = _relations_like(conn, self.table.schema, self.table.sibling_prefix("old"))
+        if {f"{self.table.schema}.{name}" for name in found} - doomed:
+            # Only names the journal says a commit renamed away: never a user's look-alike table.
+            doomed |= {
+                r.superseded_location
+                for r in self.journal.records()
+                if r.kind == self.kind and r.target == self.target and r.superseded_location
+            }
+        for location in sorted(doomed):
+            schema, _, name = location.partition(".")
+            with conn.transaction():
+                _set_lock_timeout(conn, self.options.lock_timeout_ms)
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
+            log.info("dropped %s, superseded by a commit of %s", location, self.target)
 
     def is_published(self, record: AttemptRecord) -> bool:
         written_oid = (record.manifest or {}).get("table_oid")
@@ -484,6 +540,39 @@ class JdbcStagedTable(JournaledStagedTable):
                     )
                 )
         log.info("dropped staged table %s of %s", record.location, self.target)
+
+
+def _refuse_dependents(conn: psycopg.Connection[Any], oid: int, target: str) -> None:
+    """Fail a replace when views or foreign keys depend on the old table.
+
+    They follow the table, not its name: after the swap they would silently keep reading the
+    old data, and the old table could never be dropped. (No CASCADE: dropping them is the
+    owner's decision.)
+    """
+    dependents = [
+        row[0]
+        for row in conn.execute(
+            "SELECT DISTINCT pg_describe_object(classid, objid, objsubid) FROM pg_depend"
+            " WHERE refclassid = 'pg_class'::regclass AND refobjid = %s AND deptype = 'n'"
+            " ORDER BY 1",
+            (oid,),
+        )
+    ]
+    if dependents:
+        raise StagingError(
+            f"cannot replace {target}: {', '.join(dependents)} depend(s) on it and would keep "
+            "the old data; drop or redefine them first"
+        )
+
+
+def _relations_like(conn: psycopg.Connection[Any], schema: str, prefix: str) -> set[str]:
+    """Names in ``schema`` that start with ``prefix`` (taken literally, not as a pattern)."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND left(c.relname, length(%s)) = %s",
+        (schema, prefix, prefix),
+    ).fetchall()
+    return {str(row[0]) for row in rows}
 
 
 def _carry_comments(

@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -41,6 +42,7 @@ from airflow_provider_staged.staging.jdbc import (
     jdbc_staged_from_record,
 )
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from tests.fixtures.airflow_cli import AirflowCli, staged_connection
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -92,15 +94,20 @@ def write(spark: Any, staged: JdbcStagedTable, query: str) -> dict[str, Any]:
 
 
 def run_staged(spark: Any, staged: JdbcStagedTable, query: str) -> None:
-    staged.begin()
-    if staged.skipped:
-        return
+    """What ``execute_staged`` does: begin, write, commit, housekeep; abort on failure; close."""
     try:
-        staged.written(write(spark, staged, query))
-        staged.commit()
-    except BaseException as error:
-        staged.abort(f"failed: {error}")
-        raise
+        staged.begin()
+        if staged.skipped:
+            return
+        try:
+            staged.written(write(spark, staged, query))
+            staged.commit()
+        except BaseException as error:
+            staged.abort(f"failed: {error}")
+            raise
+        staged.housekeep()
+    finally:
+        staged.close()
 
 
 def tables(db: psycopg.Connection[Any], schema: str) -> set[str]:
@@ -197,6 +204,50 @@ def test_create_types_columns_and_keeps_the_password_out(
     assert list(staged.job_env().values()) == [password]
 
 
+def test_operator_through_airflow_keeps_the_password_out_of_everything_airflow_stores(
+    airflow_cli: AirflowCli,
+    metastore: MetastoreInfo,
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres: PostgresServer,
+    postgres_conn_id: str,
+) -> None:
+    """``airflow dags test`` of the operator on a JDBC target, the connection from ``AIRFLOW_CONN_*``."""
+    make_table(db, schema)
+    conn_var = f"AIRFLOW_CONN_{postgres_conn_id.upper()}"
+    env = airflow_cli.env(
+        AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
+            metastore.port, metastore.uri, journal.root, metastore.warehouse
+        ),
+        STAGED_TEST_TARGET=f"jdbc://{postgres_conn_id}/{schema}.t",
+        STAGED_TEST_SQL=NEW_QUERY,
+        STAGED_TEST_PURPOSE="replace",
+        **{conn_var: os.environ[conn_var]},
+    )
+    result = airflow_cli.run("dags", "test", "staged_operator", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert count_sum(db, schema) == NEW
+    assert tables(db, schema) == {"t"}
+    [record] = journal.records()
+    assert record.state is AttemptState.COMMITTED
+
+    with sqlite3.connect(airflow_cli.home / "airflow.db") as airflow_db:
+        stored = "\n".join(airflow_db.iterdump())  # XCom, rendered templates, asset events, audit log
+        extras = [json.loads(row[0]) for row in airflow_db.execute("SELECT extra FROM asset_event")]
+    assert next(e for e in extras if e.get("version") == record.attempt_id)["rows"] == NEW_ROWS
+    output = result.stdout + result.stderr
+    assert f"committed jdbc://{postgres_conn_id}/{schema}.t" in output  # dags test prints the task's log
+    journal_text = "".join(path.read_text() for path in Path(journal.root).glob("*.json"))
+    for place, text in [
+        ("the task's log (dags test output)", output),
+        ("the Airflow database", stored),
+        ("the journal", journal_text),
+    ]:
+        assert postgres.password not in text, f"the password appears in {place}"
+    assert f"{schema}.t" in stored  # what was searched does hold this run's records
+
+
 def test_create_if_not_exists_creates_then_leaves_the_table(
     spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
 ) -> None:
@@ -278,6 +329,56 @@ def test_replace_readers_see_old_or_new_only(
     ).fetchone()
     assert comments == ("orders per day", "value")
     assert states(journal) == ["COMMITTED"]
+
+
+def test_old_table_left_by_a_failed_drop_goes_with_the_next_commit(
+    spark: Any,
+    db: psycopg.Connection[Any],
+    schema: str,
+    journal: AttemptJournal,
+    postgres: PostgresServer,
+    postgres_conn_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    make_table(db, schema)
+    lookalike = "t__old_0123456789"  # a user's table that merely looks like ours: never dropped
+    db.execute(sql.SQL("CREATE TABLE {} (x int)").format(sql.Identifier(schema, lookalike)))
+    first = staged_table(postgres_conn_id, schema, "replace", journal, lock_timeout_ms=200)
+    first.begin()
+    first.written(write(spark, first, NEW_QUERY))
+    first.commit()
+    old = journal.require(first.attempt_id).superseded_location
+    old_table = old.partition(".")[2]
+    assert count_sum(db, schema) == NEW and count_sum(db, schema, old_table) == OLD
+
+    with psycopg.connect(postgres.conninfo()) as holder:  # an open transaction reading the old table
+        assert count_sum(holder, schema, old_table) == OLD
+        first.housekeep()  # its DROP times out on the lock: logged, not raised
+        holder.rollback()
+    first.close()
+    assert "housekeeping after committing" in caplog.text
+    assert tables(db, schema) == {"t", old_table, lookalike}
+    assert states(journal) == ["COMMITTED"]
+
+    run_staged(spark, staged_table(postgres_conn_id, schema, "replace", journal), NEW_QUERY)
+    assert tables(db, schema) == {"t", lookalike}
+    assert count_sum(db, schema) == NEW
+
+
+def test_replace_refused_while_a_view_depends_on_the_target(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+) -> None:
+    """A view follows the table, not its name: after a swap it would keep reading the old data."""
+    make_table(db, schema)
+    view = sql.Identifier(schema, "t_totals")
+    table = sql.Identifier(schema, "t")
+    db.execute(sql.SQL("CREATE VIEW {} AS SELECT count(*) AS n FROM {}").format(view, table))
+    with pytest.raises(StagingError, match=rf"cannot replace .*view {schema}\.t_totals"):
+        run_staged(spark, staged_table(postgres_conn_id, schema, "replace", journal), NEW_QUERY)
+    assert count_sum(db, schema) == OLD
+    assert db.execute(sql.SQL("SELECT n FROM {}").format(view)).fetchone() == (OLD_ROWS,)
+    assert tables(db, schema) == {"t"}
+    assert states(journal) == ["ABORTED"]
 
 
 # -- failures: target unchanged, no staged table, journal ABORTED ---------------------------------
