@@ -5,7 +5,6 @@ Shared by the operator and the materialized-table refresh; no Airflow import.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from typing import Any
@@ -52,37 +51,36 @@ def execute_staged(
     killed: threading.Event | None = None,
 ) -> dict[str, Any] | None:
     """Build ``staged`` from ``sql``; return the committed manifest, or None when skipped."""
-    with contextlib.closing(staged):
-        killed = killed or threading.Event()
-        status = StagingJobStatusHook(staged)
-        job_id = staged.attempt_id
-        status.on_created(job_id)
-        if staged.skipped:
-            log.info("%s exists and purpose is create_if_not_exists: nothing to do", staged.target)
-            return None
-        spec = {**staged.write_spec(), **spec_extra}
-        log.info("staged attempt %s writes into %s", job_id, staged.location)
+    killed = killed or threading.Event()
+    status = StagingJobStatusHook(staged)
+    job_id = staged.attempt_id
+    status.on_created(job_id)
+    if staged.skipped:
+        log.info("%s exists and purpose is create_if_not_exists: nothing to do", staged.target)
+        return None
+    spec = {**staged.write_spec(), **spec_extra}
+    log.info("staged attempt %s writes into %s", job_id, staged.location)
 
-        def check_killed() -> None:
-            if killed.is_set():
-                raise TaskKilledError(f"task was killed while building {staged.target}")
+    def check_killed() -> None:
+        if killed.is_set():
+            raise TaskKilledError(f"task was killed while building {staged.target}")
 
+    try:
+        with Heartbeat(staged, ttl_seconds):
+            manifest = engine.run(sql, spec, staged.job_env())
+            check_killed()
+            staged.written(manifest)
+            check_killed()
+            status.on_finished(job_id)
+    except BaseException as error:
         try:
-            with Heartbeat(staged, ttl_seconds):
-                manifest = engine.run(sql, spec, staged.job_env())
-                check_killed()
-                staged.written(manifest)
-                check_killed()
-                status.on_finished(job_id)
-        except BaseException as error:
-            try:
-                if killed.is_set():
-                    status.on_canceled(job_id)
-                else:
-                    status.on_failed(job_id, error)
-            except Exception:
-                # Keep the original error; the callbacks, reconcile or the TTL sweep retry the abort.
-                log.exception("abort of %s failed; left to the sweep", job_id)
-            raise
-        staged.housekeep()
-        return None if staged.skipped else manifest
+            if killed.is_set():
+                status.on_canceled(job_id)
+            else:
+                status.on_failed(job_id, error)
+        except Exception:
+            # Keep the original error; the callbacks, reconcile or the TTL sweep retry the abort.
+            log.exception("abort of %s failed; left to the sweep", job_id)
+        raise
+    staged.housekeep()
+    return None if staged.skipped else manifest

@@ -9,7 +9,6 @@ keeps the attempt WRITTEN and ``reconcile`` finishes it later.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -156,33 +155,23 @@ def reconcile(
     now = time.time() if now is None else now
     actions = []
     for record in settings.journal.open_attempts():
-        with contextlib.closing(staged_from_record(record, settings)) as staged:
-            actions.append(_reconcile_attempt(staged, record, settings, task_state, now))
+        staged = staged_from_record(record, settings)
+        state = task_state(record.task) if task_state is not None and record.task is not None else None
+        if record.state is AttemptState.WRITTEN and staged.is_published(record):
+            staged.finish()
+            action = "finished"
+        elif state == "success" and record.state is AttemptState.WRITTEN:
+            staged.commit()
+            staged.housekeep()
+            action = "committed"
+        elif state == "success" or state in _FAILED_STATES:
+            abort_attempt(staged, f"task {state}")
+            action = "aborted"
+        elif now - record.heartbeat_at > settings.attempt_ttl_seconds:
+            abort_attempt(staged, "expired: no heartbeat within the attempt TTL")
+            action = "expired"
+        else:
+            action = "left running"
+        log.info("reconcile %s (%s): %s", record.attempt_id, record.target, action)
+        actions.append(ReconcileAction(record.attempt_id, record.target, action))
     return actions
-
-
-def _reconcile_attempt(
-    staged: JournaledStagedTable,
-    record: AttemptRecord,
-    settings: StagedSettings,
-    task_state: TaskStateLookup | None,
-    now: float,
-) -> ReconcileAction:
-    state = task_state(record.task) if task_state is not None and record.task is not None else None
-    if record.state is AttemptState.WRITTEN and staged.is_published(record):
-        staged.finish()
-        action = "finished"
-    elif state == "success" and record.state is AttemptState.WRITTEN:
-        staged.commit()
-        staged.housekeep()
-        action = "committed"
-    elif state == "success" or state in _FAILED_STATES:
-        abort_attempt(staged, f"task {state}")
-        action = "aborted"
-    elif now - record.heartbeat_at > settings.attempt_ttl_seconds:
-        abort_attempt(staged, "expired: no heartbeat within the attempt TTL")
-        action = "expired"
-    else:
-        action = "left running"
-    log.info("reconcile %s (%s): %s", record.attempt_id, record.target, action)
-    return ReconcileAction(record.attempt_id, record.target, action)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from airflow_provider_staged.assets import table_asset_uri
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.settings import StagedSettings
@@ -16,12 +19,18 @@ def is_jdbc(target: str) -> bool:
     return target.startswith(JDBC_PREFIX)
 
 
-def resolve_sink(target: str, settings: StagedSettings, task: TaskRef | None) -> SupportsStaging:
+def resolve_sink(
+    target: str,
+    settings: StagedSettings,
+    task: TaskRef | None,
+    jdbc_options: Mapping[str, Any] | None = None,
+) -> SupportsStaging:
     """``db.table`` → Hive Metastore; ``jdbc://<postgres conn id>/<schema>.<table>`` → PostgreSQL."""
     if is_jdbc(target):
-        from airflow_provider_staged.staging.jdbc import jdbc_sink_for_target
+        from airflow_provider_staged.staging.jdbc import JdbcWriteOptions, jdbc_sink_for_target
 
-        return jdbc_sink_for_target(target, settings.journal, task)
+        options = JdbcWriteOptions.from_mapping(jdbc_options)
+        return jdbc_sink_for_target(target, settings.journal, task, options)
     return HiveStagingSink(
         TableIdentifier.parse(target), settings.journal, settings.metastore_uri, settings.retention, task
     )

@@ -9,7 +9,7 @@ timeouts) and on ``on_kill`` (SIGTERM), after which the task is made to fail.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context, conf
@@ -37,6 +37,8 @@ class StagedCreateTableAsOperator(BaseOperator):
         the Spark provider's ``SparkSubmitHook`` and ``spark_conn_id``).
     :param partition_by: partition columns of a Hive target.
     :param spark_conf: Spark settings for this build.
+    :param jdbc_options: for a JDBC target, ``JdbcWriteOptions`` by name, e.g.
+        ``{"batch_size": 5000, "num_partitions": 4, "count_rows": True}``.
     """
 
     template_fields: Sequence[str] = ("target", "sql", "spark_conf")
@@ -56,9 +58,16 @@ class StagedCreateTableAsOperator(BaseOperator):
         spark_conn_id: str = "spark_default",
         partition_by: Sequence[str] | None = None,
         spark_conf: dict[str, str] | None = None,
+        jdbc_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         self.purpose = StagingPurpose.parse(purpose).value
+        if jdbc_options:
+            if "{{" not in target and not is_jdbc(target):
+                raise ValueError(f"jdbc_options are for jdbc:// targets, not {target!r}")
+            from airflow_provider_staged.staging.jdbc import JdbcWriteOptions
+
+            JdbcWriteOptions.from_mapping(jdbc_options)  # a bad option fails the DAG file, naming it
         if "{{" not in target and "outlets" not in kwargs:
             kwargs["outlets"] = [Asset(uri=asset_uri(target, staged_conn_id), name=target)]
         kwargs["on_failure_callback"] = _prepend(abort_task_attempts, kwargs.get("on_failure_callback"))
@@ -72,6 +81,7 @@ class StagedCreateTableAsOperator(BaseOperator):
         self.spark_conn_id = spark_conn_id
         self.partition_by = list(partition_by or [])
         self.spark_conf = spark_conf or {}
+        self.jdbc_options = dict(jdbc_options or {})
         self._engine: Engine | None = None
         self._staged: JournaledStagedTable | None = None
         self._killed = threading.Event()
@@ -96,7 +106,7 @@ class StagedCreateTableAsOperator(BaseOperator):
             return self._execute_non_atomic()
         if self.partition_by and is_jdbc(self.target):
             raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
-        sink = resolve_sink(self.target, settings, task_ref(context))
+        sink = resolve_sink(self.target, settings, task_ref(context), self.jdbc_options)
         self._staged = sink.apply_staging(StagingContext(StagingPurpose.parse(self.purpose)))
         manifest = execute_staged(
             self._staged,
@@ -118,7 +128,8 @@ class StagedCreateTableAsOperator(BaseOperator):
             "target": self.target,
             "version": staged.attempt_id,
             "location": staged.location,
-            "rows": manifest.get("rows", sum(f["rows"] for f in files)),
+            # None for a JDBC build that did not count (JdbcWriteOptions.count_rows).
+            "rows": manifest["rows"] if "rows" in manifest else sum(f["rows"] for f in files),
             "bytes": manifest.get("bytes", sum(f["bytes"] for f in files)),
             "files": len(files),
         }

@@ -90,9 +90,6 @@ class JournaledStagedTable(StagedTable):
     def after_commit(self, record: AttemptRecord) -> None:
         """Housekeeping after a commit (retention); errors are logged, never raised."""
 
-    def close(self) -> None:
-        """Release what the attempt keeps open between steps (a connection); reopened on use."""
-
     # -- the protocol -------------------------------------------------------------------
 
     def check_target(self) -> None:

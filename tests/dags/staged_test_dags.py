@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -26,6 +27,7 @@ with DAG("staged_operator", schedule=None, start_date=START, catchup=False):
         purpose=PURPOSE,
         atomic=os.environ.get("STAGED_TEST_ATOMIC", "true") == "true",
         execution_timeout=timedelta(seconds=float(TIMEOUT)) if TIMEOUT else None,
+        jdbc_options=json.loads(os.environ.get("STAGED_TEST_JDBC_OPTIONS", "{}")),
     )
 
 

@@ -147,3 +147,42 @@ def test_secrets_stay_out_of_repr_and_endpoint() -> None:
 def test_options_validated(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         JdbcWriteOptions(**{field: 0})
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"batchsize": 500}, "'batchsize'"),
+        ({"batch_size": True}, "batch_size True"),
+        ({"batch_size": "500"}, "batch_size '500'"),
+        ({"count_rows": "yes"}, "count_rows 'yes'"),
+    ],
+)
+def test_options_from_a_mapping_name_the_bad_one(options: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        JdbcWriteOptions.from_mapping(options)
+
+
+def test_options_from_a_mapping() -> None:
+    options = JdbcWriteOptions.from_mapping({"batch_size": 500, "count_rows": True})
+    assert (options.batch_size, options.count_rows, options.num_partitions) == (500, True, None)
+    assert JdbcWriteOptions.from_mapping(None) == JdbcWriteOptions()
+
+
+def test_sibling_prefix_starts_every_sibling_name() -> None:
+    for table in ("orders", "t" * 63):
+        target = JdbcTarget.parse(f"jdbc://db/public.{table}")
+        assert target.sibling("old", "20261121T000000-abcdef01").startswith(target.sibling_prefix("old"))
+
+
+def test_operator_rejects_bad_jdbc_options_when_the_dag_is_parsed() -> None:
+    from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+
+    with pytest.raises(ValueError, match="'batchsize'"):
+        StagedCreateTableAsOperator(
+            task_id="t", target="jdbc://db/public.t", sql="SELECT 1", jdbc_options={"batchsize": 1}
+        )
+    with pytest.raises(ValueError, match=r"not 'db\.t'"):
+        StagedCreateTableAsOperator(
+            task_id="t", target="db.t", sql="SELECT 1", jdbc_options={"batch_size": 1}
+        )
