@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.hive import HiveStagedTable
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
 
@@ -78,3 +80,18 @@ def table_location(metastore: MetastoreInfo, target: str) -> str | None:
     with MetastoreClient(metastore.uri) as client:
         found = client.get_table(database, table)
     return current_location(found) if found is not None else None
+
+
+def wait_for_open_attempt(
+    journal: AttemptJournal, target: str, process: subprocess.Popen, timeout: float = 240.0
+) -> AttemptRecord:
+    """The first attempt on ``target`` that is still open, a few seconds into its Spark job."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        open_records = [r for r in journal.records() if r.target == target and not r.state.ended]
+        if open_records:
+            time.sleep(8)  # let the Spark job start writing
+            return open_records[0]
+        assert process.poll() is None, "the task ended before its attempt began"
+        time.sleep(0.5)
+    raise AssertionError(f"no attempt on {target} began within {timeout} s")

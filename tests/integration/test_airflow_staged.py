@@ -10,18 +10,23 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from tests.fixtures.airflow_cli import BIN, staged_connection
+from tests.fixtures.airflow_cli import staged_connection
 from tests.fixtures.tcp_proxy import BudgetProxy
-from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, version_dirs
+from tests.integration.staged_helpers import (
+    build,
+    expected_snapshot,
+    snapshot,
+    staged_table,
+    version_dirs,
+    wait_for_open_attempt,
+)
 
 SQL_V1 = "SELECT id, concat('v1-', id) AS label FROM range(5000)"
 SQL_V2 = "SELECT id, concat('v2-', id) AS label FROM range(7000)"
@@ -133,34 +138,12 @@ def test_callbacks_form_commit_raises_then_reconcile_commits(
     assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
 
 
-def _start_dags_test(airflow_cli, env, log_path: Path) -> subprocess.Popen:
-    log = open(log_path, "w")  # noqa: SIM115 - closed by the caller through the process
-    return subprocess.Popen(
-        [str(BIN / "airflow"), "dags", "test", "staged_operator"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _wait_for_running_attempt(journal_dir, target, process, timeout=240.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        open_records = [r for r in _records(journal_dir, target) if not r.state.ended]
-        if open_records:
-            time.sleep(8)  # let the Spark job start writing
-            return open_records[0]
-        assert process.poll() is None, "dags test ended before the attempt began"
-        time.sleep(0.5)
-    raise AssertionError("no attempt began")
-
-
 def test_sigterm_while_spark_job_runs_aborts(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
     before = _seed_v1(spark, metastore, journal_dir, target)
     env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW)
-    process = _start_dags_test(airflow_cli, env, tmp_path / "dags-test.log")
-    attempt = _wait_for_running_attempt(journal_dir, target, process)
+    log_path = tmp_path / "dags-test.log"
+    process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
+    attempt = wait_for_open_attempt(AttemptJournal(journal_dir), target, process)
     os.kill(process.pid, signal.SIGTERM)
     process.wait(timeout=180)
     log = (tmp_path / "dags-test.log").read_text()
@@ -184,8 +167,9 @@ def test_timeout_aborts(airflow_cli, spark, metastore, journal_dir, target):
 def test_sigkill_of_task_process_then_sweep(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
     before = _seed_v1(spark, metastore, journal_dir, target)
     env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW, conn_extra={"attempt_ttl_minutes": 0.1})
-    process = _start_dags_test(airflow_cli, env, tmp_path / "dags-test.log")
-    attempt = _wait_for_running_attempt(journal_dir, target, process)
+    log_path = tmp_path / "dags-test.log"
+    process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
+    attempt = wait_for_open_attempt(AttemptJournal(journal_dir), target, process)
     os.killpg(process.pid, signal.SIGKILL)  # no callback can run
     process.wait(timeout=60)
     assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.BEGUN

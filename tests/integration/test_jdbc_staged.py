@@ -12,9 +12,6 @@ import os
 import secrets
 import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +40,7 @@ from airflow_provider_staged.staging.jdbc import (
 )
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import AirflowCli, staged_connection
+from tests.integration.staged_helpers import wait_for_open_attempt
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -137,6 +135,32 @@ def states(journal: AttemptJournal) -> list[str]:
     return [record.state.value for record in journal.records()]
 
 
+def task_env(
+    airflow_cli: AirflowCli, metastore: MetastoreInfo, journal: AttemptJournal, target: str, **extra: str
+) -> dict[str, str]:
+    """The environment of ``dags test staged_operator`` building ``target`` (STAGED_TEST_* in ``extra``)."""
+    conn_id = target.removeprefix("jdbc://").split("/")[0]
+    conn_var = f"AIRFLOW_CONN_{conn_id.upper()}"
+    return airflow_cli.env(
+        AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
+            metastore.port, metastore.uri, journal.root, metastore.warehouse
+        ),
+        STAGED_TEST_TARGET=target,
+        **{conn_var: os.environ[conn_var]},
+        **extra,
+    )
+
+
+def inserting_sessions(db: psycopg.Connection[Any]) -> int:
+    """Sessions of ours running a JDBC INSERT now."""
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        " AND query LIKE 'INSERT INTO%%' AND state <> 'idle'",
+        (APPLICATION_NAME,),
+    ).fetchone()
+    return int(row[0])
+
+
 # -- success --------------------------------------------------------------------------------------
 
 
@@ -214,16 +238,14 @@ def test_operator_through_airflow_keeps_the_password_out_of_everything_airflow_s
 ) -> None:
     """``airflow dags test`` of the operator on a JDBC target, the connection from ``AIRFLOW_CONN_*``."""
     make_table(db, schema)
-    conn_var = f"AIRFLOW_CONN_{postgres_conn_id.upper()}"
-    env = airflow_cli.env(
-        AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
-            metastore.port, metastore.uri, journal.root, metastore.warehouse
-        ),
-        STAGED_TEST_TARGET=f"jdbc://{postgres_conn_id}/{schema}.t",
+    env = task_env(
+        airflow_cli,
+        metastore,
+        journal,
+        f"jdbc://{postgres_conn_id}/{schema}.t",
         STAGED_TEST_SQL=NEW_QUERY,
         STAGED_TEST_PURPOSE="replace",
         STAGED_TEST_JDBC_OPTIONS=json.dumps({"count_rows": True, "batch_size": 500}),
-        **{conn_var: os.environ[conn_var]},
     )
     result = airflow_cli.run("dags", "test", "staged_operator", env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -458,70 +480,46 @@ def test_connection_killed_during_commit(
     assert states(journal) == ["ABORTED"]
 
 
-SIGTERM_SCRIPT = textwrap.dedent(
-    """
-    import os, signal, sys
-    from airflow_provider_staged.engine.session import build_session
-    from airflow_provider_staged.engine.spark_job import run_staged_write
-    from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
-    from airflow_provider_staged.staging.jdbc import jdbc_sink_for_target
-    from airflow_provider_staged.staging.journal import AttemptJournal
-
-    target, journal_dir, metastore_uri, warehouse = sys.argv[1:]
-    sink = jdbc_sink_for_target(target, AttemptJournal(journal_dir))
-    staged = sink.apply_staging(StagingContext(StagingPurpose.REPLACE_TABLE_AS))
-
-    def on_sigterm(signum, frame):
-        staged.abort("SIGTERM")  # what the operator's on_kill does
-        os._exit(143)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    staged.begin()
-    os.environ.update(staged.job_env())
-    spark = build_session(metastore_uri, warehouse, master="local[2]", app_name="sigterm")
-    run_staged_write(spark, "SELECT id, id AS v FROM range(200000000)", staged.write_spec())
-    sys.exit("the write should have been killed")
-    """
-)
-
-
-def test_sigterm_during_write_aborts(
+def test_sigterm_of_the_airflow_task_during_write_aborts(
+    airflow_cli: AirflowCli,
+    metastore: MetastoreInfo,
     db: psycopg.Connection[Any],
     schema: str,
     journal: AttemptJournal,
     postgres_conn_id: str,
-    metastore: MetastoreInfo,
     tmp_path: Path,
 ) -> None:
+    """SIGTERM to ``airflow dags test`` while Spark inserts: ``on_kill`` aborts, writers are ended."""
     make_table(db, schema)
-    script = tmp_path / "staged_write.py"
-    script.write_text(SIGTERM_SCRIPT)
     target = f"jdbc://{postgres_conn_id}/{schema}.t"
-    args = [sys.executable, str(script), target, str(journal.root), metastore.uri, metastore.warehouse]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = task_env(
+        airflow_cli,
+        metastore,
+        journal,
+        target,
+        STAGED_TEST_SQL="SELECT id, id AS v FROM range(200000000)",
+        STAGED_TEST_PURPOSE="replace",
+    )
+    log_path = tmp_path / "dags-test.log"
+    process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and process.poll() is None:
-            inserting = db.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = %s AND query LIKE 'INSERT INTO%%'",
-                (APPLICATION_NAME,),
-            ).fetchone()[0]
-            if inserting:
-                break
+        attempt = wait_for_open_attempt(journal, target, process)
+        deadline = time.monotonic() + 180  # the embedded Spark session starts after begin
+        while inserting_sessions(db) == 0:
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.2)
-        assert process.poll() is None, process.communicate()[0].decode(errors="replace")[-3000:]
-        process.send_signal(signal.SIGTERM)
-        output = process.communicate(timeout=120)[0].decode(errors="replace")
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout=180)
     finally:
         if process.poll() is None:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode == 143, output[-3000:]
+    log = log_path.read_text()
+    assert process.returncode != 0, log[-3000:]
+    assert journal.require(attempt.attempt_id).state is AttemptState.ABORTED, log[-3000:]
     assert count_sum(db, schema) == OLD
     assert tables(db, schema) == {"t"}
-    [record] = journal.records()
-    assert (record.state, record.error) == (AttemptState.ABORTED, "SIGTERM")
+    assert inserting_sessions(db) == 0
 
 
 def test_concurrent_if_not_exists_make_exactly_one_table(

@@ -9,18 +9,22 @@ defined by an environment variable; the Airflow side commits the manifest the jo
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import pytest
 from airflow.sdk.exceptions import AirflowException
 from airflow.sdk.execution_time.context import OutletEventAccessors
+from psycopg import sql
 
 from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.services.postgres import PostgresServer
 from airflow_provider_staged.services.spark_standalone import StandaloneCluster
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.integration.staged_helpers import (
@@ -74,7 +78,7 @@ def database(spark: Any) -> str:
 
 
 def submit_operator(
-    target: str, sql: str, purpose: str, spark_conf: dict[str, str] | None = None
+    target: str, sql: str, purpose: str, spark_conf: dict[str, str] | None = None, **kwargs: Any
 ) -> StagedCreateTableAsOperator:
     return StagedCreateTableAsOperator(
         task_id="build",
@@ -86,6 +90,7 @@ def submit_operator(
         staged_conn_id=STAGED_CONN_ID,
         # No driver UI: less start-up work on 2 shared cores.
         spark_conf={"spark.ui.enabled": "false", **(spark_conf or {})},
+        **kwargs,
     )
 
 
@@ -131,3 +136,41 @@ def test_query_failing_on_the_cluster_fails_the_task_and_keeps_the_previous_vers
     assert version_dirs(metastore, target) == before_dirs
     (record,) = [r for r in AttemptJournal(connections).records() if r.target == target]
     assert record.state is AttemptState.ABORTED
+
+
+def test_jdbc_target_through_spark_submit_keeps_the_password_out(
+    postgres: PostgresServer,
+    postgres_conn_id: str,
+    connections: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The job runs in spark-submit's own driver and the cluster's executor: the JDBC jar and the
+    password (in the submit's environment only) must reach them, and the commit happens here."""
+    caplog.set_level(logging.DEBUG)
+    schema = "submit_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as db:
+        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    target = f"jdbc://{postgres_conn_id}/{schema}.numbers"
+    operator = submit_operator(target, SQL, "create", jdbc_options={"count_rows": True, "batch_size": 1000})
+
+    result = operator.execute(task_context("jdbc"))
+
+    assert result["rows"] == 20000
+    with psycopg.connect(postgres.conninfo()) as db:
+        table = sql.Identifier(schema, "numbers")
+        found = db.execute(
+            sql.SQL("SELECT count(*), sum(k), count(DISTINCT label) FROM {}").format(table)
+        ).fetchone()
+        left = db.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename <> 'numbers'", (schema,)
+        ).fetchone()
+    assert found == (20000, sum(i % 97 for i in range(20000)), 20000)
+    assert left == (0,)
+    (record,) = [r for r in AttemptJournal(connections).records() if r.target == target]
+    assert record.state is AttemptState.COMMITTED
+    # The hook logs the command and the driver's output through Airflow's logging (to stdout).
+    logged = caplog.text + "".join(capfd.readouterr())
+    assert "Spark-Submit cmd" in logged and "staged-write" in logged
+    journal_text = "".join(path.read_text() for path in connections.glob("*.json"))
+    assert postgres.password not in logged + journal_text
