@@ -29,8 +29,6 @@ class ConnectionCache:
     def __init__(self) -> None:
         self._idle: dict[Hashable, list[psycopg.Connection[Any]]] = {}
         self._lock = threading.Lock()
-        # Kept, never closed: a forked child closing them would end its parent's sessions.
-        self._inherited: list[psycopg.Connection[Any]] = []
 
     @contextlib.contextmanager
     def connection(
@@ -69,9 +67,12 @@ class ConnectionCache:
                 conn.close()
 
     def _forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's connections without closing them.
+
+        Closing (``close_all`` at exit) would end the parent's sessions; psycopg's finalizer
+        knows not to when it runs in another process.
+        """
         self._lock = threading.Lock()
-        for connections in self._idle.values():
-            self._inherited.extend(connections)
         self._idle = {}
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
 import pytest
 
 from airflow_provider_staged.services.postgres import PostgresServer
-from airflow_provider_staged.staging.connection_cache import ConnectionCache
+from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS, ConnectionCache
 from airflow_provider_staged.staging.jdbc import PostgresConnection
 
 
@@ -68,3 +69,15 @@ def test_a_wrong_password_fails_at_once_with_the_server_error(params: PostgresCo
         cache.connection(wrong, wrong.connect),
     ):
         pass
+
+
+def test_a_forked_child_leaves_the_parents_connections_alone(params: PostgresConnection) -> None:
+    with POSTGRES_CONNECTIONS.connection(params, params.connect) as conn:
+        pid = backend_pid(conn)
+    child = os.fork()
+    if child == 0:  # what the inherited atexit handler does when the child exits normally
+        POSTGRES_CONNECTIONS.close_all()
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    with POSTGRES_CONNECTIONS.connection(params, params.connect) as again:
+        assert backend_pid(again) == pid  # still open, and lent again
