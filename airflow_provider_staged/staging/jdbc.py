@@ -129,16 +129,12 @@ class JdbcWriteOptions:
     commit_attempts: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "lock_timeout_ms", "commit_attempts"):
+        for name in ("batch_size", "num_partitions", "lock_timeout_ms", "commit_attempts"):
             value = getattr(self, name)
+            if value is None and name == "num_partitions":  # the query's partitioning
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"invalid {name} {value!r}: must be a positive integer")
-        if self.num_partitions is not None and (
-            not isinstance(self.num_partitions, int)
-            or isinstance(self.num_partitions, bool)
-            or self.num_partitions < 1
-        ):
-            raise ValueError(f"invalid num_partitions {self.num_partitions!r}: must be a positive integer")
         if not isinstance(self.count_rows, bool):
             raise ValueError(f"invalid count_rows {self.count_rows!r}: must be true or false")
 

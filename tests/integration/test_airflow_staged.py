@@ -17,7 +17,6 @@ import pytest
 
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from tests.fixtures.airflow_cli import staged_connection
 from tests.fixtures.tcp_proxy import BudgetProxy
 from tests.integration.staged_helpers import (
     build,
@@ -56,16 +55,7 @@ def journal_dir(tmp_path):
 
 
 def _env(airflow_cli, metastore, journal_dir, target, sql, port=None, **extra):
-    conn = staged_connection(
-        port or metastore.port,
-        metastore.uri,
-        journal_dir,
-        metastore.warehouse,
-        **extra.pop("conn_extra", {}),
-    )
-    return airflow_cli.env(
-        AIRFLOW_CONN_STAGED_DEFAULT=conn, STAGED_TEST_TARGET=target, STAGED_TEST_SQL=sql, **extra
-    )
+    return airflow_cli.task_env(metastore, journal_dir, target, port, STAGED_TEST_SQL=sql, **extra)
 
 
 def _records(journal_dir, target):

@@ -39,7 +39,7 @@ from airflow_provider_staged.staging.jdbc import (
     jdbc_staged_from_record,
 )
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from tests.fixtures.airflow_cli import AirflowCli, staged_connection
+from tests.fixtures.airflow_cli import AirflowCli
 from tests.integration.staged_helpers import wait_for_open_attempt
 
 pytestmark = pytest.mark.timeout(300)
@@ -138,17 +138,9 @@ def states(journal: AttemptJournal) -> list[str]:
 def task_env(
     airflow_cli: AirflowCli, metastore: MetastoreInfo, journal: AttemptJournal, target: str, **extra: str
 ) -> dict[str, str]:
-    """The environment of ``dags test staged_operator`` building ``target`` (STAGED_TEST_* in ``extra``)."""
-    conn_id = target.removeprefix("jdbc://").split("/")[0]
-    conn_var = f"AIRFLOW_CONN_{conn_id.upper()}"
-    return airflow_cli.env(
-        AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
-            metastore.port, metastore.uri, journal.root, metastore.warehouse
-        ),
-        STAGED_TEST_TARGET=target,
-        **{conn_var: os.environ[conn_var]},
-        **extra,
-    )
+    """``AirflowCli.task_env`` plus the PostgreSQL connection the JDBC ``target`` names."""
+    conn_var = f"AIRFLOW_CONN_{target.removeprefix('jdbc://').split('/')[0].upper()}"
+    return airflow_cli.task_env(metastore, journal.root, target, **{conn_var: os.environ[conn_var]}, **extra)
 
 
 def inserting_sessions(db: psycopg.Connection[Any]) -> int:
