@@ -32,6 +32,7 @@ from airflow_client.client.api.version_api import VersionApi
 from airflow_client.client.exceptions import ApiException
 from airflow_client.client.models.dag_patch_body import DAGPatchBody
 from airflow_client.client.models.dag_response import DAGResponse
+from airflow_client.client.models.dag_run_patch_body import DAGRunPatchBody
 from airflow_client.client.models.dag_run_response import DAGRunResponse
 from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
 
@@ -264,6 +265,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
 
     def delete_refresh_workflow(self, workflow: DeleteRefreshWorkflow[AirflowRefreshHandler]) -> None:
         dag_id = workflow.refresh_handler.dag_id
+        self._end_runs(dag_id)
         path = self.definition_file(dag_id)
         if path is not None:
             path.unlink(missing_ok=True)
@@ -272,7 +274,6 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         # DELETE: delete until it has stayed gone for longer than such a parse takes.
         api = DAGApi(self.client)
         deadline = time.monotonic() + self.parse_timeout
-        settle = min(5.0, self.parse_timeout / 4)
         gone_since: float | None = None
         last_error = ""
         while time.monotonic() < deadline:
@@ -285,7 +286,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
                     gone_since = None
                 elif gone_since is None:
                     gone_since = time.monotonic()
-                elif time.monotonic() - gone_since >= settle:
+                elif time.monotonic() - gone_since >= self._settle_seconds:
                     return
             time.sleep(self.poll_interval)
         raise WorkflowException(
@@ -388,6 +389,31 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
                 f"no definition for DAG {handler.dag_id} in {self.definitions_dir}"
             )
         return path
+
+    @property
+    def _settle_seconds(self) -> float:
+        """How long Airflow's own loops (a parse, a scheduling pass) may still act on old state."""
+        return min(5.0, self.parse_timeout / 4)
+
+    def _end_runs(self, dag_id: str) -> None:
+        """Pause ``dag_id`` and fail its queued and running runs, before it is deleted.
+
+        Airflow 3.3's scheduler dies (``ObjectDeletedError`` in its loop) when a run it is
+        scheduling is deleted under it, and then no DAG runs at all. A paused DAG gets no new run
+        (a new one would be the latest past slot at once), and ended runs are left alone.
+        """
+        try:
+            DAGApi(self.client).patch_dag(dag_id, DAGPatchBody(is_paused=True))
+            runs_api = DagRunApi(self.client)
+            active = runs_api.get_dag_runs(dag_id, state=["queued", "running"], limit=100).dag_runs
+            for run in active:
+                runs_api.patch_dag_run(dag_id, run.dag_run_id, DAGRunPatchBody(state="failed"))
+        except ApiException as err:
+            if err.status == 404:  # already gone
+                return
+            raise _api_failure(f"cannot end the runs of {dag_id} before deleting it", err) from None
+        if active:  # a scheduler loop that loaded a run before the PATCH finishes meanwhile
+            time.sleep(self._settle_seconds)
 
     def _dag(self, dag_id: str) -> DAGResponse:
         dag = self.get_dag(AirflowRefreshHandler(dag_id, self.endpoint))
