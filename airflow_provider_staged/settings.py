@@ -18,6 +18,7 @@ KNOWN_EXTRAS = {
     "atomic",
     "keep_versions",
     "max_version_age_hours",
+    "version_grace_minutes",
     "attempt_ttl_minutes",
     "spark_conf",
 }
@@ -72,6 +73,7 @@ class StagedSettings:
             raise ValueError(f"staged connection needs the metastore host and port, got {host!r}:{port!r}")
         keep = _optional_number(extras, "keep_versions")
         age_hours = _optional_number(extras, "max_version_age_hours")
+        grace_minutes = _optional_number(extras, "version_grace_minutes")
         ttl_minutes = _optional_number(extras, "attempt_ttl_minutes")
         spark_conf = extras.get("spark_conf") or {}
         if not isinstance(spark_conf, dict):
@@ -85,6 +87,7 @@ class StagedSettings:
             retention=RetentionPolicy(
                 keep_versions=int(keep) if keep is not None else defaults.keep_versions,
                 max_age_seconds=age_hours * 3600 if age_hours is not None else defaults.max_age_seconds,
+                grace_seconds=grace_minutes * 60 if grace_minutes is not None else defaults.grace_seconds,
             ),
             attempt_ttl_seconds=ttl_minutes * 60 if ttl_minutes is not None else DEFAULT_ATTEMPT_TTL_SECONDS,
             spark_conf={str(k): str(v) for k, v in spark_conf.items()},

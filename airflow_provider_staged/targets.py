@@ -9,8 +9,8 @@ from airflow_provider_staged.assets import table_asset_uri
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import SupportsStaging
-from airflow_provider_staged.staging.hive import HiveStagingSink
 from airflow_provider_staged.staging.journal import TaskRef
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagingSink
 
 JDBC_PREFIX = "jdbc://"
 
@@ -24,15 +24,21 @@ def resolve_sink(
     settings: StagedSettings,
     task: TaskRef | None,
     jdbc_options: Mapping[str, Any] | None = None,
+    conn_id: str | None = None,
 ) -> SupportsStaging:
     """``db.table`` → Hive Metastore; ``jdbc://<postgres conn id>/<schema>.<table>`` → PostgreSQL."""
     if is_jdbc(target):
-        from airflow_provider_staged.staging.jdbc import JdbcWriteOptions, jdbc_sink_for_target
+        from airflow_provider_staged.staging.kinds.jdbc_table import JdbcWriteOptions, jdbc_sink_for_target
 
         options = JdbcWriteOptions.from_mapping(jdbc_options)
-        return jdbc_sink_for_target(target, settings.journal, task, options)
+        return jdbc_sink_for_target(target, settings.journal, task, options, conn_id)
     return HiveStagingSink(
-        TableIdentifier.parse(target), settings.journal, settings.metastore_uri, settings.retention, task
+        TableIdentifier.parse(target),
+        settings.journal,
+        settings.metastore_uri,
+        settings.retention,
+        task,
+        conn_id,
     )
 
 

@@ -99,7 +99,7 @@ def write_table_non_atomic(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any
 
 def write_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     """Write into a staged PostgreSQL table (imported here: this module stays stdlib-only)."""
-    from airflow_provider_staged.staging.jdbc import write_staged_jdbc
+    from airflow_provider_staged.staging.kinds.jdbc_table import write_staged_jdbc
 
     return write_staged_jdbc(df, spec)
 

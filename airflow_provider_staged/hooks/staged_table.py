@@ -39,6 +39,7 @@ class StagedTableHook(BaseHook):
                 "extra": (
                     '{"warehouse": "file:/data/warehouse", "journal_dir": "/data/staged/journal", '
                     '"atomic": true, "keep_versions": 2, "max_version_age_hours": 168, '
+                    '"version_grace_minutes": 60, '
                     '"attempt_ttl_minutes": 60, "spark_conf": {}}'
                 ),
             },

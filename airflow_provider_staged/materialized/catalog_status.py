@@ -7,8 +7,8 @@ file beside the definition (``<stem>.workflow.json``); the first save or load th
 table moves them into its parameters.
 
 Hive 2.3's Thrift API has no compare-and-set for table parameters: a status write is a
-read-modify-write of the whole table object, done back to back (milliseconds) to keep the
-window in which it could undo a concurrent commit's pointer switch as small as possible.
+read-modify-write of the whole table object, so it holds the table's metastore lock, the same
+lock every commit holds (``metastore.locks``): neither can undo the other, across machines.
 
 The same state file always holds the workflow's default ``dynamicOptions`` and
 ``executionConfig`` (set on create or resume): a refresh reads them with
@@ -192,7 +192,9 @@ class CatalogStatusStore:
         remove_state(definition_path)
         if self.metastore_uri is None:
             return
-        with MetastoreClient(self.metastore_uri) as client:
+        with MetastoreClient(self.metastore_uri) as client, client.locked(
+            identifier.database, identifier.table
+        ):
             table = client.get_table(identifier.database, identifier.table)
             if table is not None and any(_owned(key) for key in table.parameters or {}):
                 table.parameters = {k: v for k, v in table.parameters.items() if not _owned(k)}
@@ -209,7 +211,9 @@ class CatalogStatusStore:
             definition = _read_definition(definition_path)
             if definition is not None:
                 ours.update(_split(DEFINITION_KEY, definition))
-            with MetastoreClient(self.metastore_uri) as client:
+            with MetastoreClient(self.metastore_uri) as client, client.locked(
+                identifier.database, identifier.table
+            ):
                 table = client.get_table(identifier.database, identifier.table)
                 if table is not None:
                     kept = {k: v for k, v in (table.parameters or {}).items() if not _owned(k)}

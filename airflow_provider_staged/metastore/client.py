@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from hmsclient import hmsclient
@@ -10,6 +11,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
 
+from airflow_provider_staged.metastore.locks import table_lock
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
 from airflow_provider_staged.storage import normalize_location
 
@@ -87,10 +89,34 @@ class MetastoreClient:
     def partitions(self, database: str, table: str) -> list[ttypes.Partition]:
         return self._client.get_partitions(database, table, -1)
 
+    def partitions_matching(
+        self, database: str, table: str, columns: list[str], spec: dict[str, str]
+    ) -> list[ttypes.Partition]:
+        """The partitions inside ``spec`` (column -> value for some of ``columns``), read by the
+        metastore's own filter: a one-partition refresh reads one partition, not the table's."""
+        if not spec:
+            return self.partitions(database, table)
+        values = [spec.get(column, "") for column in columns]
+        while values and values[-1] == "":
+            values.pop()
+        return self._client.get_partitions_ps(database, table, values, -1)
+
     def add_partitions(self, partitions: list[ttypes.Partition]) -> None:
         if partitions:
             self._client.add_partitions(partitions)
 
     def alter_partitions(self, database: str, table: str, parts: list[ttypes.Partition]) -> None:
+        """Change all ``parts`` in one metastore transaction (all or none)."""
         if parts:
-            self._client.alter_partitions(database, table, parts)
+            self._client.alter_partitions_with_environment_context(database, table, parts, _NO_STATS)
+
+    def drop_partition(self, database: str, table: str, values: list[str]) -> None:
+        """Unregister a partition; its files stay (they are deleted by whoever owns them)."""
+        with contextlib.suppress(NoSuchObjectException):
+            self._client.drop_partition(database, table, values, False)
+
+    @contextlib.contextmanager
+    def locked(self, database: str, table: str) -> Iterator[MetastoreClient]:
+        """Hold the table's metastore lock: every read-modify-write of its metadata does."""
+        with table_lock(self, database, table):
+            yield self

@@ -14,14 +14,15 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context, conf
 
+from airflow_provider_staged.callbacks import abort_task_attempts, task_ref
 from airflow_provider_staged.engine.runners import Engine, make_engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.lifecycle import abort_task_attempts, task_ref
 from airflow_provider_staged.settings import StagedSettings, parse_bool
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.targets import asset_uri, is_jdbc, resolve_sink
 
 
@@ -65,7 +66,7 @@ class StagedCreateTableAsOperator(BaseOperator):
         if jdbc_options:
             if "{{" not in target and not is_jdbc(target):
                 raise ValueError(f"jdbc_options are for jdbc:// targets, not {target!r}")
-            from airflow_provider_staged.staging.jdbc import JdbcWriteOptions
+            from airflow_provider_staged.staging.kinds.jdbc_table import JdbcWriteOptions
 
             JdbcWriteOptions.from_mapping(jdbc_options)  # a bad option fails the DAG file, naming it
         if "{{" not in target and "outlets" not in kwargs:
@@ -106,7 +107,7 @@ class StagedCreateTableAsOperator(BaseOperator):
             return self._execute_non_atomic()
         if self.partition_by and is_jdbc(self.target):
             raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
-        sink = resolve_sink(self.target, settings, task_ref(context), self.jdbc_options)
+        sink = resolve_sink(self.target, settings, task_ref(context), self.jdbc_options, self.staged_conn_id)
         self._staged = sink.apply_staging(StagingContext(StagingPurpose.parse(self.purpose)))
         manifest = execute_staged(
             self._staged,
@@ -120,18 +121,15 @@ class StagedCreateTableAsOperator(BaseOperator):
             return {"target": self.target, "skipped": True}
         return self._report(context, self._staged, manifest)
 
-    def _report(
-        self, context: Context, staged: JournaledStagedTable, manifest: dict[str, Any]
-    ) -> dict[str, Any]:
-        files = manifest.get("files", [])
+    def _report(self, context: Context, staged: JournaledStagedTable, manifest: Manifest) -> dict[str, Any]:
         result = {
             "target": self.target,
             "version": staged.attempt_id,
             "location": staged.location,
             # None for a JDBC build that did not count (JdbcWriteOptions.count_rows).
-            "rows": manifest["rows"] if "rows" in manifest else sum(f["rows"] for f in files),
-            "bytes": manifest.get("bytes", sum(f["bytes"] for f in files)),
-            "files": len(files),
+            "rows": manifest.rows,
+            "bytes": manifest.bytes,
+            "files": len(manifest.files),
         }
         for outlet in self.outlets:
             if isinstance(outlet, Asset):

@@ -76,6 +76,16 @@ def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
         "hive.metastore.disallow.incompatible.col.type.changes=false",
         "--hiveconf",
         "hive.metastore.event.db.notification.api.auth=false",
+        # The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates
+        # them only in its test mode (schematool creates them on a production metastore). Its
+        # default BoneCP pool is not among the jars pyspark ships; HikariCP is.
+        "--hiveconf",
+        "hive.in.test=true",
+        "--hiveconf",
+        "datanucleus.connectionPoolingType=HikariCP",
+        # A committer killed while holding a table lock releases it after this long.
+        "--hiveconf",
+        "hive.txn.timeout=60s",
     ]
 
 

@@ -1,21 +1,31 @@
-"""The journaled two-phase protocol shared by every staged table kind (Hive, JDBC).
+"""The one commit path of every staged kind: begin → written(manifest) → commit → housekeep.
 
-A subclass says how to check the target, where to stage, how to publish in one catalog
-operation and how to discard; this class journals each step (BEGUN, WRITTEN, COMMITTED,
-ABORTED) and makes ``commit`` and ``abort`` idempotent and mutually exclusive.
+A kind (``staging.kinds``) supplies only its catalog operations — how to read the target's
+current state under the kind's exclusive access, how to create it, how to switch it to the
+attempt's data, how to tell whether the catalog already points at the attempt, and how to
+delete the attempt's data. This class journals each step (BEGUN, WRITTEN, COMMITTED, ABORTED),
+makes the create-or-replace decision once for all kinds (the pyiceberg pattern: load current →
+shared checks → kind-specific switch), and makes ``commit`` and ``abort`` idempotent and
+mutually exclusive. Recovery never deletes what the catalog points at: every discard is
+preceded by the exact ``is_published`` check, and a catalog call whose reply was lost is
+resolved by that same check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from abc import abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_staged.staging.api import StagedTable, StagingPurpose
+from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.errors import (
     CommitConflictError,
     StagingError,
     TableAlreadyExistsError,
+    TableNotFoundError,
 )
 from airflow_provider_staged.staging.journal import (
     AttemptJournal,
@@ -23,9 +33,17 @@ from airflow_provider_staged.staging.journal import (
     AttemptState,
     TaskRef,
 )
+from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.versions import new_attempt_id
 
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
 log = logging.getLogger(__name__)
+
+
+class TaskKilledError(RuntimeError):
+    """The build was killed (SIGTERM, timeout, mark-failed) while its job ran."""
 
 
 class JournaledStagedTable(StagedTable):
@@ -40,20 +58,27 @@ class JournaledStagedTable(StagedTable):
         journal: AttemptJournal,
         task: TaskRef | None = None,
         attempt_id: str | None = None,
+        conn_id: str | None = None,
     ) -> None:
         self.target = target
         self.purpose = purpose
         self.journal = journal
         self.task = task
+        self.conn_id = conn_id
         self.attempt_id = attempt_id or new_attempt_id(task)
         # True when CREATE_TABLE_AS_IF_NOT_EXISTS found (or lost the race to) an existing table.
         self.skipped = False
 
     # -- what a kind implements -------------------------------------------------------
 
+    @classmethod
+    @abstractmethod
+    def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> JournaledStagedTable:
+        """Rebuild a journaled attempt exactly (abort, reconcile, the TTL sweep)."""
+
     @abstractmethod
     def target_exists(self) -> bool:
-        """Whether the target table exists now (raises for a missing database/schema)."""
+        """Whether the target exists now (raises for a missing database/schema)."""
 
     @abstractmethod
     def staging_location(self) -> str:
@@ -69,23 +94,40 @@ class JournaledStagedTable(StagedTable):
 
     @abstractmethod
     def catalog_ref(self) -> dict[str, Any]:
-        """What reconcile needs to reach the catalog again (never secrets)."""
+        """Everything ``from_record`` needs besides the record's common fields (no secrets)."""
 
     @abstractmethod
-    def publish(self, record: AttemptRecord) -> str | None:
-        """Make the staged data the target in ONE catalog operation.
+    def catalog_transaction(self, exclusive: bool = True) -> contextlib.AbstractContextManager[Any]:
+        """Access to the target's catalog for one operation; ``exclusive`` for a read-modify-write
+        (a lock, a transaction). A create needs none where the catalog's create is itself atomic."""
 
-        Returns what was superseded (old location), raises ``TableAlreadyExistsError`` when a
-        create lost a race.
-        """
+    @abstractmethod
+    def load_current(self, txn: Any) -> Any | None:
+        """The target's current catalog state, or None when it does not exist."""
+
+    @abstractmethod
+    def create_target(self, txn: Any, record: AttemptRecord, manifest: Manifest) -> None:
+        """Create the target from the attempt in one catalog operation (raise TableAlreadyExistsError)."""
+
+    @abstractmethod
+    def swap(
+        self, txn: Any, current: Any, record: AttemptRecord, manifest: Manifest
+    ) -> str | list[str] | None:
+        """Switch the existing target to the attempt in one catalog operation; return what it superseded."""
 
     @abstractmethod
     def is_published(self, record: AttemptRecord) -> bool:
-        """Whether the target already is this attempt's data (a commit that was not journaled)."""
+        """Whether the catalog points at this attempt's data now (exact; reads the catalog)."""
 
     @abstractmethod
     def discard(self, record: AttemptRecord) -> None:
-        """Delete this attempt's staged data; must succeed when there is nothing to delete."""
+        """Delete this attempt's staged data; must succeed when there is nothing to delete.
+
+        Only called after ``is_published`` said False under the attempt's lock.
+        """
+
+    def complete_publish(self, record: AttemptRecord) -> None:
+        """Finish a published attempt's catalog work that a crash may have cut short."""
 
     def after_commit(self, record: AttemptRecord) -> None:
         """Housekeeping after a commit (retention); errors are logged, never raised."""
@@ -104,8 +146,6 @@ class JournaledStagedTable(StagedTable):
             log.info("table %s exists: create_if_not_exists leaves it untouched", self.target)
             self.skipped = True
         if not exists and not self.purpose.creates:
-            from airflow_provider_staged.staging.errors import TableNotFoundError
-
             raise TableNotFoundError(
                 f"table {self.target} does not exist: purpose 'replace' needs an existing table "
                 "(use 'create_or_replace')"
@@ -122,6 +162,7 @@ class JournaledStagedTable(StagedTable):
             purpose=self.purpose.value,
             location=self.staging_location(),
             catalog=self.catalog_ref(),
+            conn_id=self.conn_id,
             task=self.task,
         )
         existing = self.journal.get(self.attempt_id)
@@ -137,12 +178,30 @@ class JournaledStagedTable(StagedTable):
     def location(self) -> str:
         return self.journal.require(self.attempt_id).location
 
-    def written(self, manifest: dict[str, Any]) -> None:
+    def written(self, manifest: Manifest | dict[str, Any]) -> None:
         """Record the committable (what the job wrote); the attempt becomes WRITTEN."""
         if self.skipped:
             return
+        data = Manifest.from_dict(manifest).to_dict()
         with self.journal.locked(self.attempt_id):
-            self.journal.transition(self.attempt_id, AttemptState.WRITTEN, manifest=manifest)
+            self.journal.transition(self.attempt_id, AttemptState.WRITTEN, manifest=data)
+
+    def publish(self, record: AttemptRecord) -> str | list[str] | None:
+        """The catalog operation of a commit: load current → the shared checks → create or swap."""
+        manifest = Manifest.from_dict(record.manifest or {})
+        # A create-only purpose skips the read: create_target refuses an existing target itself.
+        with self.catalog_transaction(exclusive=self.purpose.replaces) as txn:
+            current = self.load_current(txn) if self.purpose.replaces else None
+            if current is None:
+                if not self.purpose.creates:
+                    raise TableNotFoundError(f"table {self.target} was dropped before the commit")
+                self.create_target(txn, record, manifest)
+                return None
+            if not self.purpose.replaces:
+                raise TableAlreadyExistsError(
+                    f"table {self.target} was created by someone else before this commit"
+                )
+            return self.swap(txn, current, record, manifest)
 
     def commit(self) -> None:
         if self.skipped:
@@ -162,19 +221,39 @@ class JournaledStagedTable(StagedTable):
             try:
                 superseded = self.publish(record)
             except TableAlreadyExistsError:
-                self.discard(record)
-                self.journal.transition(
-                    self.attempt_id, AttemptState.ABORTED, error="target created concurrently"
-                )
+                self._discard_unpublished(record, "target created concurrently")
                 if self.purpose is StagingPurpose.CREATE_TABLE_AS_IF_NOT_EXISTS:
                     log.info("%s was created concurrently: this attempt aborted", self.target)
                     self.skipped = True
                     return
                 raise
+            except StagingError:
+                raise  # a decision of the checks or a refused lock: the catalog is unchanged
+            except Exception as error:
+                superseded = self._resolve_lost_reply(record, error)
             record = self.journal.transition(
                 self.attempt_id, AttemptState.COMMITTED, superseded_location=superseded
             )
         log.info("committed %s: %s is now %s", self.attempt_id, self.target, record.location)
+
+    def _resolve_lost_reply(self, record: AttemptRecord, error: Exception) -> None:
+        """A catalog call that failed without a verdict may have landed: ask the catalog."""
+        try:
+            published = self.is_published(record)
+        except Exception as check_error:
+            raise StagingError(
+                f"commit of {self.target} failed ({error!r}) and the catalog cannot be read to tell "
+                f"whether it landed ({check_error!r}): {self.target} is either its previous or its new "
+                f"version, never partial; `staged reconcile` settles attempt {self.attempt_id}"
+            ) from error
+        if not published:
+            raise StagingError(
+                f"commit of {self.target} failed ({error!r}); the catalog was not changed: "
+                f"{self.target} is still its previous version"
+            ) from error
+        log.warning("commit of %s landed although its reply was lost (%r)", self.target, error)
+        self.complete_publish(record)
+        return None
 
     def housekeep(self) -> None:
         """Retention after a commit, kept out of it (readers already see the new version).
@@ -199,7 +278,24 @@ class JournaledStagedTable(StagedTable):
         with self.journal.locked(self.attempt_id):
             record = self.journal.require(self.attempt_id)
             if not record.state.ended:
+                self.complete_publish(record)
                 self.journal.transition(self.attempt_id, AttemptState.COMMITTED)
+
+    def _discard_unpublished(self, record: AttemptRecord, reason: str | None) -> bool:
+        """Discard and journal ABORTED, unless the catalog points at the data (then COMMITTED).
+
+        The caller holds the attempt's lock. Returns whether the attempt was aborted.
+        """
+        if self.is_published(record):
+            # The catalog already points at this data: deleting it would break the table.
+            log.warning("%s of %s is published: journaled as committed, not aborted", self.attempt_id,
+                        self.target)
+            self.complete_publish(record)
+            self.journal.transition(self.attempt_id, AttemptState.COMMITTED)
+            return False
+        self.discard(record)
+        self.journal.transition(self.attempt_id, AttemptState.ABORTED, error=reason)
+        return True
 
 
 def abort_attempt(staged: JournaledStagedTable, reason: str | None = None) -> bool:
@@ -210,13 +306,88 @@ def abort_attempt(staged: JournaledStagedTable, reason: str | None = None) -> bo
             return False
         if record.state is AttemptState.ABORTED:
             # Aborted while the job still ran (on_kill): delete what stragglers wrote since.
-            staged.discard(record)
+            if not staged.is_published(record):
+                staged.discard(record)
             return False
-        if staged.is_published(record):
-            # The catalog already points at this data: deleting it would break the table.
-            staged.journal.transition(staged.attempt_id, AttemptState.COMMITTED)
-            return False
-        staged.discard(record)
-        staged.journal.transition(staged.attempt_id, AttemptState.ABORTED, error=reason)
-    log.info("aborted %s of %s (%s)", staged.attempt_id, staged.target, reason or "no reason")
-    return True
+        aborted = staged._discard_unpublished(record, reason)
+    if aborted:
+        log.info("aborted %s of %s (%s)", staged.attempt_id, staged.target, reason or "no reason")
+    return aborted
+
+
+def commit_written(staged: JournaledStagedTable, manifest: Manifest | dict[str, Any] | None = None) -> None:
+    """Record ``manifest`` (when the attempt has not), commit and housekeep: the commit step of
+    the operator, the callbacks form, the refresh and reconcile alike."""
+    if manifest is not None:
+        record = staged.journal.require(staged.attempt_id)
+        if record.state is AttemptState.BEGUN:
+            staged.written(manifest)
+    staged.commit()
+    staged.housekeep()
+
+
+class Heartbeat:
+    """Refresh the attempt's heartbeat while the job runs, so only dead attempts expire."""
+
+    def __init__(self, staged: JournaledStagedTable, ttl_seconds: float) -> None:
+        self.staged = staged
+        self.interval = max(1.0, min(30.0, ttl_seconds / 4))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="staged-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.staged.journal.heartbeat(self.staged.attempt_id)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_attempt(
+    staged: JournaledStagedTable,
+    write: Callable[[dict[str, Any]], Manifest | dict[str, Any]],
+    ttl_seconds: float,
+    killed: threading.Event | None = None,
+) -> Manifest | None:
+    """The whole path: begin, ``write(spec)`` (the Spark job), written, commit, housekeep.
+
+    Any failure (or a kill) aborts the attempt and re-raises. Returns the committed manifest,
+    or None when a create_if_not_exists found the table.
+    """
+    killed = killed or threading.Event()
+    status = StagingJobStatusHook(staged)
+    job_id = staged.attempt_id
+    status.on_created(job_id)
+    if staged.skipped:
+        log.info("%s exists and purpose is create_if_not_exists: nothing to do", staged.target)
+        return None
+    log.info("staged attempt %s writes into %s", job_id, staged.location)
+
+    def check_killed() -> None:
+        if killed.is_set():
+            raise TaskKilledError(f"task was killed while building {staged.target}")
+
+    try:
+        with Heartbeat(staged, ttl_seconds):
+            manifest = Manifest.from_dict(write(staged.write_spec()))
+            check_killed()
+            staged.written(manifest)
+            check_killed()
+            status.on_finished(job_id)
+    except BaseException as error:
+        try:
+            if killed.is_set():
+                status.on_canceled(job_id)
+            else:
+                status.on_failed(job_id, error)
+        except Exception:
+            # Keep the original error; the callbacks, reconcile or the TTL sweep retry the abort.
+            log.exception("abort of %s failed; left to the sweep", job_id)
+        raise
+    staged.housekeep()
+    return None if staged.skipped else manifest

@@ -63,11 +63,15 @@ class AttemptRecord:
     target: str
     purpose: str
     location: str
+    # Everything the kind's ``from_record`` needs to rebuild the attempt exactly (no secrets).
     catalog: dict[str, Any] = field(default_factory=dict)
+    # The staged connection whose catalog and journal the attempt belongs to.
+    conn_id: str | None = None
     state: AttemptState = AttemptState.BEGUN
     task: TaskRef | None = None
     manifest: dict[str, Any] | None = None
-    superseded_location: str | None = None
+    # What the commit superseded: a location, or several (a partition refresh).
+    superseded_location: str | list[str] | None = None
     error: str | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)

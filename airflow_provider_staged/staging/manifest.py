@@ -1,4 +1,4 @@
-"""The committable of a staged write: what a Spark job wrote into its version directory."""
+"""The committable of a staged write: what a Spark job wrote, from the engine to the journal to the commit."""
 
 from __future__ import annotations
 
@@ -21,39 +21,56 @@ class DataFile:
 
 @dataclass
 class Manifest:
-    """Schema, files, rows and bytes of one attempt; Spark ignores ``_``-prefixed files."""
+    """Schema, files, rows and bytes of one attempt, whatever its kind.
+
+    ``location`` is the version directory (Parquet kinds; Spark ignores its ``_``-prefixed
+    manifest file) or the staged table (JDBC). ``columns`` are (name, type) in the target's
+    type system. ``rows``/``bytes`` default to the files' sums; ``rows`` is None when the
+    writer did not count them (a JDBC build without ``count_rows``).
+    """
 
     location: str
-    schema_json: str
-    hive_columns: list[tuple[str, str]]
+    format: str = "parquet"
+    schema_json: str = ""
+    columns: list[tuple[str, str]] = field(default_factory=list)
     partition_columns: list[str] = field(default_factory=list)
     files: list[DataFile] = field(default_factory=list)
+    rows: int | None = None
+    bytes: int | None = None
+    table_oid: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.format == "parquet":
+            self.rows = sum(item.rows for item in self.files) if self.rows is None else self.rows
+            self.bytes = sum(item.bytes for item in self.files) if self.bytes is None else self.bytes
+        self.bytes = self.bytes or 0
 
     @property
-    def rows(self) -> int:
-        return sum(item.rows for item in self.files)
-
-    @property
-    def bytes(self) -> int:
-        return sum(item.bytes for item in self.files)
+    def hive_columns(self) -> list[tuple[str, str]]:
+        return self.columns
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["rows"] = self.rows
-        data["bytes"] = self.bytes
-        return data
+        return asdict(self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+    def from_dict(cls, data: dict[str, Any] | Manifest) -> Manifest:
+        if isinstance(data, Manifest):
+            return data
+        if "location" not in data:
+            raise ValueError(f"a manifest needs a location, got keys {sorted(data)}")
         return cls(
             location=data["location"],
-            schema_json=data["schema_json"],
-            hive_columns=[tuple(column) for column in data["hive_columns"]],
+            format=data.get("format", "parquet"),
+            schema_json=data.get("schema_json", ""),
+            columns=[tuple(column) for column in data.get("columns", data.get("hive_columns", []))],
             partition_columns=list(data.get("partition_columns", [])),
             files=[DataFile(**item) for item in data.get("files", [])],
+            rows=data.get("rows"),
+            bytes=data.get("bytes"),
+            table_oid=data.get("table_oid"),
         )
 
     @classmethod

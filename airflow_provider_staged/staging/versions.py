@@ -37,33 +37,39 @@ def parse_version_dir(name: str) -> str | None:
     return match.group(1) if match else None
 
 
+DEFAULT_GRACE_SECONDS = 3600.0
+
+
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """Keep at most ``keep_versions`` superseded versions, each for at most ``max_age_seconds``.
+    """Which superseded versions to delete: never one that a reader may still be reading.
 
-    A superseded version is deleted when it is beyond the count **or** older than the age
-    (whichever comes first); ``None`` disables that bound.
+    A version is deleted when it is older than ``max_age_seconds``, or when it is beyond the
+    newest ``keep_versions`` **and** was superseded more than ``grace_seconds`` ago. Never by
+    count alone: a query that started before two quick replaces still reads its version (the
+    time-based retention of Delta's and Iceberg's snapshots). ``None`` disables a bound.
     """
 
     keep_versions: int | None = 2
     max_age_seconds: float | None = 7 * 24 * 3600
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         if self.keep_versions is not None and self.keep_versions < 0:
             raise ValueError(f"invalid keep_versions {self.keep_versions!r}: must be >= 0")
         if self.max_age_seconds is not None and self.max_age_seconds < 0:
             raise ValueError(f"invalid max_age_seconds {self.max_age_seconds!r}: must be >= 0")
+        if self.grace_seconds < 0:
+            raise ValueError(f"invalid grace_seconds {self.grace_seconds!r}: must be >= 0")
 
     def expired(self, superseded: dict[str, float], now: float) -> list[str]:
         """Which of ``superseded`` (version name -> time it was superseded) to delete."""
         newest_first = sorted(superseded, key=lambda name: superseded[name], reverse=True)
         doomed = []
         for rank, name in enumerate(newest_first):
+            age = now - superseded[name]
             too_many = self.keep_versions is not None and rank >= self.keep_versions
-            too_old = (
-                self.max_age_seconds is not None
-                and now - superseded[name] > self.max_age_seconds
-            )
-            if too_many or too_old:
+            too_old = self.max_age_seconds is not None and age > self.max_age_seconds
+            if (too_many and age > self.grace_seconds) or too_old:
                 doomed.append(name)
         return doomed

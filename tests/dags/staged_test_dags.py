@@ -10,7 +10,7 @@ import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from airflow_provider_staged.lifecycle import staged_table_callbacks, staged_write_location
+from airflow_provider_staged.callbacks import staged_table_callbacks, staged_write_location
 from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
 
 TARGET = os.environ.get("STAGED_TEST_TARGET", "default.unset")

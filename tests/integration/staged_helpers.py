@@ -13,8 +13,8 @@ from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingJobStatusHook, StagingPurpose
-from airflow_provider_staged.staging.hive import HiveStagedTable
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_provider_staged.services.postgres import PostgresServer
 from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS, ConnectionCache
-from airflow_provider_staged.staging.jdbc import PostgresConnection
+from airflow_provider_staged.staging.kinds.jdbc_table import PostgresConnection
+from tests.fixtures.postgres_server import PostgresServer
 
 
 @pytest.fixture

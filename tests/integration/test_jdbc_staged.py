@@ -27,22 +27,29 @@ from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.identifiers import InvalidIdentifierError
 from airflow_provider_staged.jdbc_types import UnsupportedColumnTypeError
 from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.services.postgres import PostgresServer
+from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
-from airflow_provider_staged.staging.jdbc import (
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds import from_record
+from airflow_provider_staged.staging.kinds.jdbc_table import (
     APPLICATION_NAME,
     JdbcStagedTable,
     JdbcWriteOptions,
     jdbc_sink_for_target,
-    jdbc_staged_from_record,
 )
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import AirflowCli
+from tests.fixtures.postgres_server import PostgresServer
 from tests.integration.staged_helpers import wait_for_open_attempt
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def rebuilt_from_journal(journal: AttemptJournal, attempt_id: str):
+    """The attempt as reconcile rebuilds it: by its kind, from the journal alone."""
+    settings = StagedSettings("thrift://127.0.0.1:9", "/unused", str(journal.root))
+    return from_record(journal.require(attempt_id), settings)
 
 OLD_ROWS, NEW_ROWS = 20_000, 30_000
 OLD = (OLD_ROWS, OLD_ROWS * (OLD_ROWS + 1))  # count, sum(v) of make_table: v = 2 * id
@@ -209,6 +216,9 @@ def test_create_types_columns_and_keeps_the_password_out(
         "conn_id": postgres_conn_id,
         "schema": schema,
         "staged_table": staged.staged_name,
+        # Journaled so that reconcile rebuilds the attempt with the same lock timeouts.
+        "options": {"batch_size": 250, "num_partitions": 2, "count_rows": True, "lock_timeout_ms": 5000,
+                    "commit_attempts": 3},
     }
 
     password = postgres.password
@@ -466,7 +476,11 @@ def test_connection_killed_during_commit(
         thread.join(timeout=60)
         reader.rollback()
     assert killed == (True,)
-    assert len(failures) == 1 and isinstance(failures[0], psycopg.OperationalError)
+    # The lost connection is resolved by the exact is_published check: the task says what state
+    # the table is in instead of a bare driver error.
+    assert len(failures) == 1 and isinstance(failures[0], StagingError)
+    assert isinstance(failures[0].__cause__, psycopg.OperationalError)
+    assert "is still its previous version" in str(failures[0])
     assert count_sum(db, schema) == OLD
     assert tables(db, schema) == {"t"}
     assert states(journal) == ["ABORTED"]
@@ -570,14 +584,14 @@ def test_reconcile_rebuilds_attempts_from_the_journal(
     dead = staged_table(postgres_conn_id, schema, "create", journal, table="dead")
     dead.begin()
     dead.written(write(spark, dead, NEW_QUERY))
-    assert abort_attempt(jdbc_staged_from_record(journal.require(dead.attempt_id), journal), "expired")
+    assert abort_attempt(rebuilt_from_journal(journal, dead.attempt_id), "expired")
     assert tables(db, schema) == set()
 
     lost = staged_table(postgres_conn_id, schema, "create", journal, table="lost")
     lost.begin()
     lost.written(write(spark, lost, NEW_QUERY))
     lost.publish(journal.require(lost.attempt_id))  # committed in PostgreSQL, then the process died
-    rebuilt = jdbc_staged_from_record(journal.require(lost.attempt_id), journal)
+    rebuilt = rebuilt_from_journal(journal, lost.attempt_id)
     assert not abort_attempt(rebuilt, "expired")
     assert tables(db, schema) == {"lost"}
     assert sorted(states(journal)) == ["ABORTED", "COMMITTED"]

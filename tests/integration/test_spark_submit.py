@@ -24,9 +24,9 @@ from psycopg import sql
 
 from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.services.postgres import PostgresServer
-from airflow_provider_staged.services.spark_standalone import StandaloneCluster
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from tests.fixtures.postgres_server import PostgresServer
+from tests.fixtures.spark_standalone import StandaloneCluster
 from tests.integration.staged_helpers import (
     build,
     expected_snapshot,

@@ -11,7 +11,7 @@ from airflow_provider_staged.staging.versions import RetentionPolicy, new_attemp
 
 def _record(attempt_id="a1", task=None):
     return AttemptRecord(
-        attempt_id=attempt_id, kind="hive", target="db.t", purpose="create", location="/x", task=task
+        attempt_id=attempt_id, kind="hive_table", target="db.t", purpose="create", location="/x", task=task
     )
 
 
@@ -90,20 +90,29 @@ def test_attempt_ids_deterministic_per_try():
 
 def test_retention_by_count_and_age():
     superseded = {"v1": 100.0, "v2": 200.0, "v3": 300.0}
-    assert sorted(RetentionPolicy(keep_versions=1, max_age_seconds=None).expired(superseded, 400)) == [
-        "v1",
-        "v2",
-    ]
-    assert sorted(RetentionPolicy(keep_versions=None, max_age_seconds=150).expired(superseded, 400)) == [
-        "v1",
-        "v2",
-    ]
-    assert RetentionPolicy(keep_versions=5, max_age_seconds=None).expired(superseded, 400) == []
-    assert sorted(RetentionPolicy(keep_versions=0, max_age_seconds=None).expired(superseded, 400)) == [
-        "v1",
-        "v2",
-        "v3",
-    ]
+    no_grace = {"max_age_seconds": None, "grace_seconds": 0}
+    assert sorted(RetentionPolicy(keep_versions=1, **no_grace).expired(superseded, 400)) == ["v1", "v2"]
+    assert sorted(
+        RetentionPolicy(keep_versions=None, max_age_seconds=150, grace_seconds=0).expired(superseded, 400)
+    ) == ["v1", "v2"]
+    assert RetentionPolicy(keep_versions=5, **no_grace).expired(superseded, 400) == []
+    assert sorted(RetentionPolicy(keep_versions=0, **no_grace).expired(superseded, 400)) == ["v1", "v2", "v3"]
+
+
+def test_retention_never_deletes_by_count_alone_within_the_grace_period():
+    # Two quick replaces: a reader that started on v1 still reads it, however many versions came after.
+    superseded = {"v1": 1000.0, "v2": 1001.0, "v3": 1002.0}
+    policy = RetentionPolicy(keep_versions=0, max_age_seconds=None, grace_seconds=3600)
+    assert policy.expired(superseded, 1003.0) == []
+    assert sorted(policy.expired(superseded, 1000.0 + 3600.5)) == ["v1"]
+    assert sorted(policy.expired(superseded, 1002.0 + 3601)) == ["v1", "v2", "v3"]
+    # Within keep_versions a version stays past the grace period, until max_age.
+    kept = RetentionPolicy(keep_versions=3, max_age_seconds=7200, grace_seconds=3600)
+    assert kept.expired(superseded, 1002.0 + 3601) == []
+    assert sorted(kept.expired(superseded, 1000.0 + 7201)) == ["v1"]
+    assert RetentionPolicy().grace_seconds == 3600
+    with pytest.raises(ValueError, match="grace_seconds -1"):
+        RetentionPolicy(grace_seconds=-1)
     with pytest.raises(ValueError, match="keep_versions -1"):
         RetentionPolicy(keep_versions=-1)
 

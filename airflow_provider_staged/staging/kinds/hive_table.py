@@ -8,9 +8,11 @@ versions are deleted by the retention policy after later commits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
@@ -23,7 +25,7 @@ from airflow_provider_staged.metastore.tables import current_location, new_table
 from airflow_provider_staged.staging import storage_paths
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.errors import TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.errors import TableAlreadyExistsError
 from airflow_provider_staged.staging.journal import (
     AttemptJournal,
     AttemptRecord,
@@ -38,13 +40,19 @@ from airflow_provider_staged.staging.versions import (
 )
 from airflow_provider_staged.storage import delete_dir, list_dir, normalize_location
 
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
 log = logging.getLogger(__name__)
+
+# Kinds whose attempts are version directories under one table root (the sweep reads both).
+HIVE_KINDS = ("hive_table", "hive_partitions")
 
 
 class HiveStagedTable(JournaledStagedTable):
     """An atomic CTAS/RTAS target in a Hive Metastore (Spark Parquet data-source table)."""
 
-    kind = "hive"
+    kind = "hive_table"
 
     def __init__(
         self,
@@ -55,12 +63,28 @@ class HiveStagedTable(JournaledStagedTable):
         retention: RetentionPolicy | None = None,
         task: TaskRef | None = None,
         attempt_id: str | None = None,
+        conn_id: str | None = None,
     ) -> None:
-        super().__init__(identifier.name, purpose, journal, task, attempt_id)
+        super().__init__(identifier.name, purpose, journal, task, attempt_id, conn_id)
         self.identifier = identifier
         self.metastore_uri = metastore_uri
         self.retention = retention or RetentionPolicy()
         self._root: str | None = None  # resolved by target_exists, used by staging_location
+
+    @classmethod
+    def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> HiveStagedTable:
+        return cls(
+            TableIdentifier.parse(record.target),
+            StagingPurpose.parse(record.purpose),
+            settings.journal,
+            # The journal belongs to the connection: its metastore is authoritative, the
+            # address recorded at attempt time may be stale.
+            settings.metastore_uri,
+            settings.retention,
+            record.task,
+            record.attempt_id,
+            record.conn_id,
+        )
 
     def _client(self) -> MetastoreClient:
         return MetastoreClient(self.metastore_uri)
@@ -105,29 +129,31 @@ class HiveStagedTable(JournaledStagedTable):
                 self._root = self.table_root(client)
         return f"{self._root}/{version_dir_name(self.attempt_id)}"
 
-    def publish(self, record: AttemptRecord) -> str | None:
-        manifest = Manifest.from_dict(record.manifest or {})
+    @contextlib.contextmanager
+    def catalog_transaction(self, exclusive: bool = True) -> Iterator[MetastoreClient]:
         with self._client() as client:
-            # A create-only purpose skips the read: the metastore refuses a second create.
-            current = None
-            if self.purpose.replaces:
-                current = client.get_table(self.identifier.database, self.identifier.table)
-            if current is None:
-                if not self.purpose.creates:
-                    raise TableNotFoundError(f"table {self.target} was dropped before the commit")
-                try:
-                    client.create_table(new_table(self.identifier, manifest, self.attempt_id))
-                except AlreadyExistsException:
-                    raise TableAlreadyExistsError(
-                        f"table {self.target} was created by someone else before this commit"
-                    ) from None
-                return None
-            if not self.purpose.replaces:
-                raise TableAlreadyExistsError(
-                    f"table {self.target} was created by someone else before this commit"
-                )
-            client.alter_table(repointed_table(current, manifest, self.attempt_id))
-            return normalize_location(current_location(current))
+            if not exclusive:
+                yield client
+                return
+            with client.locked(self.identifier.database, self.identifier.table):
+                yield client
+
+    def load_current(self, txn: MetastoreClient) -> ttypes.Table | None:
+        return txn.get_table(self.identifier.database, self.identifier.table)
+
+    def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
+        try:
+            txn.create_table(new_table(self.identifier, manifest, self.attempt_id))
+        except AlreadyExistsException:
+            raise TableAlreadyExistsError(
+                f"table {self.target} was created by someone else before this commit"
+            ) from None
+
+    def swap(
+        self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
+    ) -> str | None:
+        txn.alter_table(repointed_table(current, manifest, self.attempt_id))
+        return normalize_location(current_location(current))
 
     def is_published(self, record: AttemptRecord) -> bool:
         with self._client() as client:
@@ -162,7 +188,7 @@ def sweep_versions(
             return []
         root = staged.root_for(client, table)
         listed = [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
-        records = [r for r in staged.journal.records() if r.kind == "hive" and r.target == staged.target]
+        records = [r for r in staged.journal.records() if r.kind in HIVE_KINDS and r.target == staged.target]
         table = client.get_table(staged.identifier.database, staged.identifier.table)
         if table is None:
             return []
@@ -170,18 +196,21 @@ def sweep_versions(
         if table.partitionKeys:
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
     in_flight = {normalize_location(r.location) for r in records if not r.state.ended}
-    committed = {normalize_location(r.location) for r in records if r.state is AttemptState.COMMITTED}
-    superseded_at = {
-        normalize_location(r.superseded_location): r.updated_at
-        for r in records
-        if r.state is AttemptState.COMMITTED and r.superseded_location
-    }
+    commits = [r for r in records if r.state is AttemptState.COMMITTED]
+    committed = {normalize_location(r.location) for r in commits}
+    # When each version stopped being read: the newest commit that superseded (part of) it; a
+    # version whose superseding commit was not recorded counts as superseded by the newest one.
+    newest_commit = max((r.updated_at for r in commits), default=now)
+    superseded_at: dict[str, float] = {}
+    for r in commits:
+        for location in superseded_locations(r):
+            superseded_at[location] = max(superseded_at.get(location, 0.0), r.updated_at)
     candidates, orphans = {}, []
     for entry in listed:
         if entry.location in live or entry.location in in_flight:
             continue
         if entry.location in committed:
-            candidates[entry.location] = superseded_at.get(entry.location, entry.mtime)
+            candidates[entry.location] = superseded_at.get(entry.location, newest_commit)
         else:
             orphans.append(entry.location)  # aborted, or never journaled: never readable
     doomed = orphans + retention.expired(candidates, now)
@@ -189,6 +218,14 @@ def sweep_versions(
         log.info("retention: deleting superseded version %s of %s", location, staged.target)
         delete_dir(location)
     return doomed
+
+
+def superseded_locations(record: AttemptRecord) -> list[str]:
+    """The version directories a commit superseded (one for a table, several for partitions)."""
+    found = record.superseded_location
+    if not found:
+        return []
+    return [_version_dir(item) for item in ([found] if isinstance(found, str) else found)]
 
 
 def _version_dir(location: str) -> str:
@@ -210,12 +247,14 @@ class HiveStagingSink(SupportsStaging):
         metastore_uri: str,
         retention: RetentionPolicy | None = None,
         task: TaskRef | None = None,
+        conn_id: str | None = None,
     ) -> None:
         self.identifier = identifier
         self.journal = journal
         self.metastore_uri = metastore_uri
         self.retention = retention
         self.task = task
+        self.conn_id = conn_id
 
     def apply_staging(self, context: StagingContext) -> HiveStagedTable:
         return HiveStagedTable(
@@ -225,4 +264,5 @@ class HiveStagingSink(SupportsStaging):
             self.metastore_uri,
             self.retention,
             self.task,
+            conn_id=self.conn_id,
         )

@@ -31,7 +31,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -50,9 +50,12 @@ from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort
 from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
+from airflow_provider_staged.staging.manifest import Manifest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from airflow_provider_staged.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +357,7 @@ def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
 class JdbcStagedTable(JournaledStagedTable):
     """An atomic CTAS/RTAS target in PostgreSQL: a staged table renamed to the target on commit."""
 
-    kind = "jdbc"
+    kind = "jdbc_table"
 
     def __init__(
         self,
@@ -365,8 +368,9 @@ class JdbcStagedTable(JournaledStagedTable):
         task: TaskRef | None = None,
         attempt_id: str | None = None,
         connection: PostgresConnection | None = None,
+        conn_id: str | None = None,
     ) -> None:
-        super().__init__(target.uri, purpose, journal, task, attempt_id)
+        super().__init__(target.uri, purpose, journal, task, attempt_id, conn_id)
         self.table = target
         self.options = options or JdbcWriteOptions()
         self._connection = connection
@@ -435,15 +439,39 @@ class JdbcStagedTable(JournaledStagedTable):
         return {password_env_var(self.table.conn_id): self.connection.password}
 
     def catalog_ref(self) -> dict[str, Any]:
-        return {"conn_id": self.table.conn_id, "schema": self.table.schema, "staged_table": self.staged_name}
+        return {
+            "conn_id": self.table.conn_id,
+            "schema": self.table.schema,
+            "staged_table": self.staged_name,
+            "options": asdict(self.options),
+        }
 
-    def publish(self, record: AttemptRecord) -> str | None:
-        """Rename staged → target in one transaction; retried when a lock wait times out."""
-        written_oid = (record.manifest or {}).get("table_oid")
+    @classmethod
+    def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> JdbcStagedTable:
+        return cls(
+            JdbcTarget.parse(record.target),
+            StagingPurpose.parse(record.purpose),
+            settings.journal,
+            JdbcWriteOptions.from_mapping(record.catalog.get("options")),
+            task=record.task,
+            attempt_id=record.attempt_id,
+            conn_id=record.conn_id,
+        )
+
+    @contextlib.contextmanager
+    def catalog_transaction(self, exclusive: bool = True) -> Iterator[psycopg.Connection[Any]]:
+        with self.connection.reused() as conn, conn.transaction():
+            _set_lock_timeout(conn, self.options.lock_timeout_ms)
+            yield conn
+
+    def load_current(self, txn: psycopg.Connection[Any]) -> tuple[int, str] | None:
+        return self._describe_target(txn)
+
+    def publish(self, record: AttemptRecord) -> str | list[str] | None:
+        """The shared commit in one transaction; retried when a lock wait times out."""
         for attempt in range(1, self.options.commit_attempts + 1):
             try:
-                with self.connection.reused() as conn:
-                    return self._swap(conn, written_oid)
+                return super().publish(record)
             except (
                 psycopg.errors.DuplicateTable,
                 psycopg.errors.DuplicateObject,
@@ -469,32 +497,38 @@ class JdbcStagedTable(JournaledStagedTable):
             f"({self.options.commit_attempts} tries with lock_timeout {self.options.lock_timeout_ms} ms)"
         )
 
-    def _swap(self, conn: psycopg.Connection[Any], written_oid: int | None) -> str | None:
+    def _staged_oid(self, conn: psycopg.Connection[Any], manifest: Manifest) -> int:
+        found = _relation(conn, self.table.schema, self.staged_name)
+        if found is None or (manifest.table_oid is not None and found[0] != manifest.table_oid):
+            raise StagingError(f"staged table {manifest.location} is missing or is not what the job wrote")
+        return found[0]
+
+    def create_target(self, txn: psycopg.Connection[Any], record: AttemptRecord, manifest: Manifest) -> None:
+        self._staged_oid(txn, manifest)
+        txn.execute(
+            sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                sql.Identifier(self.table.schema, self.staged_name), sql.Identifier(self.table.table)
+            )
+        )
+
+    def swap(
+        self,
+        txn: psycopg.Connection[Any],
+        current: tuple[int, str],
+        record: AttemptRecord,
+        manifest: Manifest,
+    ) -> str:
         schema, table = self.table.schema, self.table.table
+        staged_oid = self._staged_oid(txn, manifest)
         target, staged = sql.Identifier(schema, table), sql.Identifier(schema, self.staged_name)
-        with conn.transaction():
-            _set_lock_timeout(conn, self.options.lock_timeout_ms)
-            found = _relation(conn, schema, self.staged_name)
-            if found is None or (written_oid is not None and found[0] != written_oid):
-                raise StagingError(f"staged table {self.location} is missing or is not what the job wrote")
-            current = self._describe_target(conn)
-            if current is None:
-                if not self.purpose.creates:
-                    raise TableNotFoundError(f"table {self.target} was dropped before the commit")
-                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table)))
-                return None
-            if not self.purpose.replaces:
-                raise TableAlreadyExistsError(
-                    f"table {self.target} was created by someone else before this commit"
-                )
-            # Waits (lock_timeout) for running readers; readers arriving later wait for us and
-            # then see the new table: PostgreSQL looks the name up again after a lock wait.
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
-            _refuse_dependents(conn, current[0], self.target)
-            old_name = self.table.sibling("old", self.attempt_id)
-            conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(target, sql.Identifier(old_name)))
-            conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table)))
-            _carry_comments(conn, current[0], found[0], schema, table)
+        # Waits (lock_timeout) for running readers; readers arriving later wait for us and
+        # then see the new table: PostgreSQL looks the name up again after a lock wait.
+        txn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
+        _refuse_dependents(txn, current[0], self.target)
+        old_name = self.table.sibling("old", self.attempt_id)
+        txn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(target, sql.Identifier(old_name)))
+        txn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table)))
+        _carry_comments(txn, current[0], staged_oid, schema, table)
         return f"{schema}.{old_name}"
 
     def after_commit(self, record: AttemptRecord) -> None:
@@ -517,7 +551,7 @@ class JdbcStagedTable(JournaledStagedTable):
                 log.info("dropped %s, superseded by a commit of %s", location, self.target)
 
     def is_published(self, record: AttemptRecord) -> bool:
-        written_oid = (record.manifest or {}).get("table_oid")
+        written_oid = Manifest.from_dict(record.manifest).table_oid if record.manifest else None
         if written_oid is None:
             return False
         with self.connection.reused() as conn:
@@ -618,32 +652,33 @@ class JdbcStagingSink(SupportsStaging):
         task: TaskRef | None = None,
         options: JdbcWriteOptions | None = None,
         connection: PostgresConnection | None = None,
+        conn_id: str | None = None,
     ) -> None:
         self.target = target
         self.journal = journal
         self.task = task
         self.options = options
         self.connection = connection
+        self.conn_id = conn_id
 
     def apply_staging(self, context: StagingContext) -> JdbcStagedTable:
         return JdbcStagedTable(
-            self.target, context.purpose, self.journal, self.options, self.task, connection=self.connection
+            self.target,
+            context.purpose,
+            self.journal,
+            self.options,
+            self.task,
+            connection=self.connection,
+            conn_id=self.conn_id,
         )
 
 
 def jdbc_sink_for_target(
-    target: str, journal: AttemptJournal, task: TaskRef | None = None, options: JdbcWriteOptions | None = None
+    target: str,
+    journal: AttemptJournal,
+    task: TaskRef | None = None,
+    options: JdbcWriteOptions | None = None,
+    conn_id: str | None = None,
 ) -> JdbcStagingSink:
     """The sink of ``jdbc://<postgres conn id>/<schema>.<table>``; raise ValueError naming a bad one."""
-    return JdbcStagingSink(JdbcTarget.parse(target), journal, task, options)
-
-
-def jdbc_staged_from_record(record: AttemptRecord, journal: AttemptJournal) -> JdbcStagedTable:
-    """Rebuild a journaled attempt (abort, reconcile, the TTL sweep)."""
-    return JdbcStagedTable(
-        JdbcTarget.parse(record.target),
-        StagingPurpose.parse(record.purpose),
-        journal,
-        task=record.task,
-        attempt_id=record.attempt_id,
-    )
+    return JdbcStagingSink(JdbcTarget.parse(target), journal, task, options, conn_id=conn_id)

@@ -1,0 +1,269 @@
+"""Atomic replacement of some partitions of a Hive Metastore table (materialized-table refresh).
+
+The attempt's version directory holds the refreshed partitions; the commit switches every
+partition it touches in ONE ``alter_partitions`` (one metastore transaction). Partitions the
+table does not have yet are first registered at the table's empty placeholder directory —
+a reader sees them empty, as they were while absent — and then switched in that same single
+call, so a reader never sees a mix of old and new partitions. The first refresh creates the
+table with Spark's directory-discovered layout (one call, complete), registers its
+partitions (invisible to Spark until the last step), then switches the table to
+catalog-tracked partitions. Every step runs under the table's metastore lock.
+
+The journal records the partition columns and the spec, so reconcile rebuilds exactly this
+kind: its ``is_published`` asks whether any partition points into the attempt's directory,
+which the single switching call makes all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hmsclient.genthrift.hive_metastore import ttypes
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.metastore.client import AlreadyExistsException, MetastoreClient
+from airflow_provider_staged.metastore.tables import (
+    SCHEMA_KEY,
+    current_location,
+    new_table,
+    schema_parameters,
+)
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
+from airflow_provider_staged.staging.versions import RetentionPolicy
+from airflow_provider_staged.storage import delete_dir, normalize_location
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
+PARTITION_PROVIDER_KEY = "spark.sql.partitionProvider"
+# Beside the version directories (not one: the sweep never touches it), always empty.
+EMPTY_DIR_NAME = "_empty"
+
+
+class HivePartitionStagedTable(HiveStagedTable):
+    """Replace the partitions inside ``partition_spec`` (all partitions when it is empty)."""
+
+    kind = "hive_partitions"
+
+    def __init__(
+        self,
+        identifier: TableIdentifier,
+        partition_columns: Sequence[str],
+        partition_spec: Mapping[str, str],
+        journal: AttemptJournal,
+        metastore_uri: str,
+        retention: RetentionPolicy | None = None,
+        task: TaskRef | None = None,
+        attempt_id: str | None = None,
+        conn_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            identifier,
+            StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
+            journal,
+            metastore_uri,
+            retention,
+            task,
+            attempt_id,
+            conn_id,
+        )
+        unknown = sorted(set(partition_spec) - set(partition_columns))
+        if not partition_columns or unknown:
+            raise StagingError(
+                f"partition spec {dict(partition_spec)} does not fit {list(partition_columns)}"
+            )
+        self.partition_columns = list(partition_columns)
+        self.partition_spec = dict(partition_spec)
+
+    @classmethod
+    def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> HivePartitionStagedTable:
+        return cls(
+            TableIdentifier.parse(record.target),
+            record.catalog["partition_columns"],
+            record.catalog["partition_spec"],
+            settings.journal,
+            settings.metastore_uri,
+            settings.retention,
+            record.task,
+            record.attempt_id,
+            record.conn_id,
+        )
+
+    def catalog_ref(self) -> dict[str, Any]:
+        return {
+            **super().catalog_ref(),
+            "partition_columns": self.partition_columns,
+            "partition_spec": self.partition_spec,
+        }
+
+    def write_spec(self) -> dict[str, Any]:
+        return {**super().write_spec(), "partition_by": self.partition_columns}
+
+    # -- the catalog operations ---------------------------------------------------------
+
+    def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
+        try:
+            txn.create_table(new_table(self.identifier, manifest, self.attempt_id))
+        except AlreadyExistsException:
+            raise TableAlreadyExistsError(f"table {self.target} was created concurrently") from None
+        self._register_created(txn, record, manifest)
+
+    def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
+        """Register the partitions of a table this attempt created, then make Spark use them."""
+        created = txn.get_table(self.identifier.database, self.identifier.table)
+        registered = {tuple(p.values) for p in self._inside_spec(txn, created)}
+        targets = sorted(self._targets(manifest, []) - registered)
+        stats = _partition_stats(manifest, self.partition_columns)
+        txn.add_partitions(
+            [self._partition(created, v, self._location(record, v), stats.get(v)) for v in targets]
+        )
+        created.parameters[PARTITION_PROVIDER_KEY] = "catalog"
+        txn.alter_table(created)
+
+    def swap(
+        self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
+    ) -> list[str]:
+        _check_same_schema(current, manifest, self.target)
+        existing = {tuple(p.values): p for p in self._inside_spec(txn, current)}
+        targets = sorted(self._targets(manifest, list(existing)))
+        placeholder = self._empty_location(record)
+        added = [values for values in targets if values not in existing]
+        new = [self._partition(current, values, placeholder, None) for values in added]
+        # Visible as empty partitions until the switch below: as they were while absent.
+        txn.add_partitions(new)
+        stats = _partition_stats(manifest, self.partition_columns)
+        switched, superseded = [], []
+        for partition in [*(existing[v] for v in targets if v in existing), *new]:
+            changed = copy.deepcopy(partition)
+            changed.sd.location = self._location(record, tuple(partition.values))
+            written = stats.get(tuple(changed.values))
+            changed.parameters = {**(changed.parameters or {}), **_fast_stats(written)}
+            switched.append(changed)
+            old = normalize_location(partition.sd.location)
+            if old != placeholder:
+                superseded.append(old)
+        txn.alter_partitions(current.dbName, current.tableName, switched)
+        return superseded
+
+    def is_published(self, record: AttemptRecord) -> bool:
+        mine = normalize_location(record.location)
+        with self._client() as client:
+            table = client.get_table(self.identifier.database, self.identifier.table)
+            if table is None:
+                return False
+            if normalize_location(current_location(table)) == mine:
+                return True  # this attempt created the table
+            partitions = self._inside_spec(client, table)
+        return any(normalize_location(p.sd.location).startswith(mine + "/") for p in partitions)
+
+    def complete_publish(self, record: AttemptRecord) -> None:
+        """A crash between creating the table and registering its partitions: finish it."""
+        with self.catalog_transaction() as txn:
+            table = self.load_current(txn)
+            if (
+                table is not None
+                and normalize_location(current_location(table)) == normalize_location(record.location)
+                and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) != "catalog"
+            ):
+                self._register_created(txn, record, Manifest.from_dict(record.manifest or {}))
+
+    def discard(self, record: AttemptRecord) -> None:
+        """Delete the attempt's directory and unregister partitions it left at the placeholder."""
+        delete_dir(record.location)
+        if not record.manifest:
+            return
+        written = self._written(Manifest.from_dict(record.manifest))
+        placeholder = self._empty_location(record)
+        with self.catalog_transaction() as txn:
+            table = self.load_current(txn)
+            if table is None:
+                return
+            for partition in self._inside_spec(txn, table):
+                at_placeholder = normalize_location(partition.sd.location) == placeholder
+                if at_placeholder and tuple(partition.values) in written:
+                    txn.drop_partition(table.dbName, table.tableName, partition.values)
+
+    # -- partition math -----------------------------------------------------------------
+
+    def _written(self, manifest: Manifest) -> set[tuple[str, ...]]:
+        written = {partition_values(f.path, self.partition_columns) for f in manifest.files}
+        if None in written:
+            raise StagingError(f"attempt {self.attempt_id} wrote files outside partition directories")
+        return written  # type: ignore[return-value]
+
+    def _targets(self, manifest: Manifest, existing: Sequence[tuple[str, ...]]) -> set[tuple[str, ...]]:
+        """The partitions the refresh writes plus the existing ones inside its spec (emptied)."""
+        written = self._written(manifest)
+        outside = [v for v in written if not matches(v, self.partition_columns, self.partition_spec)]
+        if outside:
+            raise StagingError(
+                f"refresh of {self.partition_spec} produced rows of other partitions: {sorted(outside)[:3]}"
+            )
+        inside = {v for v in existing if matches(v, self.partition_columns, self.partition_spec)}
+        return written | inside
+
+    def _inside_spec(self, client: MetastoreClient, table: ttypes.Table) -> list[ttypes.Partition]:
+        """The table's partitions inside this refresh's spec (every partition it may touch)."""
+        return client.partitions_matching(
+            table.dbName, table.tableName, self.partition_columns, self.partition_spec
+        )
+
+    def _partition(
+        self, table: ttypes.Table, values: tuple[str, ...], location: str, stats: tuple[int, int] | None
+    ) -> ttypes.Partition:
+        storage = copy.deepcopy(table.sd)
+        storage.location = location
+        return ttypes.Partition(
+            values=list(values),
+            dbName=table.dbName,
+            tableName=table.tableName,
+            sd=storage,
+            parameters=_fast_stats(stats),
+        )
+
+    def _location(self, record: AttemptRecord, values: tuple[str, ...]) -> str:
+        location = f"{normalize_location(record.location)}/{partition_path(self.partition_columns, values)}"
+        # A partition the refresh emptied still needs a (empty) directory to point at.
+        Path(location.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        return location
+
+    def _empty_location(self, record: AttemptRecord) -> str:
+        root = normalize_location(record.location).rpartition("/")[0]
+        location = f"{root}/{EMPTY_DIR_NAME}"
+        Path(location.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        return location
+
+
+def _partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:
+    """(files, bytes) per written partition, from the manifest."""
+    stats: dict[tuple[str, ...], tuple[int, int]] = {}
+    for item in manifest.files:
+        values = partition_values(item.path, columns)
+        if values is not None:
+            files, size = stats.get(values, (0, 0))
+            stats[values] = (files + 1, size + item.bytes)
+    return stats
+
+
+def _fast_stats(stats: tuple[int, int] | None) -> dict[str, str]:
+    """The metastore's fast statistics, given: without them it lists every partition's files."""
+    files, size = stats or (0, 0)
+    return {"numFiles": str(files), "totalSize": str(size)}
+
+
+def _check_same_schema(table: ttypes.Table, manifest: Manifest, target: str) -> None:
+    current = (table.parameters or {}).get(SCHEMA_KEY)
+    wanted = schema_parameters(manifest).get(SCHEMA_KEY)
+    if current and wanted and json.loads(current) != json.loads(wanted):
+        raise StagingError(
+            f"the query's schema no longer matches table {target}: a partition refresh cannot change it"
+        )

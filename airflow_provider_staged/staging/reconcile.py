@@ -1,0 +1,69 @@
+"""Reconcile: finish or roll back attempts whose task ended, expire abandoned ones (pure).
+
+Attempts are rebuilt by the kind that made them (``staging.kinds.from_record``) and go through
+the one commit path; nothing here deletes what the catalog points at (``abort_attempt`` checks
+``is_published`` first). The task's state comes from a lookup the caller passes (Airflow's
+database, see ``callbacks.airflow_task_state``), or none at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.staging.journal import AttemptState, TaskRef
+from airflow_provider_staged.staging.kinds import from_record
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
+log = logging.getLogger(__name__)
+
+TaskStateLookup = Callable[[TaskRef], str | None]
+_FAILED_STATES = {"failed", "upstream_failed", "skipped", "removed", "up_for_retry", "superseded"}
+
+
+@dataclass(frozen=True)
+class ReconcileAction:
+    attempt_id: str
+    target: str
+    action: str
+
+
+def reconcile(
+    settings: StagedSettings, task_state: TaskStateLookup | None = None, now: float | None = None
+) -> list[ReconcileAction]:
+    """Settle every open attempt of ``settings``' journal:
+
+    - published in the catalog but not journaled → journaled COMMITTED ("finished"), whatever
+      the task's state: the catalog already serves it;
+    - task succeeded and the data is WRITTEN → committed (a commit callback that failed);
+    - task failed, was retried or is gone → aborted;
+    - nothing knows the task and its heartbeat is older than the TTL → aborted ("expired").
+    """
+    now = time.time() if now is None else now
+    actions = []
+    for record in settings.journal.open_attempts():
+        staged = from_record(record, settings)
+        state = task_state(record.task) if task_state is not None and record.task is not None else None
+        if staged.is_published(record):
+            staged.finish()
+            action = "finished"
+        elif state == "success" and record.state is AttemptState.WRITTEN:
+            commit_written(staged)
+            action = "committed"
+        elif state == "success" or state in _FAILED_STATES:
+            abort_attempt(staged, f"task {state}")
+            action = "aborted"
+        elif now - record.heartbeat_at > settings.attempt_ttl_seconds:
+            abort_attempt(staged, "expired: no heartbeat within the attempt TTL")
+            action = "expired"
+        else:
+            action = "left running"
+        log.info("reconcile %s (%s): %s", record.attempt_id, record.target, action)
+        actions.append(ReconcileAction(record.attempt_id, record.target, action))
+    return actions
