@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_NAME_LENGTH = 128
 
 
@@ -17,7 +18,10 @@ def validate_name(name: object, kind: str = "name") -> str:
     """Return ``name`` lower-cased (as the Hive Metastore stores it) or raise naming the value."""
     if not isinstance(name, str) or not name:
         raise InvalidIdentifierError(f"invalid {kind} {name!r}: must be a non-empty string")
-    if len(name) > MAX_NAME_LENGTH or not _NAME.match(name):
+    if _CONTROL.search(name):
+        raise InvalidIdentifierError(f"invalid {kind} {name!r}: contains a control character")
+    # fullmatch: ``$`` would also match before a trailing newline ('p6\n').
+    if len(name) > MAX_NAME_LENGTH or not _NAME.fullmatch(name):
         raise InvalidIdentifierError(
             f"invalid {kind} {name!r}: use letters, digits and underscores, "
             f"not starting with a digit, at most {MAX_NAME_LENGTH} characters"
@@ -43,10 +47,14 @@ class TableIdentifier:
 
     @classmethod
     def parse(cls, text: object, default_database: str = "default") -> TableIdentifier:
-        """Parse ``table`` or ``database.table``; anything else raises naming the value."""
-        if not isinstance(text, str) or not text.strip():
+        """Parse ``table`` or ``database.table``; anything else raises naming the value.
+
+        Surrounding spaces are dropped; other whitespace (a newline, a tab) is an error, so a
+        name the journal keys targets by has exactly one spelling.
+        """
+        if not isinstance(text, str) or not text.strip(" "):
             raise InvalidIdentifierError(f"invalid table name {text!r}: must be a non-empty string")
-        parts = text.strip().split(".")
+        parts = text.strip(" ").split(".")
         if len(parts) == 1:
             return cls(default_database, parts[0])
         if len(parts) == 2:

@@ -50,8 +50,8 @@ from airflow_provider_staged.materialized.definition import (
     parse_definition,
     read_identifier,
 )
-from airflow_provider_staged.materialized.factory import DEFINITION_GLOB, broken_dag_id, dag_id_for
 from airflow_provider_staged.materialized.freshness import RefreshMode
+from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, broken_dag_id, dag_id_for
 from airflow_provider_staged.materialized.scheduler import (
     CreatePeriodicRefreshWorkflow,
     CreateRefreshWorkflow,

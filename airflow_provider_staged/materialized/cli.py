@@ -2,14 +2,16 @@
 
 The scheduler is configured FLIP-style (``--conf workflow-scheduler.airflow.endpoint=...``) or
 by the shorthand options / environment variables below; with neither, the local Airflow that
-``airflow_local`` started under ``$STAGED_HOME/airflow`` is used.
+``airflow_local`` started under ``$STAGED_HOME/airflow`` is used. Input is checked before any
+server is contacted; errors are reported by the ``staged`` command (one line, exit code 1).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,7 +19,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.definition import DefinitionError, load_definition
+from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.materialized.params import (
+    RefreshRequestError,
+    execution_conf,
+    parse_refresh_request,
+    writer_options,
+)
 from airflow_provider_staged.materialized.scheduler import (
     WORKFLOW_SCHEDULER_TYPE,
     RefreshTrigger,
@@ -28,12 +38,18 @@ from airflow_provider_staged.services.airflow_local import airflow_status
 from airflow_provider_staged.services.metastore import metastore_status, staged_home
 
 if TYPE_CHECKING:
+    from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
     from airflow_provider_staged.materialized.manager import MaterializedTables
 
 app = typer.Typer(help="Materialized tables: refresh workflows in Airflow.", no_args_is_help=True)
 console = Console()
 
 _PREFIX = "workflow-scheduler.airflow."
+# The required scheduler options as this CLI sets them, for messages: (what, how to set it).
+_REQUIRED = {
+    "endpoint": ("the Airflow endpoint", "--endpoint URL (or STAGED_AIRFLOW_ENDPOINT)"),
+    "definitions-dir": ("the definitions folder", "--definitions-dir DIR (or STAGED_MT_DEFINITIONS_DIR)"),
+}
 DynamicOptions = Annotated[list[str] | None, typer.Option(
     metavar="KEY=VALUE", show_default=False, help="option of the table's writes (repeatable)")]
 ExecutionConfig = Annotated[list[str] | None, typer.Option(
@@ -49,6 +65,24 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
             raise typer.BadParameter(f"{what} {item!r}: expected KEY=VALUE")
         pairs[key.strip()] = value
     return pairs
+
+
+def _checked_pairs(
+    values: list[str] | None, flag: str, check: Callable[[Mapping[str, str]], dict[str, str]]
+) -> dict[str, str]:
+    """``KEY=VALUE`` options checked as a refresh checks them, the error naming the flag."""
+    try:
+        return check(_pairs(values, flag))
+    except RefreshRequestError as err:
+        raise RefreshRequestError(f"{flag}: {err}") from None
+
+
+def _dynamic_options(values: list[str] | None) -> dict[str, str]:
+    return _checked_pairs(values, "--dynamic-option", writer_options)
+
+
+def _execution_config(values: list[str] | None) -> dict[str, str]:
+    return _checked_pairs(values, "--execution-config", execution_conf)
 
 
 @app.callback()
@@ -79,25 +113,44 @@ def configure(
     ctx.obj = (config, metastore_uri)
 
 
+def _scheduler(ctx: typer.Context) -> AirflowWorkflowScheduler:
+    """The configured workflow scheduler, not connected yet."""
+    config, _ = ctx.obj
+    missing = [_REQUIRED[key] for key in _REQUIRED if not config.get(_PREFIX + key, "").strip()]
+    if missing:
+        raise WorkflowException(
+            f"missing {' and '.join(what for what, _ in missing)}: pass "
+            f"{' and '.join(how for _, how in missing)} to `staged mt` (the local Airflow under "
+            f"{staged_home() / 'airflow'}, used otherwise, is not running)"
+        )
+    return create_workflow_scheduler(config)
+
+
 @contextmanager
-def _tables(ctx: typer.Context) -> Iterator[MaterializedTables]:
-    """An open ``MaterializedTables``; workflow and input errors end the command with code 1."""
-    from airflow_provider_staged.materialized.manager import MaterializedTables  # loads Airflow
+def _tables(
+    ctx: typer.Context, scheduler: AirflowWorkflowScheduler | None = None
+) -> Iterator[MaterializedTables]:
+    """An open ``MaterializedTables`` (connected to Airflow) on ``scheduler`` or the configured one."""
+    scheduler = scheduler or _scheduler(ctx)  # a missing option is reported before slow imports
+    from airflow_provider_staged.materialized.manager import MaterializedTables
 
-    config, metastore_uri = ctx.obj
+    _, metastore_uri = ctx.obj
+    with scheduler:
+        yield MaterializedTables(scheduler, metastore_uri)
+
+
+def _check_refresh(
+    scheduler: AirflowWorkflowScheduler, identifier: TableIdentifier, trigger: RefreshTrigger
+) -> None:
+    """Refuse a bad refresh call before contacting Airflow: the definition file is local."""
+    path = scheduler.definition_file(dag_id_for(identifier))
+    if path is None:  # MaterializedTables.refresh reports the missing table
+        return
     try:
-        with create_workflow_scheduler(config) as scheduler:
-            yield MaterializedTables(scheduler, metastore_uri)
-    except (WorkflowException, InvalidIdentifierError) as err:
-        console.print(f"[red]error:[/] {err}", soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-def _table(name: str) -> TableIdentifier:
-    try:
-        return TableIdentifier.parse(name)
-    except InvalidIdentifierError as err:
-        raise typer.BadParameter(str(err)) from None
+        # The run time only fills in a missing scheduleTime; this call just validates.
+        parse_refresh_request(trigger.as_conf(), load_definition(path), datetime.now(timezone.utc))
+    except (DefinitionError, RefreshRequestError) as err:  # worded as MaterializedTables.refresh
+        raise WorkflowException(f"refresh of {identifier} not triggered: {err}") from None
 
 
 @app.command()
@@ -110,18 +163,19 @@ def create(
 ) -> None:
     """Create the refresh workflow: install the definition and wait for its DAG."""
     text = definition.read_text(encoding="utf-8")
+    options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
     with _tables(ctx) as tables:
-        handler = tables.create(text, cron, _pairs(dynamic_option, "--dynamic-option"),
-                                _pairs(execution_config, "--execution-config"))
+        handler = tables.create(text, cron, options, sql_conf)
         console.print(f"created {handler.as_summary_string()} (ACTIVATED)")
 
 
 @app.command()
 def suspend(ctx: typer.Context, table: TableArg) -> None:
     """Pause the table's refresh DAG (status SUSPENDED)."""
+    identifier = TableIdentifier.parse(table)
     with _tables(ctx) as tables:
-        tables.suspend(_table(table))
-        console.print(f"{table}: SUSPENDED")
+        tables.suspend(identifier)
+        console.print(f"{identifier}: SUSPENDED")
 
 
 @app.command()
@@ -132,18 +186,20 @@ def resume(
     execution_config: ExecutionConfig = None,
 ) -> None:
     """Unpause the refresh DAG; given options become the defaults of later refreshes."""
+    identifier = TableIdentifier.parse(table)
+    options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
     with _tables(ctx) as tables:
-        tables.resume(_table(table), _pairs(dynamic_option, "--dynamic-option"),
-                      _pairs(execution_config, "--execution-config"))
-        console.print(f"{table}: ACTIVATED")
+        tables.resume(identifier, options, sql_conf)
+        console.print(f"{identifier}: ACTIVATED")
 
 
 @app.command()
 def reschedule(ctx: typer.Context, table: TableArg, cron: Annotated[str, typer.Argument()]) -> None:
     """Replace the refresh schedule with a five-field cron expression."""
+    identifier = TableIdentifier.parse(table)
     with _tables(ctx) as tables:
-        tables.reschedule(_table(table), cron)
-        console.print(f"{table}: schedule {cron}")
+        tables.reschedule(identifier, cron)
+        console.print(f"{identifier}: schedule {cron}")
 
 
 @app.command()
@@ -159,18 +215,21 @@ def refresh(
     wait: Annotated[float, typer.Option(help="seconds to wait for the run; 0 returns at once")] = 0,
 ) -> None:
     """Trigger a refresh now (a DAG run with the FLIP-448 refresh conf); print the run id."""
+    identifier = TableIdentifier.parse(table)
     trigger = RefreshTrigger(
         is_periodic=schedule_time is not None and not partition,
         schedule_time=schedule_time,
-        dynamic_options=_pairs(dynamic_option, "--dynamic-option"),
+        dynamic_options=_dynamic_options(dynamic_option),
         static_partitions=_pairs(partition, "--partition"),
-        execution_config=_pairs(execution_config, "--execution-config"),
+        execution_config=_execution_config(execution_config),
     )
-    with _tables(ctx) as tables:
-        run_id = tables.refresh(_table(table), trigger)
+    scheduler = _scheduler(ctx)
+    _check_refresh(scheduler, identifier, trigger)
+    with _tables(ctx, scheduler) as tables:
+        run_id = tables.refresh(identifier, trigger)
         console.print(f"run {run_id}")
         if wait > 0:
-            state = tables.wait_for_refresh(_table(table), run_id, wait)
+            state = tables.wait_for_refresh(identifier, run_id, wait)
             console.print(f"run {run_id}: {state}")
             if state != "success":
                 raise typer.Exit(1)
@@ -179,16 +238,18 @@ def refresh(
 @app.command()
 def drop(ctx: typer.Context, table: TableArg) -> None:
     """Delete the refresh workflow and its status (the table's data stays)."""
+    identifier = TableIdentifier.parse(table)
     with _tables(ctx) as tables:
-        tables.drop(_table(table))
-        console.print(f"{table}: workflow deleted")
+        tables.drop(identifier)
+        console.print(f"{identifier}: workflow deleted")
 
 
 @app.command()
 def describe(ctx: typer.Context, table: TableArg) -> None:
     """Definition, freshness, schedule, status, last refreshes and partitions."""
+    identifier = TableIdentifier.parse(table)
     with _tables(ctx) as tables:
-        info = tables.describe(_table(table))
+        info = tables.describe(identifier)
     status = info.status
     facts = Table(show_header=False)
     for key, value in [

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, CronTriggerTimetable, get_parsing_context
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID, table_asset_uri
+from airflow_provider_staged.callbacks import abort_callback
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.dag_params import build_params
 from airflow_provider_staged.materialized.definition import (
@@ -31,22 +31,17 @@ from airflow_provider_staged.materialized.definition import (
     read_identifier,
 )
 from airflow_provider_staged.materialized.freshness import RefreshMode
+from airflow_provider_staged.materialized.naming import (
+    BROKEN_DAG_ID_PREFIX,
+    DAG_ID_PREFIX,
+    DEFINITION_GLOB,
+    TAG,
+    broken_dag_id,
+    dag_id_for,
+)
 from airflow_provider_staged.materialized.params import parse_refresh_request
 
 log = logging.getLogger(__name__)
-
-DAG_ID_PREFIX = "mt__"
-BROKEN_DAG_ID_PREFIX = "mt__broken__"
-DEFINITION_GLOB = "*.sql"
-TAG = "materialized-table"
-
-
-def dag_id_for(identifier: TableIdentifier) -> str:
-    return f"{DAG_ID_PREFIX}{identifier.database}__{identifier.table}"
-
-
-def broken_dag_id(path: Path) -> str:
-    return BROKEN_DAG_ID_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
 
 
 def table_asset(identifier: TableIdentifier, conn_id: str = DEFAULT_CONN_ID) -> Asset:
@@ -179,8 +174,11 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
     )
     PythonOperator(
         task_id="refresh",
-        python_callable=functools.partial(_refresh, definition, zone),
+        python_callable=functools.partial(_refresh, definition, zone, conn_id),
         outlets=[table_asset(definition.identifier, conn_id)],
+        # The refresh is a staged attempt like any other: a failed, retried or timed-out try aborts it.
+        on_failure_callback=abort_callback(conn_id),
+        on_retry_callback=abort_callback(conn_id),
         dag=dag,
     )
     return dag
@@ -213,13 +211,13 @@ def _doc(definition: MaterializedTableDefinition) -> str:
     )
 
 
-def _refresh(definition: MaterializedTableDefinition, zone: str, **context: Any) -> Any:
+def _refresh(definition: MaterializedTableDefinition, zone: str, conn_id: str, **context: Any) -> Any:
     # Imported when the task runs: DAG parsing must not load the refresh engine (Spark).
     from airflow_provider_staged.materialized.refresh import refresh_materialized_table
 
     run_time = context.get("logical_date") or context["dag_run"].run_after
     request = parse_refresh_request(context["params"], definition, run_time, zone)
-    return refresh_materialized_table(definition, request, context)
+    return refresh_materialized_table(definition, request, context, conn_id)
 
 
 def _fail(message: str, **_context: Any) -> None:

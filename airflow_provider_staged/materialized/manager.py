@@ -25,7 +25,7 @@ from airflow_provider_staged.materialized.definition import (
     parse_definition,
     read_identifier,
 )
-from airflow_provider_staged.materialized.factory import DEFINITION_GLOB, dag_id_for
+from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
 from airflow_provider_staged.materialized.scheduler import (
     CreatePeriodicRefreshWorkflow,

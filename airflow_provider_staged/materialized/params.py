@@ -33,7 +33,49 @@ DYNAMIC_OPTIONS = "dynamicOptions"
 EXECUTION_CONFIG = "executionConfig"
 PARAM_NAMES = (IS_PERIODIC, SCHEDULE_TIME, STATIC_PARTITIONS, DYNAMIC_OPTIONS, EXECUTION_CONFIG)
 
-_OPTION_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
+# Parquet writer options a refresh may set through dynamicOptions.
+WRITER_OPTIONS = frozenset({
+    "compression",
+    "maxRecordsPerFile",
+    "parquet.block.size",
+    "parquet.page.size",
+    "parquet.enable.dictionary",
+})
+# Spark SQL settings a refresh may set through executionConfig: runtime settings (Spark 4's
+# ``spark.conf.isModifiable``) that tune how the one query runs, or how it reads times and
+# handles errors. Left out on purpose: catalog, extension and commit-protocol settings (the
+# staged commit decides where and how data lands), spark.sql.caseSensitive (columns that differ
+# only by case collide in the metastore) and settings that change the bytes other readers see
+# (datetime rebase modes, timestamp types).
+EXECUTION_CONFIG_KEYS = frozenset({
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes",
+    "spark.sql.adaptive.autoBroadcastJoinThreshold",
+    "spark.sql.adaptive.coalescePartitions.enabled",
+    "spark.sql.adaptive.coalescePartitions.minPartitionSize",
+    "spark.sql.adaptive.enabled",
+    "spark.sql.adaptive.localShuffleReader.enabled",
+    "spark.sql.adaptive.skewJoin.enabled",
+    "spark.sql.adaptive.skewJoin.skewedPartitionFactor",
+    "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes",
+    "spark.sql.ansi.enabled",
+    "spark.sql.autoBroadcastJoinThreshold",
+    "spark.sql.broadcastTimeout",
+    "spark.sql.cbo.enabled",
+    "spark.sql.cbo.joinReorder.enabled",
+    "spark.sql.codegen.wholeStage",
+    "spark.sql.files.maxPartitionBytes",
+    "spark.sql.files.maxRecordsPerFile",
+    "spark.sql.files.minPartitionNum",
+    "spark.sql.files.openCostInBytes",
+    "spark.sql.join.preferSortMergeJoin",
+    "spark.sql.legacy.timeParserPolicy",
+    "spark.sql.optimizer.excludedRules",
+    "spark.sql.parquet.compression.codec",
+    "spark.sql.parquet.filterPushdown",
+    "spark.sql.session.timeZone",
+    "spark.sql.shuffle.partitions",
+})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SCHEDULE_TIME_REGEX = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$"
 
 
@@ -110,15 +152,18 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
             "default": {},
             "type": "object",
             "title": "Dynamic options",
-            "description": "Options for the table's writer, e.g. {\"compression\": \"zstd\"}.",
+            "description": (
+                "Options for the table's writer, e.g. {\"compression\": \"zstd\"}; allowed keys: "
+                f"{', '.join(sorted(WRITER_OPTIONS))}."
+            ),
         },
         EXECUTION_CONFIG: {
             "default": {},
             "type": "object",
             "title": "Execution config",
             "description": (
-                "Spark configuration for this refresh, e.g. "
-                "{\"spark.sql.shuffle.partitions\": 8}."
+                "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
+                f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}."
             ),
         },
     }
@@ -175,9 +220,19 @@ def parse_refresh_request(
         is_periodic=is_periodic,
         schedule_time=schedule_time,
         partition_spec=MappingProxyType(spec),
-        dynamic_options=MappingProxyType(_options(conf, DYNAMIC_OPTIONS)),
-        execution_config=MappingProxyType(_options(conf, EXECUTION_CONFIG)),
+        dynamic_options=MappingProxyType(writer_options(_object(conf, DYNAMIC_OPTIONS))),
+        execution_config=MappingProxyType(execution_conf(_object(conf, EXECUTION_CONFIG))),
     )
+
+
+def writer_options(dynamic_options: Mapping[str, Any]) -> dict[str, str]:
+    """``dynamicOptions`` as the writer's options; a key outside ``WRITER_OPTIONS`` raises."""
+    return _options(dynamic_options, DYNAMIC_OPTIONS, WRITER_OPTIONS)
+
+
+def execution_conf(execution_config: Mapping[str, Any]) -> dict[str, str]:
+    """``executionConfig`` as Spark SQL conf; a key outside ``EXECUTION_CONFIG_KEYS`` raises."""
+    return _options(execution_config, EXECUTION_CONFIG, EXECUTION_CONFIG_KEYS)
 
 
 def _object(conf: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -189,23 +244,27 @@ def _object(conf: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value
 
 
-def _options(conf: Mapping[str, Any], name: str) -> dict[str, str]:
+def _options(options: Mapping[str, Any], name: str, allowed: frozenset[str]) -> dict[str, str]:
     """Flat key -> string map; values reach Spark as strings (booleans as true/false)."""
-    options = {}
-    for key, value in _object(conf, name).items():
-        if not isinstance(key, str) or not _OPTION_KEY.match(key):
+    checked = {}
+    for key, value in options.items():
+        if key not in allowed:
             raise RefreshRequestError(
-                f"invalid key {key!r} in {name}: use letters, digits, '_', '.' and '-'"
+                f"{name} key {key!r} is not allowed; allowed keys: {', '.join(sorted(allowed))}"
             )
         if isinstance(value, bool):
-            options[key] = "true" if value else "false"
-        elif isinstance(value, str) or (
-            isinstance(value, (int, float)) and math.isfinite(value)
-        ):
-            options[key] = str(value)
+            text = "true" if value else "false"
+        elif isinstance(value, str) or (isinstance(value, (int, float)) and math.isfinite(value)):
+            text = str(value)
         else:
             raise RefreshRequestError(
                 f"invalid value {value!r} for {name} key {key!r}: expected a string, number "
                 "or boolean"
             )
-    return options
+        if not text.strip() or _CONTROL.search(text):
+            raise RefreshRequestError(
+                f"invalid value {value!r} for {name} key {key!r}: expected a non-empty string "
+                "without control characters"
+            )
+        checked[key] = text
+    return checked

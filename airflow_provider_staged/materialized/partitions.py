@@ -11,8 +11,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from airflow_provider_staged.materialized.freshness import Freshness
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
-_SCHEDULE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")
+_SCHEDULE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 _SCHEDULE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+# A periodic run refreshes the partition up to a day (the longest freshness) before its schedule
+# time, and zones are less than a day apart: a day's margin keeps that math inside datetime's
+# range, and years from 1000 are what strftime zero-pads to four digits (glibc writes 999 as '999').
+EARLIEST_SCHEDULE_TIME = datetime(1000, 1, 2)
+LATEST_SCHEDULE_TIME = datetime(9999, 12, 30, 23, 59, 59)
 
 # Java/Flink date-pattern letters we accept and their strftime equivalents. Anything else
 # (e.g. 'E', 'a', single letters, quoted literals) is rejected rather than guessed.
@@ -57,22 +62,37 @@ def time_zone(zone: str | tzinfo) -> tzinfo:
 
 def parse_schedule_time(text: object) -> datetime:
     """Parse ``yyyy-MM-dd HH:mm:ss`` strictly into a naive (wall-clock) datetime."""
-    if not isinstance(text, str) or not _SCHEDULE_TIME.match(text):
+    if not isinstance(text, str) or not _SCHEDULE_TIME.fullmatch(text):
         raise PartitionError(
             f"invalid scheduleTime {text!r}: expected a string {SCHEDULE_TIME_PATTERN!r}, "
             "e.g. '2024-01-02 00:00:00'"
         )
     try:
-        return datetime.strptime(text, _SCHEDULE_TIME_FORMAT)
+        moment = datetime.strptime(text, _SCHEDULE_TIME_FORMAT)
     except ValueError as err:
         raise PartitionError(f"invalid scheduleTime {text!r}: {err}") from None
+    return _in_range(moment, f"scheduleTime {text!r}")
 
 
 def local_schedule_time(moment: datetime, zone: str | tzinfo = "UTC") -> datetime:
     """Wall-clock time of ``moment`` in ``zone`` (naive datetimes are already wall-clock)."""
+    what = f"run time '{moment.isoformat(sep=' ')}'"
     if moment.tzinfo is not None:
-        moment = moment.astimezone(time_zone(zone)).replace(tzinfo=None)
-    return moment.replace(microsecond=0)
+        try:
+            moment = moment.astimezone(time_zone(zone)).replace(tzinfo=None)
+        except OverflowError:
+            raise PartitionError(f"{what} is out of range in time zone {zone}") from None
+    return _in_range(moment.replace(microsecond=0), what)
+
+
+def _in_range(moment: datetime, what: str) -> datetime:
+    if not EARLIEST_SCHEDULE_TIME <= moment <= LATEST_SCHEDULE_TIME:
+        raise PartitionError(
+            f"{what} is out of range: a schedule time must lie between "
+            f"'{format_schedule_time(EARLIEST_SCHEDULE_TIME)}' and "
+            f"'{format_schedule_time(LATEST_SCHEDULE_TIME)}'"
+        )
+    return moment
 
 
 def format_schedule_time(moment: datetime) -> str:

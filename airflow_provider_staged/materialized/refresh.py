@@ -8,53 +8,29 @@ the schedule time, or the static partitions of a one-time refresh) through
 
 from __future__ import annotations
 
-import re
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.engine.runners import EmbeddedEngine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.identifiers import quote_name
 from airflow_provider_staged.materialized.catalog_status import workflow_options
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
-from airflow_provider_staged.materialized.params import RefreshRequest, RefreshRequestError
+from airflow_provider_staged.materialized.params import (
+    RefreshRequest,
+    execution_conf,
+    writer_options,
+)
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.hive import HiveStagedTable
-from airflow_provider_staged.staging.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.journal import TaskRef
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 
-# Parquet writer options a refresh may set through dynamicOptions.
-WRITER_OPTIONS = {
-    "compression",
-    "maxRecordsPerFile",
-    "parquet.block.size",
-    "parquet.page.size",
-    "parquet.enable.dictionary",
-}
-# executionConfig may set Spark SQL runtime settings only (not cluster or catalog settings).
-_EXECUTION_KEY = re.compile(r"^spark\.sql\.[A-Za-z0-9_.-]+$")
-_NOT_RUNTIME = ("spark.sql.warehouse.dir", "spark.sql.catalogImplementation", "spark.sql.catalog.")
-
-
-def writer_options(dynamic_options: Mapping[str, str]) -> dict[str, str]:
-    unknown = sorted(set(dynamic_options) - WRITER_OPTIONS)
-    if unknown:
-        raise RefreshRequestError(
-            f"unknown dynamicOptions key(s) {unknown}: allowed are {sorted(WRITER_OPTIONS)}"
-        )
-    return dict(dynamic_options)
-
-
-def execution_conf(execution_config: Mapping[str, str]) -> dict[str, str]:
-    for key in execution_config:
-        if not _EXECUTION_KEY.match(key) or key.startswith(_NOT_RUNTIME):
-            raise RefreshRequestError(
-                f"executionConfig key {key!r} is not allowed: only Spark SQL runtime settings (spark.sql.*)"
-            )
-    return dict(execution_config)
-
+log = logging.getLogger(__name__)
 
 def string_literal(value: str) -> str:
     """A Spark SQL string literal; values are validated upstream, escaping is the second guard."""
@@ -76,6 +52,7 @@ def staged_refresh(
     request: RefreshRequest,
     settings: StagedSettings,
     task: TaskRef | None,
+    conn_id: str | None = None,
 ) -> JournaledStagedTable:
     if definition.partition_by:
         return HivePartitionStagedTable(
@@ -86,6 +63,7 @@ def staged_refresh(
             settings.metastore_uri,
             settings.retention,
             task,
+            conn_id=conn_id,
         )
     return HiveStagedTable(
         definition.identifier,
@@ -94,6 +72,7 @@ def staged_refresh(
         settings.metastore_uri,
         settings.retention,
         task,
+        conn_id=conn_id,
     )
 
 
@@ -102,6 +81,7 @@ def run_refresh(
     request: RefreshRequest,
     settings: StagedSettings,
     task: TaskRef | None = None,
+    conn_id: str | None = None,
 ) -> dict[str, Any]:
     """Refresh ``definition`` as ``request`` says; return what was committed.
 
@@ -111,7 +91,7 @@ def run_refresh(
     default_options, default_conf = workflow_options(definition.source_path)
     options = writer_options({**default_options, **request.dynamic_options})
     sql_conf = execution_conf({**default_conf, **request.execution_config})
-    staged = staged_refresh(definition, request, settings, task)
+    staged = staged_refresh(definition, request, settings, task, conn_id)
     manifest = execute_staged(
         staged,
         EmbeddedEngine(settings),
@@ -120,22 +100,28 @@ def run_refresh(
         settings.attempt_ttl_seconds,
     )
     assert manifest is not None  # create_or_replace never skips
-    return {
+    result = {
         "target": definition.identifier.name,
         "version": staged.attempt_id,
         "partitions": dict(request.partition_spec),
         "schedule_time": request.schedule_time_text,
         "is_periodic": request.is_periodic,
-        "rows": sum(item["rows"] for item in manifest["files"]),
+        "rows": manifest.rows,
     }
+    where = ", ".join(f"{k}={v}" for k, v in sorted(request.partition_spec.items())) or "whole table"
+    log.info("committed %s (%s): version %s, %s rows", result["target"], where, staged.attempt_id,
+             manifest.rows)
+    return result
 
 
 def refresh_materialized_table(
-    definition: MaterializedTableDefinition, request: RefreshRequest, context: Any | None = None
+    definition: MaterializedTableDefinition,
+    request: RefreshRequest,
+    context: Any | None = None,
+    conn_id: str = DEFAULT_CONN_ID,
 ) -> dict[str, Any]:
-    """The refresh task of a generated DAG (Airflow side: settings and task identity)."""
-    from airflow_provider_staged.hooks.staged_table import StagedTableHook
-    from airflow_provider_staged.lifecycle import task_ref
+    """The refresh task of a generated DAG (Airflow side: the catalog of ``conn_id``, task identity)."""
+    from airflow_provider_staged.callbacks import staged_settings, task_ref
 
-    settings = StagedTableHook().get_settings()
-    return run_refresh(definition, request, settings, task_ref(context) if context else None)
+    settings = staged_settings(conn_id)
+    return run_refresh(definition, request, settings, task_ref(context) if context else None, conn_id)

@@ -264,10 +264,10 @@ def test_cli_commands(
     """``staged mt`` create -> describe -> refresh (bad, then good) -> suspend -> list -> drop."""
     from typer.testing import CliRunner
 
-    from airflow_provider_staged.materialized.cli import app
+    from airflow_provider_staged.cli import app
 
     runner = CliRunner()
-    base = ["--endpoint", airflow_server.endpoint, "--definitions-dir", str(definitions_dir),
+    base = ["mt", "--endpoint", airflow_server.endpoint, "--definitions-dir", str(definitions_dir),
             "--metastore-uri", metastore.uri]
 
     def mt(*args: str, code: int = 0) -> str:

@@ -1,6 +1,7 @@
 import pytest
 
 from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
+from airflow_provider_staged.jdbc_types import postgres_name
 from airflow_provider_staged.staging.api import StagingPurpose
 
 
@@ -38,6 +39,37 @@ def test_parse_rejects_bad_names_naming_the_value(bad):
     with pytest.raises(InvalidIdentifierError) as info:
         TableIdentifier.parse(bad)
     assert repr(bad)[:40] in str(info.value) or str(bad)[:40] in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["p6\n", "p6\t", "p6\x00", "evil\n", "\np6", "p\r6", "p6\x7f", "p6 "])
+def test_validate_name_rejects_control_characters_and_whitespace(bad):
+    # re.match with '$' used to accept a trailing newline.
+    with pytest.raises(InvalidIdentifierError) as info:
+        validate_name(bad, "database name")
+    assert f"invalid database name {bad!r}" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["p6\n", "p6\t", "p6\x00"])
+def test_postgres_name_rejects_control_characters(bad):
+    with pytest.raises(InvalidIdentifierError) as info:
+        postgres_name(bad, "column name")
+    assert f"invalid column name {bad!r}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "bad", ["p6\n.alias", "p6.alias\n", "p6\t.alias", "p6.\x00alias", "\tp6.alias", "p6\n", " p6\n "]
+)
+def test_parse_rejects_control_characters_naming_the_value(bad):
+    with pytest.raises(InvalidIdentifierError) as info:
+        TableIdentifier.parse(bad)
+    message = str(info.value)
+    assert repr(bad.strip(" ")) in message
+    assert "\n" not in message and "\t" not in message  # the value is shown escaped: one line
+
+
+def test_parse_strips_only_spaces_to_the_canonical_name():
+    assert TableIdentifier.parse(" P6.Alias ") == TableIdentifier("p6", "alias")
+    assert TableIdentifier.parse(" P6.Alias ").name == "p6.alias"
 
 
 def test_quoted_uses_backticks():

@@ -11,7 +11,7 @@ from airflow_provider_staged.jdbc_types import (
     postgres_columns,
     postgres_type,
 )
-from airflow_provider_staged.staging.jdbc import (
+from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
     JdbcWriteOptions,
     PostgresConnection,

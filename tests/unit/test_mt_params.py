@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.params import (
+    EXECUTION_CONFIG_KEYS,
     PARAM_NAMES,
     RefreshRequestError,
     param_schemas,
@@ -71,8 +72,8 @@ def test_one_time_refresh_of_static_partitions() -> None:
             "isPeriodic": False,
             "staticPartitions": {"ds": "2023-12-24", "REGION": "eu"},
             "dynamicOptions": {"compression": "zstd"},
-            "executionConfig": {"spark.sql.shuffle.partitions": 8, "spark.x.enabled": True,
-                                "ratio": 0.5},
+            "executionConfig": {"spark.sql.shuffle.partitions": 8, "spark.sql.adaptive.enabled": True,
+                                "spark.sql.adaptive.skewJoin.skewedPartitionFactor": 2.5},
         },
         PARTITIONED,
         FIRED,
@@ -81,7 +82,9 @@ def test_one_time_refresh_of_static_partitions() -> None:
     assert dict(request.partition_spec) == {"ds": "2023-12-24", "region": "eu"}
     assert dict(request.dynamic_options) == {"compression": "zstd"}
     assert dict(request.execution_config) == {
-        "spark.sql.shuffle.partitions": "8", "spark.x.enabled": "true", "ratio": "0.5"
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.skewJoin.skewedPartitionFactor": "2.5",
     }
 
 
@@ -105,16 +108,85 @@ def test_one_time_refresh_without_partitions_is_a_full_refresh() -> None:
         ({"isPeriodic": False, "staticPartitions": {"ds": "01/02/2024"}}, "date-formatter"),
         ({"isPeriodic": False, "staticPartitions": "ds=2024-01-01"}, "expected an object"),
         ({"staticPartitions": {"ds": "2024-01-01"}}, "set isPeriodic to false"),
-        ({"dynamicOptions": {"bad key": "x"}}, "invalid key 'bad key' in dynamicOptions"),
-        ({"dynamicOptions": {"k": {"nested": 1}}}, "invalid value .* dynamicOptions key 'k'"),
-        ({"executionConfig": {"spark.conf": None}}, "executionConfig key 'spark.conf'"),
-        ({"executionConfig": {"x": float("nan")}}, "executionConfig key 'x'"),
+        ({"scheduleTime": "2024-01-02 00:00:00\n"}, "invalid scheduleTime"),
+        ({"dynamicOptions": {"bad key": "x"}}, "dynamicOptions key 'bad key' is not allowed"),
+        ({"dynamicOptions": {"path": "/elsewhere"}}, "dynamicOptions key 'path' is not allowed"),
+        ({"dynamicOptions": {"compression": {"nested": 1}}},
+         "invalid value .* dynamicOptions key 'compression'"),
+        ({"executionConfig": {"spark.conf": None}}, "executionConfig key 'spark.conf' is not allowed"),
+        ({"executionConfig": {"spark.sql.shuffle.partitions": float("nan")}},
+         "invalid value nan for executionConfig key 'spark.sql.shuffle.partitions'"),
         ({"executionConfig": ["a"]}, "invalid executionConfig"),
     ],
 )
 def test_bad_requests(conf: dict, match: str) -> None:
     with pytest.raises(RefreshRequestError, match=match):
         parse_refresh_request(conf, PARTITIONED, FIRED)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.sql.extensions",
+        "spark.sql.sources.commitProtocolClass",
+        "spark.sql.defaultCatalog",
+        "spark.sql.warehouse.dir",
+        "spark.sql.catalogImplementation",
+        "spark.sql.catalog.x",
+        "spark.sql.caseSensitive",
+        "spark.sql.hive.filesourcePartitionFileCacheSize",
+        "spark.executor.memory",
+        "SPARK.SQL.SHUFFLE.PARTITIONS",
+    ],
+)
+def test_execution_config_allowlist_names_the_key_and_the_allowed_ones(key: str) -> None:
+    with pytest.raises(RefreshRequestError) as info:
+        parse_refresh_request({"executionConfig": {key: "x"}}, PARTITIONED, FIRED)
+    message = str(info.value)
+    assert f"executionConfig key {key!r} is not allowed" in message
+    assert all(allowed in message for allowed in EXECUTION_CONFIG_KEYS)
+
+
+def test_every_allowed_execution_config_key_is_a_spark_sql_setting() -> None:
+    conf = {key: "1" for key in EXECUTION_CONFIG_KEYS}
+    request = parse_refresh_request({"executionConfig": conf}, PARTITIONED, FIRED)
+    assert dict(request.execution_config) == conf
+    assert all(key.startswith("spark.sql.") for key in EXECUTION_CONFIG_KEYS)
+
+
+@pytest.mark.parametrize("name", ["dynamicOptions", "executionConfig"])
+@pytest.mark.parametrize("value", ["", "  ", "8\n", "a\x00b", "\t"])
+def test_option_values_are_non_empty_without_control_characters(name: str, value: str) -> None:
+    key = "compression" if name == "dynamicOptions" else "spark.sql.shuffle.partitions"
+    with pytest.raises(RefreshRequestError) as info:
+        parse_refresh_request({name: {key: value}}, PARTITIONED, FIRED)
+    assert f"invalid value {value!r} for {name} key {key!r}" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["0001-01-01 00:00:00", "9999-12-31 23:59:59", "0999-12-31 00:00:00",
+                                  "1000-01-01 23:59:59", "9999-12-31 00:00:00"])
+@pytest.mark.parametrize("definition", [PARTITIONED, UNPARTITIONED])
+@pytest.mark.parametrize("is_periodic", [True, False])
+def test_schedule_time_out_of_range(text: str, definition, is_periodic: bool) -> None:
+    with pytest.raises(RefreshRequestError, match=f"scheduleTime '{text}' is out of range"):
+        parse_refresh_request({"scheduleTime": text, "isPeriodic": is_periodic}, definition, FIRED)
+
+
+def test_schedule_time_range_bounds() -> None:
+    earliest = parse_refresh_request({"scheduleTime": "1000-01-02 00:00:00"}, PARTITIONED, FIRED)
+    assert dict(earliest.partition_spec) == {"ds": "1000-01-01"}
+    latest = parse_refresh_request({"scheduleTime": "9999-12-30 23:59:59"}, PARTITIONED, FIRED)
+    assert dict(latest.partition_spec) == {"ds": "9999-12-29"}
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Shanghai"])
+@pytest.mark.parametrize(
+    "run_time",
+    [datetime(1, 1, 1, tzinfo=timezone.utc), datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)],
+)
+def test_run_time_out_of_range(run_time: datetime, zone: str) -> None:
+    with pytest.raises(RefreshRequestError, match=r"run time '.*' is out of range"):
+        parse_refresh_request({}, PARTITIONED, run_time, zone)
 
 
 def test_static_partitions_on_unpartitioned_table() -> None:

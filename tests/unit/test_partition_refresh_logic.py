@@ -1,13 +1,8 @@
 import pytest
 
 from airflow_provider_staged.identifiers import InvalidIdentifierError
-from airflow_provider_staged.materialized.params import RefreshRequestError
-from airflow_provider_staged.materialized.refresh import (
-    execution_conf,
-    partition_query,
-    string_literal,
-    writer_options,
-)
+from airflow_provider_staged.materialized.params import RefreshRequestError, execution_conf, writer_options
+from airflow_provider_staged.materialized.refresh import partition_query, string_literal
 from airflow_provider_staged.staging.partition_paths import (
     escape_path_name,
     matches,
@@ -50,10 +45,19 @@ def test_writer_options_allowlist():
 
 
 @pytest.mark.parametrize(
-    "key", ["spark.executor.memory", "spark.sql.warehouse.dir", "spark.sql.catalog.x", "spark.sql.a b"]
+    "key",
+    [
+        "spark.executor.memory",
+        "spark.sql.warehouse.dir",
+        "spark.sql.catalog.x",
+        "spark.sql.a b",
+        "spark.sql.extensions",
+        "spark.sql.sources.commitProtocolClass",
+        "spark.sql.defaultCatalog",
+    ],
 )
-def test_execution_conf_rejects_non_runtime_keys(key):
-    with pytest.raises(RefreshRequestError, match="executionConfig key"):
+def test_execution_conf_rejects_keys_outside_the_allowlist(key):
+    with pytest.raises(RefreshRequestError, match=f"executionConfig key '{key}' is not allowed"):
         execution_conf({key: "1"})
 
 

@@ -1,0 +1,134 @@
+"""``staged`` reports user errors as one ``error:`` line (exit code 1) before reaching any server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from airflow_provider_staged.cli import app, one_line
+from airflow_provider_staged.identifiers import InvalidIdentifierError
+
+DEFINITION = """
+CREATE MATERIALIZED TABLE analytics.orders_daily
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')
+FRESHNESS = INTERVAL '1' DAY
+AS SELECT ds, count(*) AS n FROM raw.orders GROUP BY ds
+"""
+# Nothing listens there: a command that got past validation would fail with "cannot authenticate".
+UNREACHABLE_AIRFLOW = "http://127.0.0.1:9"
+
+
+@pytest.fixture(autouse=True)
+def _no_local_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty STAGED_HOME: no local metastore or Airflow, whatever runs on this machine."""
+    monkeypatch.setenv("STAGED_HOME", str(tmp_path / "staged-home"))
+    for name in ("STAGED_DEBUG", "STAGED_AIRFLOW_ENDPOINT", "STAGED_MT_DEFINITIONS_DIR",
+                 "STAGED_METASTORE_URI", "STAGED_AIRFLOW_USERNAME", "STAGED_AIRFLOW_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def definitions(tmp_path: Path) -> Path:
+    folder = tmp_path / "definitions"
+    folder.mkdir()
+    (folder / "analytics__orders_daily.sql").write_text(DEFINITION)
+    return folder
+
+
+def fails_with(args: list[str], *expected: str) -> str:
+    """Run ``staged args``; assert exit code 1 and one ``error:`` line holding ``expected``."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, (result.output, result.exception)
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for text in expected:
+        assert text in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["evil\n", "p6\t", "p6\x00", "a;b"])
+def test_create_database_names_the_bad_value(name: str) -> None:
+    fails_with(["create-database", "ok", name], f"invalid database name {name!r}")
+
+
+@pytest.mark.parametrize("name", ["p6\n.alias", "p6.alias\n", "a.b.c", "x;drop"])
+def test_show_names_the_bad_table(name: str) -> None:
+    fails_with(["show", name], f"invalid table name {name!r}")
+
+
+def test_bad_conn_names_the_connection() -> None:
+    fails_with(["show", "db.t", "--conn", "no_such_conn"], "no connection 'no_such_conn'")
+
+
+def test_mt_without_configuration_names_the_flags_and_env_vars() -> None:
+    line = fails_with(["mt", "list"], "--endpoint", "STAGED_AIRFLOW_ENDPOINT", "--definitions-dir",
+                      "STAGED_MT_DEFINITIONS_DIR")
+    assert "workflow-scheduler." not in line
+
+
+def mt_refresh(definitions: Path, *args: str) -> list[str]:
+    return ["mt", "--endpoint", UNREACHABLE_AIRFLOW, "--definitions-dir", str(definitions),
+            "refresh", *args]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--partition", "ds=2024-13-01"], "invalid value '2024-13-01' for partition column 'ds'"),
+        (["--partition", "ds=x'; drop"], "invalid value \"x'; drop\" for partition column 'ds'"),
+        (["--partition", "dt=2024-01-01"], "unknown partition column 'dt'"),
+        (["--schedule-time", "0001-01-01 00:00:00"], "scheduleTime '0001-01-01 00:00:00' is out of range"),
+        (["--schedule-time", "2024-01-02"], "invalid scheduleTime '2024-01-02'"),
+    ],
+)
+def test_mt_refresh_refuses_a_bad_request_before_contacting_airflow(
+    definitions: Path, args: list[str], expected: str
+) -> None:
+    fails_with(mt_refresh(definitions, "analytics.orders_daily", *args),
+               "refresh of analytics.orders_daily not triggered", expected)
+
+
+@pytest.mark.parametrize(
+    ("flag", "key"),
+    [
+        ("--execution-config", "spark.sql.extensions"),
+        ("--execution-config", "spark.sql.sources.commitProtocolClass"),
+        ("--execution-config", "spark.executor.memory"),
+        ("--dynamic-option", "path"),
+    ],
+)
+def test_mt_options_outside_the_allowlist_are_refused(definitions: Path, flag: str, key: str) -> None:
+    fails_with(mt_refresh(definitions, "analytics.orders_daily", flag, f"{key}=x"),
+               f"{flag}: ", f"key {key!r} is not allowed", "allowed keys: ")
+
+
+def test_mt_bad_table_name(definitions: Path) -> None:
+    fails_with(mt_refresh(definitions, "analytics.orders\n"), "invalid table name 'analytics.orders\\n'")
+
+
+def test_a_good_request_gets_as_far_as_airflow(definitions: Path) -> None:
+    fails_with(mt_refresh(definitions, "analytics.orders_daily", "--partition", "ds=2024-01-01"),
+               f"cannot authenticate to Airflow at {UNREACHABLE_AIRFLOW}")
+
+
+def test_usage_errors_keep_exit_code_2(definitions: Path) -> None:
+    result = CliRunner().invoke(app, mt_refresh(definitions, "analytics.orders_daily", "--partition", "ds"))
+    assert result.exit_code == 2
+    assert "expected KEY=VALUE" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "env"), [(["--debug"], {}), ([], {"STAGED_DEBUG": "1"})])
+def test_debug_raises_the_error(args: list[str], env: dict[str, str]) -> None:
+    result = CliRunner().invoke(app, [*args, "show", "a;b"], env=env)
+    assert isinstance(result.exception, InvalidIdentifierError)
+    assert "error: " not in result.output
+
+
+def test_one_line_joins_a_multi_line_message() -> None:
+    assert one_line("cannot parse:\n  line 1\n\n  line 2 ") == "cannot parse: line 1 line 2"
