@@ -20,19 +20,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import paired_ratios, runs_text  # also puts the repository root on sys.path (tests)
+
 from airflow_provider_staged.engine.session import jdbc_jars_conf
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.services.postgres import PostgresServer, start_postgres, stop_postgres
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS
-from airflow_provider_staged.staging.jdbc import (
+from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.kinds.jdbc_table import (
     POSTGRES_DRIVER,
     JdbcStagingSink,
     JdbcTarget,
     JdbcWriteOptions,
     PostgresConnection,
 )
-from airflow_provider_staged.staging.journal import AttemptJournal
+from tests.fixtures.postgres_server import PostgresServer, start_postgres, stop_postgres
 
 QUERY = (
     "SELECT id, id * 3 AS v, concat('row-', id) AS s, CAST(id / 100 AS DECIMAL(12, 2)) AS amount"
@@ -148,14 +150,13 @@ def bench(server: PostgresServer, sizes: list[int], reps: int, count_rows: bool)
             for label, values in (("wall", wall), ("cpu", cpu)):
                 atomic, plain = statistics.median(values["atomic"]), statistics.median(values["plain"])
                 # Each rep runs both back to back: the median of its ratios cancels slow load drift.
-                pairs = zip(values["atomic"], values["plain"], strict=True)
-                paired = statistics.median(mine / theirs for mine, theirs in pairs)
+                ratios = paired_ratios(values["atomic"], values["plain"])
                 print(
                     f"    {label:4} s  atomic median {atomic:7.3f}  plain median {plain:7.3f}  "
-                    f"ratio {atomic / plain:5.3f}  paired ratio {paired:5.3f} (target <= 1.10)  "
-                    f"atomic runs {' '.join(f'{t:.2f}' for t in values['atomic'])}  "
-                    f"plain runs {' '.join(f'{t:.2f}' for t in values['plain'])}"
+                    f"ratio {atomic / plain:5.3f}  paired ratio {ratios.median:5.3f} (target <= 1.10)  "
+                    f"atomic runs {runs_text(values['atomic'])}  plain runs {runs_text(values['plain'])}"
                 )
+                print(f"           {ratios.describe()}  target <= 1.10: {ratios.verdict(1.10)}")
             for step, times in steps.items():
                 p50, worst = statistics.median(times) * 1000, max(times) * 1000
                 target = " (target p50 < 50 ms)" if step == "commit" else " (after the commit, in the ratio)"
