@@ -51,12 +51,6 @@ def abort_attempts_of_try(task: TaskRef, conn_id: str, reason: str) -> None:
             abort_attempt(from_record(record, settings), reason)
 
 
-def abort_task_attempts(context: Any) -> None:
-    """Failure/retry callback of the staged operator (its ``staged_conn_id`` names the catalog)."""
-    conn_id = getattr(context.get("task"), "staged_conn_id", DEFAULT_CONN_ID)
-    abort_attempts_of_try(task_ref(context), conn_id, "task failed")
-
-
 def abort_callback(conn_id: str) -> Callable[[Any], None]:
     """A failure/retry callback that aborts the task try's attempts on ``conn_id``'s catalog."""
     return functools.partial(_abort_on, conn_id)

@@ -22,7 +22,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Staged tables",
-                "python-modules": ["airflow_provider_staged.operators.staged_table"],
+                "python-modules": [
+                    "airflow_provider_staged.operators.staged_table",
+                    "airflow_provider_staged.operators.materialized_refresh",
+                ],
             }
         ],
         "hooks": [

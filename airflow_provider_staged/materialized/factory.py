@@ -20,7 +20,6 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, CronTriggerTimetable, get_parsing_context
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID, table_asset_uri
-from airflow_provider_staged.callbacks import abort_callback
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.dag_params import build_params
 from airflow_provider_staged.materialized.definition import (
@@ -39,7 +38,7 @@ from airflow_provider_staged.materialized.naming import (
     broken_dag_id,
     dag_id_for,
 )
-from airflow_provider_staged.materialized.params import parse_refresh_request
+from airflow_provider_staged.operators.materialized_refresh import MaterializedTableRefreshOperator
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +171,12 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         doc_md=_doc(definition),
         default_args=default_args,
     )
-    PythonOperator(
+    MaterializedTableRefreshOperator(
         task_id="refresh",
-        python_callable=functools.partial(_refresh, definition, zone, conn_id),
+        definition=definition,
+        zone=zone,
+        staged_conn_id=conn_id,
         outlets=[table_asset(definition.identifier, conn_id)],
-        # The refresh is a staged attempt like any other: a failed, retried or timed-out try aborts it.
-        on_failure_callback=abort_callback(conn_id),
-        on_retry_callback=abort_callback(conn_id),
         dag=dag,
     )
     return dag
@@ -209,15 +207,6 @@ def _doc(definition: MaterializedTableDefinition) -> str:
         f"schedule `{definition.schedule}`. Defined in `{definition.source_path}`:\n\n"
         f"```sql\n{definition.text.strip()}\n```\n"
     )
-
-
-def _refresh(definition: MaterializedTableDefinition, zone: str, conn_id: str, **context: Any) -> Any:
-    # Imported when the task runs: DAG parsing must not load the refresh engine (Spark).
-    from airflow_provider_staged.materialized.refresh import refresh_materialized_table
-
-    run_time = context.get("logical_date") or context["dag_run"].run_after
-    request = parse_refresh_request(context["params"], definition, run_time, zone)
-    return refresh_materialized_table(definition, request, context, conn_id)
 
 
 def _fail(message: str, **_context: Any) -> None:

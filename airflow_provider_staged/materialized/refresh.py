@@ -9,11 +9,11 @@ the schedule time, or the static partitions of a one-time refresh) through
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_staged.assets import DEFAULT_CONN_ID
-from airflow_provider_staged.engine.runners import EmbeddedEngine
+from airflow_provider_staged.engine.runners import EmbeddedEngine, Engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.identifiers import quote_name
 from airflow_provider_staged.materialized.catalog_status import workflow_options
@@ -80,10 +80,12 @@ def run_refresh(
     definition: MaterializedTableDefinition,
     request: RefreshRequest,
     settings: StagedSettings,
-    task: TaskRef | None = None,
-    conn_id: str | None = None,
+    staged: JournaledStagedTable,
+    engine: Engine | None = None,
+    killed: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Refresh ``definition`` as ``request`` says; return what was committed.
+    """Run the staged attempt ``staged`` (from :func:`staged_refresh`) as ``request`` says;
+    return what was committed.
 
     The workflow's stored defaults (set on create or resume) apply under the run's own
     ``dynamicOptions`` / ``executionConfig``.
@@ -91,13 +93,13 @@ def run_refresh(
     default_options, default_conf = workflow_options(definition.source_path)
     options = writer_options({**default_options, **request.dynamic_options})
     sql_conf = execution_conf({**default_conf, **request.execution_config})
-    staged = staged_refresh(definition, request, settings, task, conn_id)
     manifest = execute_staged(
         staged,
-        EmbeddedEngine(settings),
+        engine or EmbeddedEngine(settings),
         partition_query(definition.query, request.partition_spec),
         {"options": options, "sql_conf": sql_conf},
         settings.attempt_ttl_seconds,
+        killed,
     )
     assert manifest is not None  # create_or_replace never skips
     result = {
@@ -107,21 +109,9 @@ def run_refresh(
         "schedule_time": request.schedule_time_text,
         "is_periodic": request.is_periodic,
         "rows": manifest.rows,
+        "bytes": manifest.bytes,
     }
     where = ", ".join(f"{k}={v}" for k, v in sorted(request.partition_spec.items())) or "whole table"
     log.info("committed %s (%s): version %s, %s rows", result["target"], where, staged.attempt_id,
              manifest.rows)
     return result
-
-
-def refresh_materialized_table(
-    definition: MaterializedTableDefinition,
-    request: RefreshRequest,
-    context: Any | None = None,
-    conn_id: str = DEFAULT_CONN_ID,
-) -> dict[str, Any]:
-    """The refresh task of a generated DAG (Airflow side: the catalog of ``conn_id``, task identity)."""
-    from airflow_provider_staged.callbacks import staged_settings, task_ref
-
-    settings = staged_settings(conn_id)
-    return run_refresh(definition, request, settings, task_ref(context) if context else None, conn_id)

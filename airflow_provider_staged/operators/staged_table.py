@@ -8,17 +8,17 @@ timeouts) and on ``on_kill`` (SIGTERM), after which the task is made to fail.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Context, conf
+from airflow.sdk import Asset, Context, conf
 
-from airflow_provider_staged.callbacks import abort_task_attempts, task_ref
+from airflow_provider_staged.callbacks import task_ref
 from airflow_provider_staged.engine.runners import Engine, make_engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.operators.staged_attempt import StagedAttemptOperator
 from airflow_provider_staged.settings import StagedSettings, parse_bool
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
@@ -26,7 +26,7 @@ from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.targets import asset_uri, is_jdbc, resolve_sink
 
 
-class StagedCreateTableAsOperator(BaseOperator):
+class StagedCreateTableAsOperator(StagedAttemptOperator):
     """Build ``target`` from ``sql`` atomically.
 
     :param target: ``database.table`` in the Hive Metastore, or ``jdbc://<conn id>/<schema>.<table>``.
@@ -71,21 +71,15 @@ class StagedCreateTableAsOperator(BaseOperator):
             JdbcWriteOptions.from_mapping(jdbc_options)  # a bad option fails the DAG file, naming it
         if "{{" not in target and "outlets" not in kwargs:
             kwargs["outlets"] = [Asset(uri=asset_uri(target, staged_conn_id), name=target)]
-        kwargs["on_failure_callback"] = _prepend(abort_task_attempts, kwargs.get("on_failure_callback"))
-        kwargs["on_retry_callback"] = _prepend(abort_task_attempts, kwargs.get("on_retry_callback"))
-        super().__init__(**kwargs)
+        super().__init__(staged_conn_id=staged_conn_id, **kwargs)
         self.target = target
         self.sql = sql
         self.atomic = atomic
         self.engine = engine
-        self.staged_conn_id = staged_conn_id
         self.spark_conn_id = spark_conn_id
         self.partition_by = list(partition_by or [])
         self.spark_conf = spark_conf or {}
         self.jdbc_options = dict(jdbc_options or {})
-        self._engine: Engine | None = None
-        self._staged: JournaledStagedTable | None = None
-        self._killed = threading.Event()
 
     def _is_atomic(self, settings: StagedSettings) -> bool:
         if self.atomic is not None:
@@ -146,29 +140,3 @@ class StagedCreateTableAsOperator(BaseOperator):
                 "purpose": self.purpose}
         assert self._engine is not None
         return {"target": self.target, **self._engine.run(self.sql, spec, {}), "atomic": False}
-
-    def on_kill(self) -> None:
-        """Cancel the Spark job and abort; ``execute`` then raises so the task fails.
-
-        Airflow calls this from its SIGTERM handler on the main thread, which may be inside
-        a py4j call or hold the attempt's lock: the work runs in its own thread, bounded.
-        """
-        self._killed.set()
-        worker = threading.Thread(target=self._cancel_and_abort, name="staged-on-kill", daemon=True)
-        worker.start()
-        worker.join(timeout=30)
-
-    def _cancel_and_abort(self) -> None:
-        try:
-            if self._engine is not None:
-                self._engine.cancel()
-            if self._staged is not None:
-                self._staged.abort("task killed")
-        except Exception:
-            self.log.exception("cancel/abort on kill failed; execute or the sweep retries it")
-
-
-def _prepend(callback: Any, existing: Any) -> list[Any]:
-    if existing is None:
-        return [callback]
-    return [callback, *(existing if isinstance(existing, list) else [existing])]
