@@ -139,6 +139,9 @@ def reconcile(
     for action in actions:
         table.add_row(action.attempt_id, action.target, action.action)
     console.print(table if actions else "no open attempts")
+    failed = [action for action in actions if action.action.startswith("failed")]
+    if failed:
+        raise StagingError(f"{len(failed)} attempt(s) could not be settled: run `staged reconcile` again")
 
 
 @app.command()

@@ -129,6 +129,10 @@ class JournaledStagedTable(StagedTable):
     def complete_publish(self, record: AttemptRecord) -> None:
         """Finish a published attempt's catalog work that a crash may have cut short."""
 
+    def recovered_superseded(self, record: AttemptRecord) -> str | list[str] | None:
+        """What a commit that was not journaled superseded, as far as the kind can tell."""
+        return None
+
     def after_commit(self, record: AttemptRecord) -> None:
         """Housekeeping after a commit (retention); errors are logged, never raised."""
 
@@ -210,7 +214,7 @@ class JournaledStagedTable(StagedTable):
             record = self.journal.require(self.attempt_id)
             if record.state is AttemptState.COMMITTED:
                 return
-            if record.state is AttemptState.ABORTED:
+            if record.state in (AttemptState.ABORTING, AttemptState.ABORTED):
                 raise CommitConflictError(
                     f"attempt {self.attempt_id} of {self.target} was aborted: cannot commit"
                 )
@@ -278,23 +282,30 @@ class JournaledStagedTable(StagedTable):
         with self.journal.locked(self.attempt_id):
             record = self.journal.require(self.attempt_id)
             if not record.state.ended:
-                self.complete_publish(record)
-                self.journal.transition(self.attempt_id, AttemptState.COMMITTED)
+                self._journal_published(record)
+        self.housekeep()
+
+    def _journal_published(self, record: AttemptRecord) -> None:
+        self.complete_publish(record)
+        self.journal.transition(
+            self.attempt_id, AttemptState.COMMITTED, superseded_location=self.recovered_superseded(record)
+        )
 
     def _discard_unpublished(self, record: AttemptRecord, reason: str | None) -> bool:
         """Discard and journal ABORTED, unless the catalog points at the data (then COMMITTED).
 
         The caller holds the attempt's lock. Returns whether the attempt was aborted.
         """
-        if self.is_published(record):
+        if record.state is not AttemptState.ABORTING and self.is_published(record):
             # The catalog already points at this data: deleting it would break the table.
             log.warning("%s of %s is published: journaled as committed, not aborted", self.attempt_id,
                         self.target)
-            self.complete_publish(record)
-            self.journal.transition(self.attempt_id, AttemptState.COMMITTED)
+            self._journal_published(record)
             return False
+        if record.state is not AttemptState.ABORTING:
+            self.journal.transition(self.attempt_id, AttemptState.ABORTING, error=reason)
         self.discard(record)
-        self.journal.transition(self.attempt_id, AttemptState.ABORTED, error=reason)
+        self.journal.transition(self.attempt_id, AttemptState.ABORTED)
         return True
 
 

@@ -29,6 +29,9 @@ _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 class AttemptState(str, enum.Enum):
     BEGUN = "BEGUN"
     WRITTEN = "WRITTEN"
+    # Journaled before an abort deletes anything: a crash mid-delete leaves an attempt that
+    # can only be aborted again, never committed with part of its files gone.
+    ABORTING = "ABORTING"
     COMMITTED = "COMMITTED"
     ABORTED = "ABORTED"
 
@@ -38,8 +41,13 @@ class AttemptState(str, enum.Enum):
 
 
 _ALLOWED = {
-    AttemptState.BEGUN: {AttemptState.WRITTEN, AttemptState.ABORTED, AttemptState.COMMITTED},
-    AttemptState.WRITTEN: {AttemptState.COMMITTED, AttemptState.ABORTED, AttemptState.WRITTEN},
+    AttemptState.BEGUN: {
+        AttemptState.WRITTEN, AttemptState.ABORTING, AttemptState.ABORTED, AttemptState.COMMITTED
+    },
+    AttemptState.WRITTEN: {
+        AttemptState.COMMITTED, AttemptState.ABORTING, AttemptState.ABORTED, AttemptState.WRITTEN
+    },
+    AttemptState.ABORTING: {AttemptState.ABORTED},
     AttemptState.COMMITTED: set(),
     AttemptState.ABORTED: set(),
 }

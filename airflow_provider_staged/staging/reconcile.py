@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
-from airflow_provider_staged.staging.journal import AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds import from_record
 
 if TYPE_CHECKING:
@@ -39,31 +39,47 @@ def reconcile(
 ) -> list[ReconcileAction]:
     """Settle every open attempt of ``settings``' journal:
 
+    - an abort that a crash cut short (ABORTING) → aborted again, never committed;
     - published in the catalog but not journaled → journaled COMMITTED ("finished"), whatever
       the task's state: the catalog already serves it;
     - task succeeded and the data is WRITTEN → committed (a commit callback that failed);
     - task failed, was retried or is gone → aborted;
     - nothing knows the task and its heartbeat is older than the TTL → aborted ("expired").
+
+    One attempt that cannot be settled (its catalog unreachable, say) is reported as
+    ``failed: ...`` and the others are still settled.
     """
     now = time.time() if now is None else now
     actions = []
     for record in settings.journal.open_attempts():
-        staged = from_record(record, settings)
-        state = task_state(record.task) if task_state is not None and record.task is not None else None
-        if staged.is_published(record):
-            staged.finish()
-            action = "finished"
-        elif state == "success" and record.state is AttemptState.WRITTEN:
-            commit_written(staged)
-            action = "committed"
-        elif state == "success" or state in _FAILED_STATES:
-            abort_attempt(staged, f"task {state}")
-            action = "aborted"
-        elif now - record.heartbeat_at > settings.attempt_ttl_seconds:
-            abort_attempt(staged, "expired: no heartbeat within the attempt TTL")
-            action = "expired"
-        else:
-            action = "left running"
+        try:
+            action = _settle(record, settings, task_state, now)
+        except Exception as error:
+            log.exception("reconcile %s (%s) failed", record.attempt_id, record.target)
+            action = f"failed: {error}"
         log.info("reconcile %s (%s): %s", record.attempt_id, record.target, action)
         actions.append(ReconcileAction(record.attempt_id, record.target, action))
     return actions
+
+
+def _settle(
+    record: AttemptRecord, settings: StagedSettings, task_state: TaskStateLookup | None, now: float
+) -> str:
+    staged = from_record(record, settings)
+    state = task_state(record.task) if task_state is not None and record.task is not None else None
+    if record.state is AttemptState.ABORTING:
+        abort_attempt(staged, "abort resumed")
+        return "aborted"
+    if staged.is_published(record):
+        staged.finish()
+        return "finished"
+    if state == "success" and record.state is AttemptState.WRITTEN:
+        commit_written(staged)
+        return "committed"
+    if state == "success" or state in _FAILED_STATES:
+        abort_attempt(staged, f"task {state}")
+        return "aborted"
+    if now - record.heartbeat_at > settings.attempt_ttl_seconds:
+        abort_attempt(staged, "expired: no heartbeat within the attempt TTL")
+        return "expired"
+    return "left running"

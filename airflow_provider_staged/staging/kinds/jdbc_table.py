@@ -531,6 +531,10 @@ class JdbcStagedTable(JournaledStagedTable):
         _carry_comments(txn, current[0], staged_oid, schema, table)
         return f"{schema}.{old_name}"
 
+    def recovered_superseded(self, record: AttemptRecord) -> str:
+        """The name a replace renamed the old table to (a create left none: dropping it is a no-op)."""
+        return f"{self.table.schema}.{self.table.sibling('old', self.attempt_id)}"
+
     def after_commit(self, record: AttemptRecord) -> None:
         """Drop the table this commit renamed away, and any that an earlier commit left behind."""
         doomed = {record.superseded_location} if record.superseded_location else set()

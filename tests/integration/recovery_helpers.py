@@ -1,0 +1,136 @@
+"""The tables, queries and attempts of test_recovery_matrix.py, shared with the process it SIGKILLs.
+
+``python -m tests.integration.recovery_helpers PLAN.json`` is that process: it drives each
+planned attempt through the staging API (its own Spark session) up to an exact step, writes
+the marker file naming the attempts, then blocks until it is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.journal import AttemptJournal, TaskRef
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.versions import RetentionPolicy
+
+# Superseded versions stay (within the grace period), abandoned attempts never do: exact expectations.
+RETENTION = RetentionPolicy(keep_versions=1, max_age_seconds=None, grace_seconds=3600)
+INJECTED = "injected mid-write failure"
+# With the v2 output committer a finished Spark task moves its files into the attempt's directory
+# at once, so a job that fails later leaves them there: what a driver killed mid-write leaves.
+MID_WRITE_OPTIONS = {"mapreduce.fileoutputcommitter.algorithm.version": "2"}
+
+
+def _failing(select: str, source: str) -> str:
+    """``select`` over ``source`` in 4 Spark tasks, the last of which fails (the others finish first:
+    local Spark runs at most 2 at a time, in order)."""
+    return f"SELECT {select} FROM (SELECT /*+ REPARTITION(4) */ id FROM {source})"
+
+
+def _fail(expression: str) -> str:
+    return f"IF(spark_partition_id() = 3, raise_error('{INJECTED}'), {expression})"
+
+
+TABLE_OLD_SQL = "SELECT id, concat('old-', id) AS label FROM range(600)"
+TABLE_NEW_SQL = "SELECT id, concat('new-', id) AS label FROM range(900)"
+TABLE_FAIL_SQL = _failing(f"{_fail('id')} AS id, concat('new-', id) AS label", "range(900)")
+
+PARTITION_COLUMNS = ["region", "ds"]
+# The refresh touches region=eu: it rewrites ds=2024-01-01 and 2024-01-02 and adds 2024-01-03;
+# region=us/ds=2024-01-01 is the untouched neighbour.
+PARTITION_SPEC = {"region": "eu"}
+PART_OLD_SQL = (
+    "SELECT id, concat('old-', id) AS label, IF(id % 3 = 2, 'us', 'eu') AS region, "
+    "concat('2024-01-0', CAST(id % 3 % 2 + 1 AS STRING)) AS ds FROM range(600)"
+)
+PART_NEW_SQL = (
+    "SELECT id, concat('new-', id) AS label, 'eu' AS region, "
+    "concat('2024-01-0', CAST(id % 3 + 1 AS STRING)) AS ds FROM range(900)"
+)
+PART_FAIL_SQL = _failing(
+    f"{_fail('id')} AS id, concat('new-', id) AS label, 'eu' AS region, "
+    "concat('2024-01-0', CAST(id % 3 + 1 AS STRING)) AS ds",
+    "range(900)",
+)
+
+JDBC_OLD_ROWS = 500  # id 1..500, v = 2 * id (written with SQL into the staged table)
+JDBC_NEW_ROWS = 800
+JDBC_NEW_SQL = f"SELECT id, id * 3 AS v FROM range(1, {JDBC_NEW_ROWS + 1})"
+JDBC_FAIL_SQL = _failing(f"id, {_fail('id * 3')} AS v", f"range(1, {JDBC_NEW_ROWS + 1})")
+
+NEW_SQL = {"hive_table": TABLE_NEW_SQL, "hive_partitions": PART_NEW_SQL, "jdbc_table": JDBC_NEW_SQL}
+FAIL_SQL = {"hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL}
+
+
+def new_attempt(
+    kind: str, target: str, journal: AttemptJournal, metastore_uri: str, task: TaskRef | None
+) -> JournaledStagedTable:
+    """The attempt that replaces (refreshes) ``target`` with the NEW content."""
+    if kind == "hive_table":
+        return HiveStagedTable(
+            TableIdentifier.parse(target),
+            StagingPurpose.REPLACE_TABLE_AS,
+            journal,
+            metastore_uri,
+            RETENTION,
+            task=task,
+        )
+    if kind == "hive_partitions":
+        return HivePartitionStagedTable(
+            TableIdentifier.parse(target),
+            PARTITION_COLUMNS,
+            PARTITION_SPEC,
+            journal,
+            metastore_uri,
+            RETENTION,
+            task=task,
+        )
+    from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, JdbcTarget
+
+    return JdbcStagedTable(JdbcTarget.parse(target), StagingPurpose.REPLACE_TABLE_AS, journal, task=task)
+
+
+def write_spec(staged: JournaledStagedTable, mid_write: bool = False) -> dict[str, Any]:
+    """The job's spec; its secrets go to the environment, as the engines pass them."""
+    os.environ.update(staged.job_env())
+    spec = staged.write_spec()
+    return {**spec, "options": MID_WRITE_OPTIONS} if mid_write else spec
+
+
+def child(plan_path: str) -> None:
+    """Drive the planned attempts up to their steps, write the marker, block until killed."""
+    from airflow_provider_staged.engine.session import build_session
+    from airflow_provider_staged.engine.spark_job import run_staged_write
+
+    plan = json.loads(Path(plan_path).read_text())
+    spark = build_session(plan["metastore_uri"], plan["warehouse"], master="local[1]", app_name="killed")
+    spark.sparkContext.setLogLevel("ERROR")
+    reached = {}
+    for item in plan["attempts"]:
+        journal = AttemptJournal(item["journal"])
+        task = TaskRef(**item["task"])
+        staged = new_attempt(item["kind"], item["target"], journal, plan["metastore_uri"], task)
+        staged.begin()
+        staged.written(run_staged_write(spark, NEW_SQL[item["kind"]], write_spec(staged)))
+        if item["step"] == "after_catalog":
+            staged.publish(journal.require(staged.attempt_id))  # the catalog call, not journaled
+        reached[item["name"]] = staged.attempt_id
+    marker = Path(plan["marker"])
+    partial = marker.with_name(marker.name + ".tmp")
+    partial.write_text(json.dumps(reached))
+    os.replace(partial, marker)
+    while True:  # "the process dies here": the test SIGKILLs it
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    child(sys.argv[1])

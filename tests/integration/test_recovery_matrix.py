@@ -1,0 +1,715 @@
+"""The recovery matrix: every kind x crash step x task outcome, settled by ``reconcile``.
+
+Each case starts from a table with known OLD content (built through the staging API), crashes
+an attempt that replaces (refreshes) it at one exact step — injected in-process, or a real
+SIGKILL of a process that runs the build — then reconciles with the task succeeded, failed, or
+unknown with the attempt TTL elapsed. Afterwards the table reads exactly OLD or exactly NEW (as
+a new reader, and in the catalog), its neighbours are unchanged, nothing of the attempt is left
+behind, and the journal has no open attempt.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hmsclient.genthrift.hive_metastore import ttypes
+from psycopg import sql
+
+from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort_attempt
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, JdbcTarget, password_env_var
+from airflow_provider_staged.staging.partition_paths import partition_path
+from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.storage import normalize_location
+from tests.integration import recovery_helpers as rh
+
+pytestmark = pytest.mark.timeout(600)
+
+REPO = Path(__file__).resolve().parents[2]
+TTL = 60.0
+KINDS = ["hive_table", "hive_partitions", "jdbc_table"]
+STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
+OUTCOMES = ["success", "failed", "unknown"]
+
+
+def expected_result(step: str, outcome: str) -> tuple[bool, str]:
+    """(whether the table ends NEW, the reconcile action)."""
+    if step == "after_catalog":
+        return True, "finished"  # the catalog already serves it, whatever the task did
+    if step == "during_abort":
+        return False, "aborted"  # an abort cut short is finished, never committed
+    if step == "after_written" and outcome == "success":
+        return True, "committed"
+    return False, "expired" if outcome == "unknown" else "aborted"
+
+
+@dataclass
+class Case:
+    kind: str
+    target: str
+    journal: AttemptJournal
+    settings: StagedSettings
+    task: TaskRef
+    old: AttemptRecord  # the committed build of the OLD content
+
+
+def _task(kind: str, label: str) -> TaskRef:
+    return TaskRef("recovery_matrix", f"build_{kind}", f"{label}-{uuid.uuid4().hex[:12]}", 1)
+
+
+def _files(location: str) -> list[Path]:
+    root = local_path(location)
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def _parquet(location: str) -> list[Path]:
+    return [p for p in _files(location) if p.name.startswith("part-") and p.suffix == ".parquet"]
+
+
+# -- the Hive kinds -------------------------------------------------------------------------------
+
+
+class HiveHarness:
+    """OLD tables built cheaply through the API: begin, copy a template version, written, commit."""
+
+    kind = "hive_table"
+    old_sql = rh.TABLE_OLD_SQL
+    partition_by: list[str] = []
+
+    def __init__(self, spark: Any, metastore: Any, database: str, scratch: Path) -> None:
+        self.spark = spark
+        self.metastore_uri = metastore.uri
+        self.warehouse = metastore.warehouse
+        self.database = database
+        self.scratch = scratch
+        template = scratch / "template"
+        spec = {"format": "parquet", "location": f"file:{template}", "partition_by": self.partition_by}
+        self.template_dir = template
+        self.template_manifest = run_staged_write(spark, self.old_sql, spec)
+        self.expected_old = self.expected(self.old_sql)
+        self.expected_new = self.expected(rh.NEW_SQL[self.kind])
+
+    # content as a new reader sees it -----------------------------------------------------------
+
+    def content_query(self, source: str) -> str:
+        return f"SELECT count(*) AS n, coalesce(sum(hash(id, label)), 0) AS h FROM {source}"
+
+    def expected(self, query: str) -> Any:
+        return tuple(self.spark.sql(self.content_query(f"({query})")).first())
+
+    def read(self, target: str) -> Any:
+        reader = self.spark.newSession()  # its own catalog state: what a new reader sees
+        reader.catalog.refreshTable(target)
+        return tuple(reader.sql(self.content_query(target)).first())
+
+    def catalog_table(self, target: str) -> ttypes.Table:
+        database, table = target.split(".")
+        with MetastoreClient(self.metastore_uri) as client:
+            found = client.get_table(database, table)
+        assert found is not None, f"{target} is not in the metastore"
+        return found
+
+    # cases ---------------------------------------------------------------------------------------
+
+    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+        return HiveStagedTable(
+            TableIdentifier.parse(target),
+            StagingPurpose.CREATE_TABLE_AS,
+            journal,
+            self.metastore_uri,
+            rh.RETENTION,
+        )
+
+    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+        staged = self.old_attempt(target, journal)
+        staged.begin()
+        shutil.copytree(self.template_dir, local_path(staged.location))
+        staged.written({**self.template_manifest, "location": staged.location})
+        staged.commit()
+        staged.housekeep()
+        return journal.require(staged.attempt_id)
+
+    def new_target(self) -> str:
+        return f"{self.database}.t_{uuid.uuid4().hex[:10]}"
+
+    def new_case(self, directory: Path, label: str) -> Case:
+        journal = AttemptJournal(directory / "journal")
+        target = self.new_target()
+        old = self.build_old(target, journal)
+        settings = StagedSettings(
+            self.metastore_uri,
+            self.warehouse,
+            str(journal.root),
+            retention=rh.RETENTION,
+            attempt_ttl_seconds=TTL,
+        )
+        return Case(self.kind, target, journal, settings, _task(self.kind, label), old)
+
+    def write(self, staged: JournaledStagedTable, query: str, mid_write: bool = False) -> dict[str, Any]:
+        return run_staged_write(self.spark, query, rh.write_spec(staged, mid_write))
+
+    # the kill points -------------------------------------------------------------------------------
+
+    def assert_nothing_written(self, case: Case, staged: JournaledStagedTable) -> None:
+        assert not local_path(staged.location).exists(), "begin alone must not create the attempt's directory"
+
+    def assert_partly_written(self, case: Case, staged: JournaledStagedTable) -> None:
+        written = _parquet(staged.location)
+        assert written, (
+            f"the failed job left no part files in {staged.location}: the kill point was not reached"
+        )
+
+    def assert_serves(self, case: Case, staged: JournaledStagedTable) -> None:
+        location = current_location(self.catalog_table(case.target))
+        assert normalize_location(location) == normalize_location(staged.location)
+
+    def discard_partly(self, case: Case, staged: JournaledStagedTable) -> None:
+        """A crash inside ``discard``'s directory delete: some of the attempt's files are gone."""
+        files = _parquet(staged.location)
+        assert len(files) >= 2, f"need 2+ part files to delete only some, got {files}"
+        for path in files[: len(files) // 2]:
+            path.unlink()
+            path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+        assert _parquet(staged.location), "some files of the attempt must remain"
+
+    # the end state -------------------------------------------------------------------------------------
+
+    def root_of(self, case: Case) -> Path:
+        return local_path(normalize_location(case.old.location)).parent
+
+    def assert_root(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        """Only the version directories the catalog and the journal's commits explain."""
+        old_dir, new_dir = local_path(case.old.location), local_path(record.location)
+        wanted = {old_dir.name, new_dir.name} if new else {old_dir.name}
+        entries = {p.name for p in self.root_of(case).iterdir()}
+        versions = {name for name in entries if name.startswith("_v=")}
+        assert versions == wanted, f"version directories {sorted(versions)}, expected {sorted(wanted)}"
+        if not new:
+            assert not new_dir.exists(), f"the aborted attempt's directory {new_dir} is left behind"
+        others = entries - versions
+        allowed = {EMPTY_DIR_NAME} if self.kind == "hive_partitions" else set()
+        assert others <= allowed, f"unexpected entries {sorted(others - allowed)} in {self.root_of(case)}"
+        if EMPTY_DIR_NAME in others:
+            assert list((self.root_of(case) / EMPTY_DIR_NAME).iterdir()) == [], "the placeholder is not empty"
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        assert self.read(case.target) == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (rows, checksum)"
+        )
+        want = normalize_location(record.location if new else case.old.location)
+        served = normalize_location(current_location(self.catalog_table(case.target)))
+        assert served == want, f"the metastore serves {served}, expected {want}"
+        self.assert_root(case, record, new)
+        self.assert_neighbour()
+
+    # the untouched neighbour table in the same database -----------------------------------------------
+
+    def setup_neighbour(self) -> None:
+        target = f"{self.database}.neighbour"
+        record = self.build_old(target, AttemptJournal(self.scratch / "neighbour-journal"))
+        self.neighbour = target
+        self.neighbour_root = local_path(record.location).parent
+        self.neighbour_state = self.observe_neighbour()
+        assert self.neighbour_state[0] == self.expected_old
+
+    def observe_neighbour(self) -> tuple[Any, str, list[str]]:
+        files = sorted(str(p.relative_to(self.neighbour_root)) for p in self.neighbour_root.rglob("*"))
+        location = normalize_location(current_location(self.catalog_table(self.neighbour)))
+        return self.read(self.neighbour), location, files
+
+    def assert_neighbour(self) -> None:
+        assert self.observe_neighbour() == self.neighbour_state, f"neighbour {self.neighbour} changed"
+
+
+class PartitionHarness(HiveHarness):
+    """A (region, ds) table; the refresh of region=eu rewrites two partitions and adds one."""
+
+    kind = "hive_partitions"
+    old_sql = rh.PART_OLD_SQL
+    partition_by = rh.PARTITION_COLUMNS
+    neighbour_partition = ("us", "2024-01-01")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        assert set(self.expected_old) == {
+            ("eu", "2024-01-01"),
+            ("eu", "2024-01-02"),
+            self.neighbour_partition,
+        }
+        refreshed = self.expected_new
+        assert set(refreshed) == {("eu", "2024-01-01"), ("eu", "2024-01-02"), ("eu", "2024-01-03")}
+        self.expected_new = {
+            **refreshed,
+            self.neighbour_partition: self.expected_old[self.neighbour_partition],
+        }
+
+    def content_query(self, source: str) -> str:
+        return (
+            "SELECT region, ds, count(*) AS n, sum(hash(id, label, region, ds)) AS h "
+            f"FROM {source} GROUP BY region, ds"
+        )
+
+    def expected(self, query: str) -> Any:
+        return {
+            (r.region, r.ds): (r.n, r.h) for r in self.spark.sql(self.content_query(f"({query})")).collect()
+        }
+
+    def read(self, target: str) -> Any:
+        reader = self.spark.newSession()
+        reader.catalog.refreshTable(target)
+        return {(r.region, r.ds): (r.n, r.h) for r in reader.sql(self.content_query(target)).collect()}
+
+    def partitions(self, target: str) -> dict[tuple[str, ...], str]:
+        database, table = target.split(".")
+        with MetastoreClient(self.metastore_uri) as client:
+            found = client.partitions(database, table)
+        return {tuple(p.values): normalize_location(p.sd.location) for p in found}
+
+    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+        return HivePartitionStagedTable(
+            TableIdentifier.parse(target), rh.PARTITION_COLUMNS, {}, journal, self.metastore_uri, rh.RETENTION
+        )
+
+    def assert_serves(self, case: Case, staged: JournaledStagedTable) -> None:
+        mine = normalize_location(staged.location)
+        served = self.partitions(case.target)
+        assert {v for v, location in served.items() if location.startswith(mine + "/")} == set(
+            self.expected_new
+        ) - {self.neighbour_partition}
+
+    def discard_partly(self, case: Case, staged: JournaledStagedTable) -> None:
+        """A crash inside ``discard`` after a commit that failed between registering the added
+        partition at the placeholder and switching: some files gone, the placeholder registered."""
+        super().discard_partly(case, staged)
+        database, name = case.target.split(".")
+        placeholder = f"{normalize_location(str(self.root_of(case)))}/{EMPTY_DIR_NAME}"
+        local_path(placeholder).mkdir(exist_ok=True)
+        with MetastoreClient(self.metastore_uri) as client:
+            table = client.get_table(database, name)
+            storage = copy.deepcopy(table.sd)
+            storage.location = placeholder
+            client.add_partitions(
+                [
+                    ttypes.Partition(
+                        values=["eu", "2024-01-03"],
+                        dbName=database,
+                        tableName=name,
+                        sd=storage,
+                        parameters={},
+                    )
+                ]
+            )
+        assert self.partitions(case.target)[("eu", "2024-01-03")] == placeholder
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        content = self.read(case.target)
+        neighbour = self.expected_old[self.neighbour_partition]
+        assert content.get(self.neighbour_partition) == neighbour, "the untouched neighbour partition changed"
+        assert content == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (per partition: rows, checksum)"
+        )
+        old_dir, new_dir = normalize_location(case.old.location), normalize_location(record.location)
+        # The table itself stays at the version that created it; its partitions move.
+        assert normalize_location(current_location(self.catalog_table(case.target))) == old_dir
+        expected = {
+            values: f"{new_dir if new and values != self.neighbour_partition else old_dir}/"
+            f"{partition_path(rh.PARTITION_COLUMNS, values)}"
+            for values in (self.expected_new if new else self.expected_old)
+        }
+        # Exactly these partitions (none extra, none at the placeholder); the neighbour's location kept.
+        assert self.partitions(case.target) == expected, "the metastore's partitions are not exactly these"
+        self.assert_root(case, record, new)
+
+    def setup_neighbour(self) -> None:
+        """The neighbour here is the partition region=us/ds=2024-01-01 (checked in ``check``)."""
+
+
+@pytest.fixture(scope="module")
+def hive_database(metastore: Any) -> str:
+    name = "rm_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, metastore.warehouse)
+    return name
+
+
+@pytest.fixture(scope="module")
+def hive_table_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveHarness:
+    harness = HiveHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-hive"))
+    harness.setup_neighbour()
+    return harness
+
+
+@pytest.fixture(scope="module")
+def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -> PartitionHarness:
+    return PartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------------
+
+
+def _digest(rows: int, factor: int) -> tuple[int, int, str]:
+    text = ",".join(f"{i}:{factor * i}" for i in range(1, rows + 1))
+    return rows, factor * rows * (rows + 1) // 2, hashlib.md5(text.encode()).hexdigest()
+
+
+class JdbcHarness:
+    kind = "jdbc_table"
+    expected_old = _digest(rh.JDBC_OLD_ROWS, 2)
+    expected_new = _digest(rh.JDBC_NEW_ROWS, 3)
+
+    def __init__(self, spark: Any, metastore: Any, postgres: Any, conn_id: str, schema: str, scratch: Path):
+        self.spark = spark
+        self.metastore_uri = metastore.uri
+        self.warehouse = metastore.warehouse
+        self.conninfo = postgres.conninfo()
+        self.conn_id = conn_id
+        self.schema = schema
+        self.scratch = scratch
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.conninfo, autocommit=True)
+
+    def read(self, table: str) -> tuple[int, int, str]:
+        """count, sum and an ordered checksum, as a new session reads them."""
+        with self.connect() as conn:
+            count, total, digest = conn.execute(
+                sql.SQL(
+                    "SELECT count(*), coalesce(sum(v), 0)::bigint,"
+                    " md5(coalesce(string_agg(id || ':' || v, ',' ORDER BY id), '')) FROM {}"
+                ).format(sql.Identifier(self.schema, table))
+            ).fetchone()
+        return int(count), int(total), digest
+
+    def oid(self, table: str) -> int | None:
+        with self.connect() as conn:
+            row = conn.execute(
+                "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s",
+                (self.schema, table),
+            ).fetchone()
+        return int(row[0]) if row else None
+
+    def relations(self, prefix: str) -> set[str]:
+        with self.connect() as conn:
+            rows = conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND left(c.relname, length(%s)) = %s",
+                (self.schema, prefix, prefix),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def build_old(self, table: str, journal: AttemptJournal) -> AttemptRecord:
+        """begin → fill the staged table with SQL (the job's part, without Spark) → written → commit."""
+        staged = JdbcStagedTable(
+            JdbcTarget.parse(f"jdbc://{self.conn_id}/{self.schema}.{table}"),
+            StagingPurpose.CREATE_TABLE_AS,
+            journal,
+        )
+        staged.begin()
+        name = sql.Identifier(self.schema, staged.staged_name)
+        with self.connect() as conn:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN id bigint NOT NULL, ADD COLUMN v bigint NOT NULL").format(
+                    name
+                )
+            )
+            conn.execute(
+                sql.SQL("INSERT INTO {} SELECT g, 2 * g FROM generate_series(1, %s) g").format(name),
+                (rh.JDBC_OLD_ROWS,),
+            )
+        oid = self.oid(staged.staged_name)
+        staged.written(
+            {
+                "format": "jdbc",
+                "location": staged.location,
+                "table_oid": oid,
+                "columns": [["id", "bigint NOT NULL"], ["v", "bigint NOT NULL"]],
+                "rows": rh.JDBC_OLD_ROWS,
+                "bytes": 0,
+            }
+        )
+        staged.commit()
+        staged.housekeep()
+        return journal.require(staged.attempt_id)
+
+    def new_case(self, directory: Path, label: str) -> Case:
+        journal = AttemptJournal(directory / "journal")
+        table = f"t_{uuid.uuid4().hex[:10]}"
+        old = self.build_old(table, journal)
+        settings = StagedSettings(
+            self.metastore_uri, self.warehouse, str(journal.root), attempt_ttl_seconds=TTL
+        )
+        return Case(
+            self.kind,
+            f"jdbc://{self.conn_id}/{self.schema}.{table}",
+            journal,
+            settings,
+            _task(self.kind, label),
+            old,
+        )
+
+    def write(self, staged: JournaledStagedTable, query: str, mid_write: bool = False) -> dict[str, Any]:
+        return run_staged_write(self.spark, query, rh.write_spec(staged, mid_write))
+
+    @staticmethod
+    def table_of(case: Case) -> str:
+        return JdbcTarget.parse(case.target).table
+
+    def staged_rows(self, staged: JdbcStagedTable) -> int:
+        with self.connect() as conn:
+            query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.schema, staged.staged_name))
+            return int(conn.execute(query).fetchone()[0])
+
+    def assert_nothing_written(self, case: Case, staged: JdbcStagedTable) -> None:
+        with self.connect() as conn:
+            columns = conn.execute(
+                "SELECT count(*) FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+                (self.oid(staged.staged_name),),
+            ).fetchone()[0]
+        assert columns == 0, "begin's placeholder must have no columns yet"
+        assert self.staged_rows(staged) == 0
+
+    def assert_partly_written(self, case: Case, staged: JdbcStagedTable) -> None:
+        rows = self.staged_rows(staged)
+        assert 0 < rows < rh.JDBC_NEW_ROWS, f"the failed job left {rows} rows: the kill point was not reached"
+
+    def assert_serves(self, case: Case, staged: JdbcStagedTable) -> None:
+        manifest = case.journal.require(staged.attempt_id).manifest
+        assert self.oid(self.table_of(case)) == manifest["table_oid"]
+        assert self.read(self.table_of(case)) == self.expected_new
+
+    def discard_partly(self, case: Case, staged: JdbcStagedTable) -> None:
+        """A crash inside ``discard`` after its DROP, before the journal records ABORTED."""
+        with self.connect() as conn:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(self.schema, staged.staged_name)))
+        assert self.oid(staged.staged_name) is None
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        table = self.table_of(case)
+        assert self.read(table) == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (rows, sum, md5)"
+        )
+        wanted = (record if new else case.old).manifest["table_oid"]
+        assert self.oid(table) == wanted, f"{case.target} is not the {'NEW' if new else 'OLD'} table"
+        left = self.relations(table)
+        assert left == {table}, f"staged or superseded tables left behind: {sorted(left - {table})}"
+        self.assert_neighbour()
+
+    def setup_neighbour(self) -> None:
+        self.build_old("neighbour", AttemptJournal(self.scratch / "neighbour-journal"))
+        self.neighbour_state = (self.oid("neighbour"), self.read("neighbour"))
+        assert self.neighbour_state[1] == self.expected_old
+
+    def assert_neighbour(self) -> None:
+        assert (self.oid("neighbour"), self.read("neighbour")) == self.neighbour_state, "neighbour changed"
+
+
+@pytest.fixture(scope="module")
+def jdbc_table_harness(spark, metastore, postgres, postgres_conn_id, tmp_path_factory):
+    schema = "rm_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    harness = JdbcHarness(
+        spark, metastore, postgres, postgres_conn_id, schema, tmp_path_factory.mktemp("rm-pg")
+    )
+    harness.setup_neighbour()
+    yield harness
+    os.environ.pop(password_env_var(postgres_conn_id), None)
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+# -- the matrix -----------------------------------------------------------------------------------------
+
+
+def crash(harness: Any, case: Case, staged: JournaledStagedTable, step: str) -> None:
+    """Drive ``staged`` to ``step`` and stop there, as a process that died at that point."""
+    staged.begin()
+    if step == "before_write":
+        harness.assert_nothing_written(case, staged)
+        assert case.journal.require(staged.attempt_id).state is AttemptState.BEGUN
+        return
+    if step == "mid_write":
+        with pytest.raises(Exception, match=rh.INJECTED):
+            harness.write(staged, rh.FAIL_SQL[case.kind], mid_write=True)
+        harness.assert_partly_written(case, staged)  # and no abort: the process "died"
+        assert case.journal.require(staged.attempt_id).state is AttemptState.BEGUN
+        return
+    staged.written(harness.write(staged, rh.NEW_SQL[case.kind]))
+    if step == "after_catalog":
+        staged.publish(case.journal.require(staged.attempt_id))
+        harness.assert_serves(case, staged)
+    elif step == "during_abort":
+        # The real abort, dying inside its discard after deleting part of the data.
+        def die_mid_discard(record: Any) -> None:
+            harness.discard_partly(case, staged)
+            raise RuntimeError("injected: died while discarding")
+
+        staged.discard = die_mid_discard  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="died while discarding"):
+            abort_attempt(staged, "task failed")
+        assert case.journal.require(staged.attempt_id).state is AttemptState.ABORTING
+        return
+    assert case.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+
+
+def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, action: str) -> None:
+    """Reconcile with the task's ``outcome``, then check everything; report every broken invariant."""
+    if outcome == "unknown":
+
+        def lookup(task: TaskRef) -> str | None:
+            return None
+
+        now = time.time() + TTL + 1
+    else:
+
+        def lookup(task: TaskRef) -> str | None:
+            return outcome if task == case.task else None
+
+        now = None
+    try:
+        actions = [(a.attempt_id, a.action) for a in reconcile(case.settings, lookup, now=now)]
+    except Exception as error:  # reported below, with what it left
+        actions = [(attempt_id, f"reconcile raised {error!r}")]
+    record = case.journal.require(attempt_id)
+    wanted_state = AttemptState.COMMITTED if new else AttemptState.ABORTED
+
+    def journal_ended() -> None:
+        assert actions == [(attempt_id, action)], f"reconcile: {actions}, expected {action!r}"
+        assert case.journal.open_attempts() == [], f"the attempt is still open ({record.state.value})"
+        assert record.state is wanted_state, f"journaled {record.state.value}, expected {wanted_state.value}"
+
+    failures = []
+    for check in (lambda: harness.check(case, record, new), journal_ended):
+        try:
+            check()
+        except AssertionError as error:
+            failures.append(str(error))
+    if failures:
+        pytest.fail("\n\n".join(failures))
+
+
+MATRIX = list(itertools.product(KINDS, STEPS, OUTCOMES))
+
+
+@pytest.mark.parametrize(("kind", "step", "outcome"), MATRIX, ids=["-".join(case) for case in MATRIX])
+def test_crash_then_reconcile(kind, step, outcome, request, tmp_path):
+    harness = request.getfixturevalue(f"{kind}_harness")
+    case = harness.new_case(tmp_path, f"{step}-{outcome}")
+    staged = rh.new_attempt(kind, case.target, case.journal, harness.metastore_uri, case.task)
+    crash(harness, case, staged, step)
+    new, action = expected_result(step, outcome)
+    settle(harness, case, staged.attempt_id, outcome, new, action)
+
+
+# -- real SIGKILLs ------------------------------------------------------------------------------------
+
+KILLED = [
+    ("hive_table", "after_written", "success"),
+    ("hive_partitions", "after_written", "failed"),
+    ("hive_partitions", "after_catalog", "unknown"),
+    ("jdbc_table", "after_written", "success"),
+    ("jdbc_table", "after_written", "unknown"),
+]
+
+
+@pytest.fixture(scope="module")
+def killed_build(request, metastore, tmp_path_factory):
+    """One process with its own Spark session drives every KILLED attempt to its step, writes a
+    marker and blocks; it is SIGKILLed once all of them are there."""
+    base = tmp_path_factory.mktemp("rm-killed")
+    cases, items = {}, []
+    for kind, step, outcome in KILLED:
+        name = f"{kind}-{step}-{outcome}"
+        harness = request.getfixturevalue(f"{kind}_harness")
+        case = harness.new_case(base / name, f"killed-{step}-{outcome}")
+        cases[name] = case
+        items.append(
+            {
+                "name": name,
+                "kind": kind,
+                "step": step,
+                "target": case.target,
+                "journal": str(case.journal.root),
+                "task": vars(case.task),
+            }
+        )
+    marker = base / "reached.json"
+    plan = base / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "metastore_uri": metastore.uri,
+                "warehouse": metastore.warehouse,
+                "marker": str(marker),
+                "attempts": items,
+            }
+        )
+    )
+    log_path = base / "child.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.recovery_helpers", str(plan)],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the build process (exit {process.poll()}) did not reach its steps:\n"
+                    + log_path.read_text()[-4000:]
+                )
+            time.sleep(0.2)
+        reached = json.loads(marker.read_text())
+        # The journal as the process left it, read before the kill.
+        before_kill = {name: cases[name].journal.require(reached[name]).state for name in reached}
+        os.kill(process.pid, signal.SIGKILL)
+        returncode = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return cases, reached, before_kill, returncode
+
+
+@pytest.mark.parametrize(("kind", "step", "outcome"), KILLED, ids=["-".join(case) for case in KILLED])
+def test_sigkill_then_reconcile(kind, step, outcome, killed_build, request):
+    cases, reached, before_kill, returncode = killed_build
+    assert returncode == -signal.SIGKILL, f"the build process ended with {returncode}, not by SIGKILL"
+    name = f"{kind}-{step}-{outcome}"
+    case, attempt_id = cases[name], reached[name]
+    assert before_kill[name] is AttemptState.WRITTEN
+    harness = request.getfixturevalue(f"{kind}_harness")
+    staged = rh.new_attempt(kind, case.target, case.journal, harness.metastore_uri, case.task)
+    assert staged.attempt_id == attempt_id  # the same task try: the same attempt
+    if step == "after_catalog":
+        harness.assert_serves(case, staged)
+    new, action = expected_result(step, outcome)
+    settle(harness, case, attempt_id, outcome, new, action)
