@@ -169,13 +169,13 @@ class HiveStagedTable(JournaledStagedTable):
         # A create-only purpose supersedes nothing: skip the sweep's metastore read and listing.
         # Leftovers of earlier failed attempts go with the next replace or the TTL sweep.
         if self.purpose.replaces:
-            sweep_versions(self, self.retention)
+            sweep_versions(self, self.retention, normalize_location(record.location).rpartition("/")[0])
 
 
 def sweep_versions(
-    staged: HiveStagedTable, retention: RetentionPolicy, now: float | None = None
+    staged: HiveStagedTable, retention: RetentionPolicy, root: str, now: float | None = None
 ) -> list[str]:
-    """Delete superseded and orphaned version directories of ``staged``'s table.
+    """Delete superseded and orphaned version directories under ``root``, ``staged``'s table root.
 
     The order matters: list the directories first, then read the journal, then read what is
     live. An attempt journals BEGUN before its directory exists, so every listed directory
@@ -183,10 +183,6 @@ def sweep_versions(
     """
     now = time.time() if now is None else now
     with staged._client() as client:
-        table = client.get_table(staged.identifier.database, staged.identifier.table)
-        if table is None:
-            return []
-        root = staged.root_for(client, table)
         listed = [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
         records = [r for r in staged.journal.records() if r.kind in HIVE_KINDS and r.target == staged.target]
         table = client.get_table(staged.identifier.database, staged.identifier.table)
