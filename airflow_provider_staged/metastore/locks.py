@@ -5,7 +5,9 @@ read-modify-write one table would undo each other. Every writer of a table's met
 (commits of every kind, refresh status, partition changes) therefore holds the metastore's
 EXCLUSIVE table lock around its read-modify-write — the mechanism Iceberg's Hive catalog uses
 for its commits. The lock lives in the metastore, so it holds across processes and machines;
-a holder that dies loses it after the metastore's ``hive.txn.timeout``.
+a holder that dies loses it after the metastore's ``hive.txn.timeout`` (which the metastore
+enforces only with ``hive.compactor.initiator.on``); a live holder heartbeats, so a slow
+commit never loses its lock.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import getpass
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_LOCK_TIMEOUT_SECONDS = 120.0
+# Well inside any hive.txn.timeout a metastore would use (default 300 s; 60 s embedded).
+HEARTBEAT_SECONDS = 10.0
 _AGENT = "airflow-provider-staged"
 
 
@@ -79,9 +84,38 @@ def table_lock(
             raise MetastoreLockError(
                 f"the metastore did not grant the lock of {database}.{table} (state {response.state})"
             )
-        yield
+        with _Heartbeat(client.uri, lock_id):
+            yield
     finally:
         _unlock(client, lock_id)
+
+
+class _Heartbeat:
+    """Heartbeat a held lock on a connection of its own (Thrift clients are not thread-safe)."""
+
+    def __init__(self, uri: str, lock_id: int) -> None:
+        self.uri = uri
+        self.lock_id = lock_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"hms-lock-{lock_id}", daemon=True)
+
+    def _beat(self) -> None:
+        from airflow_provider_staged.metastore.client import MetastoreClient
+
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                with MetastoreClient(self.uri) as client:
+                    client.thrift.heartbeat(ttypes.HeartbeatRequest(lockid=self.lock_id))
+            except Exception:
+                log.warning("heartbeat of metastore lock %s failed", self.lock_id, exc_info=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _unlock(client: MetastoreClient, lock_id: int) -> None:

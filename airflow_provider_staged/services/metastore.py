@@ -83,9 +83,17 @@ def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
         "hive.in.test=true",
         "--hiveconf",
         "datanucleus.connectionPoolingType=HikariCP",
-        # A committer killed while holding a table lock releases it after this long.
+        # A committer killed while holding a table lock loses it after hive.txn.timeout: Hive
+        # 2.3 times locks out only in the housekeeping thread that the compactor initiator
+        # starts, first after reaper.start, then every reaper.interval.
         "--hiveconf",
         "hive.txn.timeout=60s",
+        "--hiveconf",
+        "hive.compactor.initiator.on=true",
+        "--hiveconf",
+        "hive.timedout.txn.reaper.start=5s",
+        "--hiveconf",
+        "hive.timedout.txn.reaper.interval=5s",
     ]
 
 

@@ -1,0 +1,289 @@
+"""Worker processes of the metadata race tests (``test_metadata_races``), started with spawn.
+
+Each worker waits for a start event, does its loop, and writes what it saw as JSON to
+``out_path``; the test compares the workers' timelines. Data is written with pyarrow straight
+into the attempt's version directory (the catalog operation is what is under test, not Spark).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_staged.engine.spark_job import data_files, local_path
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.catalog_status import (
+    REFRESH_HANDLER_KEY,
+    REFRESH_STATUS_KEY,
+    CatalogStatusStore,
+)
+from airflow_provider_staged.materialized.scheduler import RefreshStatus
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import commit_written
+from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.manifest import DataFile, Manifest
+from airflow_provider_staged.storage import normalize_location
+
+# The unpartitioned table of the commit race: (id bigint, label string).
+FLAT_SCHEMA_JSON = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "label", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }
+)
+FLAT_COLUMNS = [("id", "bigint"), ("label", "string")]
+# The partitioned table of the reader race: (refresh int, row int) PARTITIONED BY (ds string).
+PART_SCHEMA_JSON = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "refresh", "type": "integer", "nullable": True, "metadata": {}},
+            {"name": "row", "type": "integer", "nullable": True, "metadata": {}},
+            {"name": "ds", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }
+)
+PART_COLUMNS = [("refresh", "int"), ("row", "int"), ("ds", "string")]
+ROWS_PER_PARTITION = 2
+BASE_PARTITIONS = ("b0", "b1")
+
+
+def write_source_parquet(path: Path) -> None:
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "label": pa.array(["a", "b", "c"])})
+    pq.write_table(table, path)
+
+
+def commit_copy(
+    uri: str, target: str, journal_dir: str, parquet_file: str, purpose: str = "create_or_replace"
+) -> HiveStagedTable:
+    """One attempt of the unpartitioned table: begin, copy the Parquet file, written, commit."""
+    staged = HiveStagedTable(
+        TableIdentifier.parse(target), StagingPurpose.parse(purpose), AttemptJournal(journal_dir), uri
+    )
+    staged.begin()
+    write_and_commit(staged, parquet_file)
+    return staged
+
+
+def write_flat(staged: HiveStagedTable, parquet_file: str) -> Manifest:
+    directory = local_path(staged.location)
+    directory.mkdir(parents=True)
+    shutil.copy(parquet_file, directory / "part-00000.parquet")
+    return Manifest(
+        location=staged.location,
+        schema_json=FLAT_SCHEMA_JSON,
+        columns=list(FLAT_COLUMNS),
+        files=[DataFile(**item) for item in data_files(directory)],
+    )
+
+
+def write_and_commit(staged: HiveStagedTable, parquet_file: str) -> None:
+    commit_written(staged, write_flat(staged, parquet_file))
+
+
+def committer(
+    uri: str,
+    target: str,
+    journal_dir: str,
+    parquet_file: str,
+    commits: int,
+    ready: Any,
+    go: Any,
+    done: Any,
+    out_path: str,
+) -> None:
+    """Commit ``commits`` versions; after each, read the table back (location + status)."""
+    database, table = target.split(".")
+    seen: list[dict[str, Any]] = []
+    error = None
+    ready.set()
+    go.wait()
+    try:
+        for index in range(commits):
+            t0 = time.monotonic()
+            staged = commit_copy(uri, target, journal_dir, parquet_file)
+            t1 = time.monotonic()
+            with MetastoreClient(uri) as client:
+                found = client.get_table(database, table)
+            params = found.parameters or {}
+            seen.append(
+                {
+                    "index": index,
+                    "t0": t0,
+                    "t1": t1,
+                    "own": normalize_location(staged.location),
+                    "observed": normalize_location(current_location(found)),
+                    "handler": params.get(REFRESH_HANDLER_KEY),
+                    "status": params.get(REFRESH_STATUS_KEY),
+                }
+            )
+    except BaseException as err:  # reported to the test, which fails with it
+        error = repr(err)
+    finally:
+        done.set()
+        Path(out_path).write_text(json.dumps({"commits": seen, "error": error}))
+
+
+def status_value(index: int) -> tuple[RefreshStatus, str]:
+    status = RefreshStatus.ACTIVATED if index % 2 == 0 else RefreshStatus.SUSPENDED
+    return status, f"writer-{index}"
+
+
+def status_writer(
+    uri: str,
+    target: str,
+    definition_path: str,
+    ready: Any,
+    go: Any,
+    done: Any,
+    out_path: str,
+    max_writes: int = 5000,
+) -> None:
+    """Alternate distinct status values until the committer is done; read back after each."""
+    identifier = TableIdentifier.parse(target)
+    store = CatalogStatusStore(uri)
+    seen: list[dict[str, Any]] = []
+    error = None
+    ready.set()
+    go.wait()
+    try:
+        index = 0
+        while not done.is_set() and index < max_writes:
+            status, handler = status_value(index)
+            t0 = time.monotonic()
+            where = store.save(identifier, definition_path, status, handler)
+            t1 = time.monotonic()
+            with MetastoreClient(uri) as client:
+                found = client.get_table(identifier.database, identifier.table)
+            params = found.parameters or {}
+            seen.append(
+                {
+                    "index": index,
+                    "t0": t0,
+                    "t1": t1,
+                    "where": where,
+                    "status_ok": params.get(REFRESH_STATUS_KEY) == status.value,
+                    "handler_ok": params.get(REFRESH_HANDLER_KEY) == handler,
+                    "observed": normalize_location(current_location(found)),
+                }
+            )
+            index += 1
+    except BaseException as err:
+        error = repr(err)
+    finally:
+        Path(out_path).write_text(json.dumps({"writes": seen, "error": error}))
+
+
+# -- the partitioned table ------------------------------------------------------------------
+
+
+def partitions_of_refresh(refresh: int) -> list[str]:
+    """Refresh k rewrites b0, b1, n1..n(k-1) and adds n(k)."""
+    return [*BASE_PARTITIONS, *(f"n{j}" for j in range(1, refresh + 1))]
+
+
+def refresh_partitions(uri: str, target: str, journal_dir: str, refresh: int) -> tuple[float, float]:
+    """One partition refresh (spec {}), every row tagged with ``refresh``; returns when its
+    commit (the catalog calls) started and ended."""
+    staged = HivePartitionStagedTable(
+        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal_dir), uri
+    )
+    staged.begin()
+    root = local_path(staged.location)
+    rows = pa.table(
+        {
+            "refresh": pa.array([refresh] * ROWS_PER_PARTITION, pa.int32()),
+            "row": pa.array(range(ROWS_PER_PARTITION), pa.int32()),
+        }
+    )
+    for ds in partitions_of_refresh(refresh):
+        (root / f"ds={ds}").mkdir(parents=True)
+        pq.write_table(rows, root / f"ds={ds}" / "part-00000.parquet")
+    manifest = Manifest(
+        location=staged.location,
+        schema_json=PART_SCHEMA_JSON,
+        columns=list(PART_COLUMNS),
+        partition_columns=["ds"],
+        files=[DataFile(**item) for item in data_files(root)],
+    )
+    started = time.monotonic()
+    commit_written(staged, manifest)
+    return started, time.monotonic()
+
+
+def read_partitions(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:
+    """What a reader sees: each listed partition's ``refresh`` values (empty: no rows)."""
+    seen = {}
+    for partition in client.partitions(database, table):
+        directory = local_path(partition.sd.location)
+        values: list[int] = []
+        for path in sorted(directory.glob("*.parquet")):
+            values.extend(pq.read_table(path, columns=["refresh"]).column("refresh").to_pylist())
+        seen[partition.values[0]] = values
+    return seen
+
+
+def classify(seen: dict[str, list[int]]) -> tuple[str, int | None]:
+    """("ok", r) when the read is exactly refresh r (plus, at most, refresh r+1's new partition
+    registered empty); ("mixed", None) or ("missing", None) otherwise."""
+    tags = {value for values in seen.values() for value in values}
+    if len(tags) != 1:
+        return ("mixed" if len(tags) > 1 else "missing"), None
+    (refresh,) = tags
+    for ds in partitions_of_refresh(refresh):
+        if seen.get(ds) != [refresh] * ROWS_PER_PARTITION:
+            return "missing", None
+    extra = set(seen) - set(partitions_of_refresh(refresh))
+    if extra - {f"n{refresh + 1}"} or any(seen[ds] for ds in extra):
+        return "mixed", None
+    return ("placeholder" if extra else "ok"), refresh
+
+
+def reader(uri: str, target: str, ready: Any, go: Any, done: Any, reads: Any, out_path: str) -> None:
+    """Read the partitioned table in a loop until ``done``; classify every read."""
+    database, table = target.split(".")
+    seen: list[dict[str, Any]] = []
+    error = None
+    try:
+        with MetastoreClient(uri) as client:
+            ready.set()
+            go.wait()
+            while not done.is_set():
+                t0 = time.monotonic()
+                try:
+                    state = read_partitions(client, database, table)
+                    verdict, refresh = classify(state)
+                except FileNotFoundError as err:  # a listed location without its files
+                    state, verdict, refresh = {"error": repr(err)}, "missing", None
+                t1 = time.monotonic()
+                entry: dict[str, Any] = {"t0": t0, "t1": t1, "verdict": verdict, "refresh": refresh}
+                if verdict in ("mixed", "missing"):
+                    entry["state"] = state
+                seen.append(entry)
+                with reads.get_lock():
+                    reads.value += 1
+    except BaseException as err:
+        error = repr(err)
+    finally:
+        ready.set()
+        Path(out_path).write_text(json.dumps({"reads": seen, "error": error}))
+
+
+def hold_lock(uri: str, database: str, table: str, locked: Any, release: Any) -> None:
+    """Take the table's metastore lock and keep it until ``release`` (the test SIGKILLs us first)."""
+    with MetastoreClient(uri) as client, client.locked(database, table):
+        locked.set()
+        release.wait()

@@ -1,0 +1,335 @@
+"""Metadata writers and readers racing on one table, in separate OS processes (no Spark).
+
+Hive 2.3's ``alter_table`` is a blind overwrite: a commit and a refresh-status write that both
+read-modify-write one table undo each other unless both hold the metastore's table lock
+(``metastore.locks``). Before that lock, a committer racing a status writer lost 12 of 150
+pointer switches and 14 of 636 status values. These tests race them for real, race readers
+against multi-partition refreshes, and SIGKILL a lock holder.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.catalog_status import (
+    REFRESH_HANDLER_KEY,
+    REFRESH_STATUS_KEY,
+)
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.locks import DEFAULT_LOCK_TIMEOUT_SECONDS, MetastoreLockError
+from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.storage import normalize_location
+from tests.integration import race_workers
+from tests.integration.race_workers import classify, partitions_of_refresh, status_value
+
+COMMITS = 200
+REFRESHES = 14
+READERS = 2
+MIN_READS = 100
+# Reads the writer waits for after each refresh (a state wait: the readers' shared counter).
+READS_PER_REFRESH = 10
+SPAWN = multiprocessing.get_context("spawn")
+WAIT = 120.0
+
+
+@pytest.fixture(scope="module")
+def database(metastore: MetastoreInfo) -> str:
+    name = "race_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, metastore.warehouse)
+    return name
+
+
+def _start(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
+    process = SPAWN.Process(target=target, args=args, daemon=True)
+    process.start()
+    return process
+
+
+def _wait_ready(events: list[Any], processes: list[Any]) -> None:
+    for event in events:
+        assert event.wait(WAIT), "a worker process did not get ready"
+    dead = [p.exitcode for p in processes if not p.is_alive()]
+    assert not dead, f"a worker process died while starting: exit codes {dead}"
+
+
+def _finish(processes: list[Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    hung = [process.pid for process in processes if process.is_alive()]
+    assert not hung, f"worker processes {hung} did not finish within {timeout} s"
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+
+
+def _kill_leftovers(processes: list[Any]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(10)
+
+
+def _result(path: Path) -> dict[str, Any]:
+    result = json.loads(path.read_text())
+    assert result["error"] is None, f"worker {path.name} failed: {result['error']}"
+    return result
+
+
+def test_commits_racing_status_writes_lose_nothing(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    target = f"{database}.commits_vs_status"
+    journal_dir = tmp_path / "journal"
+    parquet = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(parquet)
+    definition = tmp_path / "commits_vs_status.sql"  # the status store's state file goes beside it
+    # The table exists before the race: a status write then goes to the table, never the file.
+    first = race_workers.commit_copy(metastore.uri, target, str(journal_dir), str(parquet), "create")
+
+    ready = [SPAWN.Event(), SPAWN.Event()]
+    go, done = SPAWN.Event(), SPAWN.Event()
+    commits_out, status_out = tmp_path / "committer.json", tmp_path / "status.json"
+    processes = [
+        _start(
+            race_workers.committer,
+            metastore.uri,
+            target,
+            str(journal_dir),
+            str(parquet),
+            COMMITS,
+            ready[0],
+            go,
+            done,
+            str(commits_out),
+        ),
+        _start(
+            race_workers.status_writer,
+            metastore.uri,
+            target,
+            str(definition),
+            ready[1],
+            go,
+            done,
+            str(status_out),
+        ),
+    ]
+    try:
+        _wait_ready(ready, processes)
+        started = time.monotonic()
+        go.set()
+        _finish(processes, timeout=170)
+        elapsed = time.monotonic() - started
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers(processes)
+    commits = _result(commits_out)["commits"]
+    writes = _result(status_out)["writes"]
+    print(f"{len(commits)} commits and {len(writes)} status writes raced for {elapsed:.1f} s")
+
+    assert len(commits) == COMMITS
+    # Each version directory is its own attempt's: all distinct, none the first one.
+    assert len({c["own"] for c in commits} | {normalize_location(first.location)}) == COMMITS + 1
+    # A lost pointer switch: right after a commit returned, the table points elsewhere.
+    lost_switches = [c for c in commits if c["observed"] != c["own"]]
+    assert lost_switches == [], f"{len(lost_switches)} of {COMMITS} pointer switches lost"
+    order = {c["own"]: c["index"] for c in commits} | {normalize_location(first.location): -1}
+    # A status write that undid a switch: it reads back a version older than one committed before it.
+    reverted = [
+        w
+        for w in writes
+        if order[w["observed"]] < max((c["index"] for c in commits if c["t1"] < w["t0"]), default=-1)
+    ]
+    assert reverted == [], f"{len(reverted)} status writes reverted the table to an older version"
+
+    assert all(w["where"] == "table" for w in writes)
+    # A lost status value: right after a status write returned, the table shows another one.
+    lost_status = [w for w in writes if not (w["status_ok"] and w["handler_ok"])]
+    assert lost_status == [], f"{len(lost_status)} of {len(writes)} status values lost"
+
+    # A commit that undid a status write: it shows a handler older than one written before it.
+    def handler_index(handler: str | None) -> int:
+        return int(handler.removeprefix("writer-")) if handler else -1
+
+    undone = [
+        c
+        for c in commits
+        if handler_index(c["handler"]) < max((w["index"] for w in writes if w["t1"] < c["t0"]), default=-1)
+    ]
+    assert undone == [], f"{len(undone)} commits reverted the refresh status to an older value"
+
+    # The two processes really overlapped: many status writes ran between the first and the
+    # last commit, and commits happened while status writes were running.
+    window = (commits[0]["t0"], commits[-1]["t1"])
+    inside = [w for w in writes if window[0] < w["t0"] and w["t1"] < window[1]]
+    assert len(inside) >= 100, f"only {len(inside)} status writes overlapped the commits"
+    status_window = (writes[0]["t0"], writes[-1]["t1"])
+    assert sum(status_window[0] < c["t0"] and c["t1"] < status_window[1] for c in commits) >= COMMITS - 2
+
+    # The end state: the last commit's version and the last status value.
+    with MetastoreClient(metastore.uri) as client:
+        table = client.get_table(database, "commits_vs_status")
+    last_status, last_handler = status_value(writes[-1]["index"])
+    assert normalize_location(current_location(table)) == commits[-1]["own"]
+    assert table.parameters[REFRESH_STATUS_KEY] == last_status.value
+    assert table.parameters[REFRESH_HANDLER_KEY] == last_handler
+    states = [r.state for r in AttemptJournal(journal_dir).records()]
+    assert states == [AttemptState.COMMITTED] * (COMMITS + 1)
+
+
+def test_readers_never_see_a_mixed_multi_partition_refresh(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    target = f"{database}.refreshed"
+    journal_dir = str(tmp_path / "journal")
+    race_workers.refresh_partitions(metastore.uri, target, journal_dir, 0)  # creates b0, b1
+
+    ready = [SPAWN.Event() for _ in range(READERS)]
+    go, done = SPAWN.Event(), SPAWN.Event()
+    reads = SPAWN.Value("i", 0)
+    outs = [tmp_path / f"reader-{i}.json" for i in range(READERS)]
+    processes = [
+        _start(race_workers.reader, metastore.uri, target, ready[i], go, done, reads, str(outs[i]))
+        for i in range(READERS)
+    ]
+    windows = []
+    try:
+        _wait_ready(ready, processes)
+        go.set()
+        for refresh in range(1, REFRESHES + 1):
+            windows.append(race_workers.refresh_partitions(metastore.uri, target, journal_dir, refresh))
+            # Let the readers read the new state before the next refresh (wait on their counter).
+            wanted = reads.value + READS_PER_REFRESH
+            deadline = time.monotonic() + WAIT
+            while reads.value < wanted:
+                assert all(p.is_alive() for p in processes), "a reader died"
+                assert time.monotonic() < deadline, f"readers stalled at {reads.value} reads"
+                time.sleep(0.01)
+        done.set()
+        _finish(processes, timeout=60)
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers(processes)
+    results = [_result(out)["reads"] for out in outs]
+    all_reads = [read for reader_reads in results for read in reader_reads]
+    bad = [read for read in all_reads if read["verdict"] in ("mixed", "missing")]
+    assert bad == [], f"{len(bad)} mixed or missing states, first: {bad[:2]}"
+
+    start, end = windows[0][0], windows[-1][1]
+    during = [read for read in all_reads if start <= read["t0"] and read["t1"] <= end]
+    # Reads that overlapped a commit's catalog calls (add_partitions, then alter_partitions).
+    overlapping = [r for r in all_reads if any(r["t0"] < w1 and w0 < r["t1"] for w0, w1 in windows)]
+    seen_refreshes = {read["refresh"] for read in during}
+    placeholders = sum(read["verdict"] == "placeholder" for read in all_reads)
+    print(
+        f"{len(all_reads)} reads, {len(during)} during the {REFRESHES} refreshes, "
+        f"{len(overlapping)} overlapping a commit, {placeholders} saw an added partition at its "
+        f"empty placeholder, refreshes seen: {sorted(seen_refreshes)}"
+    )
+    assert all(len(reader_reads) >= MIN_READS // READERS for reader_reads in results)
+    assert len(during) >= MIN_READS
+    assert len(overlapping) >= REFRESHES
+    assert seen_refreshes >= set(range(1, REFRESHES))  # every state between two refreshes was read
+    # The end state: refresh REFRESHES everywhere.
+    with MetastoreClient(metastore.uri) as client:
+        final = race_workers.read_partitions(client, database, "refreshed")
+    assert classify(final) == ("ok", REFRESHES)
+    assert sorted(final) == sorted(partitions_of_refresh(REFRESHES))
+
+
+def test_the_reader_classification_flags_mixed_and_missing_states() -> None:
+    """The classifier of the reader race on hand-made states (no metastore)."""
+    two = [3, 3]
+    assert classify({"b0": two, "b1": two, "n1": two, "n2": two, "n3": two}) == ("ok", 3)
+    # Refresh 3's new partition registered at its empty placeholder, the rest still refresh 2.
+    assert classify({"b0": [2, 2], "b1": [2, 2], "n1": [2, 2], "n2": [2, 2], "n3": []}) == ("placeholder", 2)
+    assert classify({"b0": two, "b1": [2, 2], "n1": two, "n2": two, "n3": two}) == ("mixed", None)
+    assert classify({"b0": two, "b1": two, "n1": two, "n2": two}) == ("missing", None)  # n3 absent
+    assert classify({"b0": two, "b1": two, "n1": two, "n2": [], "n3": two}) == ("missing", None)
+    assert classify({"b0": [], "b1": []}) == ("missing", None)
+    assert classify({"b0": two, "b1": two, "n1": two, "n2": two, "n3": two, "n5": []}) == ("mixed", None)
+
+
+def _locks_on(client: MetastoreClient, database: str, table: str) -> list[Any]:
+    from hmsclient.genthrift.hive_metastore import ttypes
+
+    response = client.thrift.show_locks(ttypes.ShowLocksRequest(dbname=database, tablename=table))
+    return list(response.locks or [])
+
+
+def test_a_sigkilled_lock_holder_does_not_block_commits_forever(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    table = "killed_holder"
+    target = f"{database}.{table}"
+    journal_dir = tmp_path / "journal"
+    parquet = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(parquet)
+    race_workers.commit_copy(metastore.uri, target, str(journal_dir), str(parquet), "create")
+
+    locked, release = SPAWN.Event(), SPAWN.Event()
+    holder = _start(race_workers.hold_lock, metastore.uri, database, table, locked, release)
+    try:
+        assert locked.wait(WAIT), "the holder never got the lock"
+        with MetastoreClient(metastore.uri) as client:
+            (held,) = _locks_on(client, database, table)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(10)
+        assert holder.exitcode == -signal.SIGKILL
+    finally:
+        if holder.is_alive():
+            holder.kill()
+            holder.join(10)
+    killed_at = time.monotonic()
+
+    staged = HiveStagedTable(
+        TableIdentifier.parse(target),
+        StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
+        AttemptJournal(journal_dir),
+        metastore.uri,
+    )
+    staged.begin()
+    staged.written(race_workers.write_flat(staged, str(parquet)))
+    outcome: Exception | None = None
+    try:
+        staged.commit()
+    except MetastoreLockError as err:
+        outcome = err
+    waited = time.monotonic() - killed_at
+    with MetastoreClient(metastore.uri) as client:
+        remaining = [lock.lockid for lock in _locks_on(client, database, table)]
+        location = normalize_location(current_location(client.get_table(database, table)))
+    print(
+        f"dead holder's lock {held.lockid} ({held.state}); commit after {waited:.1f} s: "
+        f"{'committed' if outcome is None else outcome}; locks left: {remaining}"
+    )
+    if outcome is not None:
+        # A clear error naming the table; the lock must still expire (hive.txn.timeout=60s).
+        assert target in str(outcome) and f"{DEFAULT_LOCK_TIMEOUT_SECONDS:.0f} s" in str(outcome)
+        assert staged.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+        assert held.lockid not in remaining, (
+            f"the SIGKILLed holder's lock {held.lockid} did not expire {waited:.0f} s after the kill "
+            "(hive.txn.timeout is 60 s): commits of the table are blocked for good"
+        )
+    else:
+        assert location == normalize_location(staged.location)
+        assert staged.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
+        assert held.lockid not in remaining
+        # It waited for the metastore to time the dead lock out, not less.
+        assert waited >= 55, f"committed after only {waited:.1f} s while a lock was held"
+    assert outcome is None, f"commit failed after {waited:.0f} s: {outcome}"
