@@ -16,7 +16,6 @@ import contextlib
 import getpass
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.Thrift import TApplicationException
 
+from airflow_provider_staged.periodic import Periodic
 from airflow_provider_staged.staging.errors import StagingError
 
 if TYPE_CHECKING:
@@ -84,38 +84,21 @@ def table_lock(
             raise MetastoreLockError(
                 f"the metastore did not grant the lock of {database}.{table} (state {response.state})"
             )
-        with _Heartbeat(client.uri, lock_id):
+        with Periodic(HEARTBEAT_SECONDS, lambda: _heartbeat(client.uri, lock_id), f"hms-lock-{lock_id}"):
             yield
     finally:
         _unlock(client, lock_id)
 
 
-class _Heartbeat:
-    """Heartbeat a held lock on a connection of its own (Thrift clients are not thread-safe)."""
+def _heartbeat(uri: str, lock_id: int) -> None:
+    """Keep a held lock alive, on a connection of its own (Thrift clients are not thread-safe)."""
+    from airflow_provider_staged.metastore.client import MetastoreClient
 
-    def __init__(self, uri: str, lock_id: int) -> None:
-        self.uri = uri
-        self.lock_id = lock_id
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"hms-lock-{lock_id}", daemon=True)
-
-    def _beat(self) -> None:
-        from airflow_provider_staged.metastore.client import MetastoreClient
-
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            try:
-                with MetastoreClient(self.uri) as client:
-                    client.thrift.heartbeat(ttypes.HeartbeatRequest(lockid=self.lock_id))
-            except Exception:
-                log.warning("heartbeat of metastore lock %s failed", self.lock_id, exc_info=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    try:
+        with MetastoreClient(uri) as client:
+            client.thrift.heartbeat(ttypes.HeartbeatRequest(lockid=lock_id))
+    except Exception:
+        log.warning("heartbeat of metastore lock %s failed", lock_id, exc_info=True)
 
 
 def _unlock(client: MetastoreClient, lock_id: int) -> None:

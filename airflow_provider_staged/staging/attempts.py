@@ -20,6 +20,7 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_staged.periodic import Periodic
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.errors import (
     CommitConflictError,
@@ -337,26 +338,13 @@ def commit_written(staged: JournaledStagedTable, manifest: Manifest | dict[str, 
     staged.housekeep()
 
 
-class Heartbeat:
+def attempt_heartbeat(staged: JournaledStagedTable, ttl_seconds: float) -> Periodic:
     """Refresh the attempt's heartbeat while the job runs, so only dead attempts expire."""
-
-    def __init__(self, staged: JournaledStagedTable, ttl_seconds: float) -> None:
-        self.staged = staged
-        self.interval = max(1.0, min(30.0, ttl_seconds / 4))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="staged-heartbeat", daemon=True)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.staged.journal.heartbeat(self.staged.attempt_id)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    return Periodic(
+        max(1.0, min(30.0, ttl_seconds / 4)),
+        lambda: staged.journal.heartbeat(staged.attempt_id),
+        "staged-heartbeat",
+    )
 
 
 def run_attempt(
@@ -384,7 +372,7 @@ def run_attempt(
             raise TaskKilledError(f"task was killed while building {staged.target}")
 
     try:
-        with Heartbeat(staged, ttl_seconds):
+        with attempt_heartbeat(staged, ttl_seconds):
             manifest = Manifest.from_dict(write(staged.write_spec()))
             check_killed()
             staged.written(manifest)
