@@ -167,6 +167,11 @@ def show(
     identifier = TableIdentifier.parse(table_name)
     snapshot = read_table(_settings(conn).metastore_uri, identifier, limit)
     console.print(f"[bold]{identifier}[/] version {snapshot.version}: {snapshot.total_rows} rows")
+    if snapshot.partition_rows:
+        partitions = Table("partition", "rows")
+        for name, rows in snapshot.partition_rows.items():
+            partitions.add_row(name, str(rows))
+        console.print(partitions)
     out = Table(*snapshot.columns)
     for row in snapshot.rows:
         out.add_row(*(str(value) for value in row))

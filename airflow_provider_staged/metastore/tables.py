@@ -26,6 +26,8 @@ OPAQUE_OUTPUT = "org.apache.hadoop.hive.ql.io.HiveSequenceFileOutputFormat"
 SCHEMA_KEY = "spark.sql.sources.schema"
 SCHEMA_CHUNK = 4000
 VERSION_KEY = "staged.version"
+# "catalog": Spark reads the partitions the metastore lists, not the directories it finds.
+PARTITION_PROVIDER_KEY = "spark.sql.partitionProvider"
 STAGED_KEYS_PREFIX = "staged."
 _NOT_HIVE_COMPATIBLE = ("timestamp_ntz", "interval", "variant", "void", "time", "geo")
 
@@ -54,7 +56,7 @@ def schema_parameters(manifest: Manifest, track_partitions: bool = False) -> dic
             {f"{SCHEMA_KEY}.partCol.{i}": c for i, c in enumerate(manifest.partition_columns)}
         )
         if track_partitions:
-            params["spark.sql.partitionProvider"] = "catalog"
+            params[PARTITION_PROVIDER_KEY] = "catalog"
     return params
 
 
@@ -130,7 +132,7 @@ def repointed_table(current: ttypes.Table, manifest: Manifest, version: str) -> 
     kept = {
         key: value
         for key, value in (current.parameters or {}).items()
-        if not key.startswith((SCHEMA_KEY, STAGED_KEYS_PREFIX, "spark.sql.partitionProvider"))
+        if not key.startswith((SCHEMA_KEY, STAGED_KEYS_PREFIX, PARTITION_PROVIDER_KEY))
         and key not in ("numFiles", "totalSize", "numRows", "rawDataSize", "COLUMN_STATS_ACCURATE")
     }
     updated.parameters = {**kept, **replacement.parameters}

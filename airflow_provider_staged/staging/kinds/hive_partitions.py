@@ -27,6 +27,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import AlreadyExistsException, MetastoreClient
 from airflow_provider_staged.metastore.tables import (
+    PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
     current_location,
     new_table,
@@ -44,7 +45,6 @@ from airflow_provider_staged.storage import delete_dir, normalize_location
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
 
-PARTITION_PROVIDER_KEY = "spark.sql.partitionProvider"
 # Beside the version directories (not one: the sweep never touches it), always empty.
 EMPTY_DIR_NAME = "_empty"
 
