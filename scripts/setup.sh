@@ -12,8 +12,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "setup: installing Debian packages: ${need_apt[*]}"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+        # Another apt/dpkg (an unattended upgrade, a second set-up) may hold the lock: wait for it.
+        apt_get() {
+            for attempt in $(seq 1 30); do
+                apt-get -o DPkg::Lock::Timeout=60 "$@" && return 0
+                echo "setup: apt-get $1 failed (attempt $attempt; the dpkg lock may be held), retrying" >&2
+                sleep 10
+            done
+            return 1
+        }
+        apt_get update -qq
+        apt_get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
         # Debian starts a cluster on install; tests start their own throwaway servers.
         if command -v pg_lsclusters >/dev/null; then
             pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
