@@ -69,8 +69,8 @@ class StagedTable(ABC):
         """Make the staged data the visible table in one catalog operation."""
 
     @abstractmethod
-    def abort(self) -> None:
-        """Drop the staged data; the visible table stays exactly as it was."""
+    def abort(self, reason: str | None = None) -> None:
+        """Drop the staged data; the visible table stays exactly as it was (``reason`` is recorded)."""
 
 
 class SupportsStaging(ABC):
@@ -111,8 +111,8 @@ class StagingJobStatusHook(JobStatusHook):
 
     def on_failed(self, job_id: str, error: BaseException | None) -> None:
         log.info("job %s failed (%s): aborting staged table", job_id, error)
-        self.staged_table.abort()
+        self.staged_table.abort(f"job failed: {error!r}"[:500])
 
     def on_canceled(self, job_id: str) -> None:
         log.info("job %s was cancelled: aborting staged table", job_id)
-        self.staged_table.abort()
+        self.staged_table.abort("task killed")

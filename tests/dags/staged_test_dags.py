@@ -30,6 +30,18 @@ with DAG("staged_operator", schedule=None, start_date=START, catchup=False):
         jdbc_options=json.loads(os.environ.get("STAGED_TEST_JDBC_OPTIONS", "{}")),
     )
 
+with DAG("staged_spark_submit", schedule=None, start_date=START, catchup=False):
+    # The same build on a cluster: spark-submit through the Spark provider's connection.
+    StagedCreateTableAsOperator(
+        task_id="build",
+        target=TARGET,
+        sql=SQL,
+        purpose=PURPOSE,
+        engine="spark_submit",
+        spark_conn_id=os.environ.get("STAGED_TEST_SPARK_CONN_ID", "spark_default"),
+        spark_conf=json.loads(os.environ.get("STAGED_TEST_SPARK_CONF", "{}")),
+    )
+
 
 def write_with_spark(**context):
     from airflow_provider_staged.engine.runners import EmbeddedEngine

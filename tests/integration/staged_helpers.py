@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+import psutil
 
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.identifiers import TableIdentifier
@@ -13,7 +21,7 @@ from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingJobStatusHook, StagingPurpose
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
@@ -70,8 +78,7 @@ def expected_snapshot(spark: Any, sql: str) -> tuple[int, int]:
 
 def version_dirs(metastore: MetastoreInfo, target: str) -> list[str]:
     """Names of the version directories under the table's root."""
-    database, table = target.split(".")
-    root = Path(metastore.warehouse) / f"{database}.db" / table
+    root = table_root(metastore, target)
     return sorted(p.name for p in root.glob("_v=*")) if root.exists() else []
 
 
@@ -82,16 +89,138 @@ def table_location(metastore: MetastoreInfo, target: str) -> str | None:
     return current_location(found) if found is not None else None
 
 
+# -- waiting for real states (never a sleep) ------------------------------------------------------
+
+POLL_SECONDS = 0.2
+
+
+def attempt_path(record: AttemptRecord) -> Path:
+    """The local directory of a Hive attempt (its ``_v=<attempt id>`` version directory)."""
+    return Path(urlparse(record.location).path)
+
+
+def part_files(directory: Path) -> list[str]:
+    """Spark's data files under ``directory`` (in ``_temporary`` while the job runs), relative."""
+    if not directory.exists():
+        return []
+    return sorted(
+        str(path.relative_to(directory))
+        for path in directory.rglob("part-*")
+        if path.is_file() and not path.name.endswith(".crc")
+    )
+
+
 def wait_for_open_attempt(
     journal: AttemptJournal, target: str, process: subprocess.Popen, timeout: float = 240.0
 ) -> AttemptRecord:
-    """The first attempt on ``target`` that is still open, a few seconds into its Spark job."""
+    """The first attempt on ``target`` that the journal shows open (BEGUN or WRITTEN)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         open_records = [r for r in journal.records() if r.target == target and not r.state.ended]
         if open_records:
-            time.sleep(8)  # let the Spark job start writing
             return open_records[0]
         assert process.poll() is None, "the task ended before its attempt began"
-        time.sleep(0.5)
+        time.sleep(POLL_SECONDS)
     raise AssertionError(f"no attempt on {target} began within {timeout} s")
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """What was observed right before a task was killed: its open attempt and the part files
+    the Spark job had already written into the attempt's version directory."""
+
+    record: AttemptRecord
+    directory: Path
+    files: list[str]
+
+
+def wait_for_part_files(
+    journal: AttemptJournal, target: str, process: subprocess.Popen, timeout: float = 300.0
+) -> KillPoint:
+    """Wait until the Spark job of the open attempt on ``target`` is writing: part files exist
+    under its version directory while the task process runs and the attempt is still BEGUN."""
+    deadline = time.monotonic() + timeout
+    record = wait_for_open_attempt(journal, target, process, timeout)
+    directory = attempt_path(record)
+    while time.monotonic() < deadline:
+        files = part_files(directory)
+        current = journal.require(record.attempt_id)
+        assert current.state is AttemptState.BEGUN, f"attempt became {current.state} before writing"
+        if files:
+            assert process.poll() is None, "the task ended while its job was writing"
+            return KillPoint(current, directory, files)
+        assert process.poll() is None, f"the task ended before writing into {directory}"
+        time.sleep(POLL_SECONDS)
+    raise AssertionError(f"attempt {record.attempt_id} wrote no part file within {timeout} s")
+
+
+class PartFileWatcher:
+    """Records every part file that appears under new version directories of a table root
+    while a build runs in this process (a failing job deletes them again before it returns)."""
+
+    def __init__(self, root: Path, interval: float = 0.02) -> None:
+        self.root = root
+        self.interval = interval
+        self.existing = {p.name for p in root.glob("_v=*")} if root.exists() else set()
+        self.seen: dict[str, set[str]] = {}  # version directory name -> part files seen in it
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="part-file-watcher", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for directory in self.root.glob("_v=*") if self.root.exists() else []:
+                if directory.name not in self.existing:
+                    files = part_files(directory)
+                    if files:
+                        self.seen.setdefault(directory.name, set()).update(files)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PartFileWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def table_root(metastore: MetastoreInfo, target: str) -> Path:
+    database, table = target.split(".")
+    return Path(metastore.warehouse) / f"{database}.db" / table
+
+
+def process_group_members(pgid: int) -> list[psutil.Process]:
+    """Live processes (not zombies) of the process group ``pgid`` (a task started in its own session)."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return members
+
+
+def wait_until_group_gone(pgid: int, timeout: float = 60.0) -> list[psutil.Process]:
+    """Wait for every process of group ``pgid`` to exit; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    while (left := process_group_members(pgid)) and time.monotonic() < deadline:
+        psutil.wait_procs(left, timeout=POLL_SECONDS)
+    return left
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """Cleanup of a task process started in its own session: SIGKILL whatever of it is left."""
+    if process.poll() is None or process_group_members(process.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=30)
+
+
+def assert_aborted_unwritten(record: AttemptRecord) -> None:
+    """``record`` began, was never WRITTEN nor COMMITTED, and ended ABORTED (via ABORTING or not)."""
+    states = [state for state, _ in record.history]
+    assert record.state is AttemptState.ABORTED, record
+    assert states[0] == AttemptState.BEGUN.value and states[-1] == AttemptState.ABORTED.value, states
+    assert {AttemptState.WRITTEN.value, AttemptState.COMMITTED.value}.isdisjoint(states), states

@@ -10,27 +10,40 @@ import json
 import os
 import signal
 import sqlite3
-import time
 import uuid
 
 import pytest
 
 from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.reconcile import reconcile
 from tests.fixtures.tcp_proxy import BudgetProxy
 from tests.integration.staged_helpers import (
+    assert_aborted_unwritten,
     build,
     expected_snapshot,
+    part_files,
     snapshot,
     staged_table,
+    stop_group,
     version_dirs,
-    wait_for_open_attempt,
+    wait_for_part_files,
+    wait_until_group_gone,
 )
 
 SQL_V1 = "SELECT id, concat('v1-', id) AS label FROM range(5000)"
 SQL_V2 = "SELECT id, concat('v2-', id) AS label FROM range(7000)"
-# Each row sleeps 50 ms inside a Spark task: the job runs long enough to be killed.
-SQL_SLOW = "SELECT /*+ REPARTITION(2) */ id, reflect('java.lang.Thread', 'sleep', 50L) AS z FROM range(2000)"
+# Each row sleeps 50 ms inside a Spark write task (the projection runs after the shuffle, in the
+# stage that writes): the job writes its part files for about 50 s, long enough to be killed.
+SQL_SLOW = (
+    "SELECT id, reflect('java.lang.Thread', 'sleep', 50L) AS z "
+    "FROM (SELECT /*+ REPARTITION(2) */ id FROM range(2000)) AS shuffled"
+)
+# Four times as long (~200 s of writing), for a timeout that fires while it writes: the timeout
+# also covers the Spark session's start-up, which takes up to a minute on a loaded machine.
+SQL_SLOWER = SQL_SLOW.replace("range(2000)", "range(8000)")
+TIMEOUT = 120
 # The metastore connections our client makes before the commit: begin reads the target once
 # (the staging location comes from the same read).
 CONNECTIONS_BEFORE_COMMIT = 1
@@ -128,50 +141,108 @@ def test_callbacks_form_commit_raises_then_reconcile_commits(
     assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
 
 
+def _assert_killed_attempt_discarded(metastore, journal_dir, target, kill, before_dirs, reason):
+    """The attempt seen writing at the kill point is ABORTED (for ``reason`` unless None), its
+    directory (which held part files then) is gone, and the table's version directories are
+    what they were."""
+    record = AttemptJournal(journal_dir).require(kill.record.attempt_id)
+    assert record.state is AttemptState.ABORTED
+    assert_aborted_unwritten(record)
+    if reason is not None:
+        assert record.error == reason
+    assert not kill.directory.exists(), f"{kill.directory} left behind: {part_files(kill.directory)}"
+    assert version_dirs(metastore, target) == before_dirs
+    assert [r.attempt_id for r in _records(journal_dir, target) if not r.state.ended] == []
+
+
 def test_sigterm_while_spark_job_runs_aborts(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
     before = _seed_v1(spark, metastore, journal_dir, target)
+    before_dirs = version_dirs(metastore, target)
     env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW)
     log_path = tmp_path / "dags-test.log"
     process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
-    attempt = wait_for_open_attempt(AttemptJournal(journal_dir), target, process)
-    os.kill(process.pid, signal.SIGTERM)
-    process.wait(timeout=180)
-    log = (tmp_path / "dags-test.log").read_text()
-    assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.ABORTED, log[-3000:]
-    assert "task was killed" in log or "cancelled" in log.lower()
+    try:
+        kill = wait_for_part_files(AttemptJournal(journal_dir), target, process)
+        assert kill.files and all(f.startswith("_temporary/") for f in kill.files), kill.files
+        os.kill(process.pid, signal.SIGTERM)
+        returncode = process.wait(timeout=180)
+        left = wait_until_group_gone(process.pid)
+    finally:
+        stop_group(process)
+    log = log_path.read_text()
+    assert returncode != 0, log[-3000:]
+    assert "task was killed" in log or "cancelled" in log.lower(), log[-3000:]
+    assert left == [], f"processes of the killed task still running: {left}"
+    _assert_killed_attempt_discarded(metastore, journal_dir, target, kill, before_dirs, "task killed")
     assert snapshot(spark, target) == before
-    assert not any(d.endswith(attempt.attempt_id) for d in version_dirs(metastore, target))
 
 
-def test_timeout_aborts(airflow_cli, spark, metastore, journal_dir, target):
+def test_timeout_aborts(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
     before = _seed_v1(spark, metastore, journal_dir, target)
-    env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW, STAGED_TEST_TIMEOUT_SECONDS="25")
-    result = airflow_cli.run("dags", "test", "staged_operator", env=env)
+    before_dirs = version_dirs(metastore, target)
+    env = _env(
+        airflow_cli, metastore, journal_dir, target, SQL_SLOWER, STAGED_TEST_TIMEOUT_SECONDS=str(TIMEOUT)
+    )
+    log_path = tmp_path / "dags-test.log"
+    process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
+    try:
+        # The kill point: the job is writing when Airflow's timeout fires (not during start-up).
+        kill = wait_for_part_files(AttemptJournal(journal_dir), target, process, timeout=TIMEOUT + 120)
+        returncode = process.wait(timeout=180)
+        left = wait_until_group_gone(process.pid)
+    finally:
+        stop_group(process)
+    log = log_path.read_text()
+    assert returncode != 0, log[-3000:]
+    assert "AirflowTaskTimeout" in log, log[-3000:]
+    assert left == [], f"processes of the timed-out task still running: {left}"
     attempts = [r for r in _records(journal_dir, target) if r.purpose == "create_or_replace"]
-    assert [r.state for r in attempts] == [AttemptState.ABORTED], result.stdout[-3000:]
-    assert "AirflowTaskTimeout" in result.stdout + result.stderr
+    assert [r.attempt_id for r in attempts] == [kill.record.attempt_id]
+    # The build's own failure handling aborts first (with the timeout as its reason), on_kill second.
+    _assert_killed_attempt_discarded(metastore, journal_dir, target, kill, before_dirs, None)
+    error = AttemptJournal(journal_dir).require(kill.record.attempt_id).error or ""
+    assert error.startswith("job failed: AirflowTaskTimeout"), error
     assert snapshot(spark, target) == before
-    assert len(version_dirs(metastore, target)) == 1
 
 
 def test_sigkill_of_task_process_then_sweep(airflow_cli, spark, metastore, journal_dir, target, tmp_path):
     before = _seed_v1(spark, metastore, journal_dir, target)
-    env = _env(airflow_cli, metastore, journal_dir, target, SQL_SLOW, conn_extra={"attempt_ttl_minutes": 0.1})
+    before_dirs = version_dirs(metastore, target)
+    ttl_minutes = 10
+    env = _env(
+        airflow_cli, metastore, journal_dir, target, SQL_SLOW, conn_extra={"attempt_ttl_minutes": ttl_minutes}
+    )
     log_path = tmp_path / "dags-test.log"
     process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
-    attempt = wait_for_open_attempt(AttemptJournal(journal_dir), target, process)
-    os.killpg(process.pid, signal.SIGKILL)  # no callback can run
-    process.wait(timeout=60)
-    assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.BEGUN
+    try:
+        kill = wait_for_part_files(AttemptJournal(journal_dir), target, process)
+        os.killpg(process.pid, signal.SIGKILL)  # no callback can run
+        process.wait(timeout=60)
+        left = wait_until_group_gone(process.pid)
+    finally:
+        stop_group(process)
+    assert left == [], f"processes of the killed task still running: {left}"
+    journal = AttemptJournal(journal_dir)
+    abandoned = journal.require(kill.record.attempt_id)
+    assert abandoned.state is AttemptState.BEGUN
+    assert part_files(kill.directory), "the killed job's files are the sweep's to delete"
     assert snapshot(spark, target) == before  # readers never saw the half-written attempt
 
-    time.sleep(7)  # past the attempt TTL without heartbeats
+    # Within the TTL the sweep leaves it alone...
     swept = airflow_cli.staged("reconcile", "--no-airflow", env=env)
     assert swept.returncode == 0, swept.stdout + swept.stderr
-    assert "expired" in swept.stdout
-    assert AttemptJournal(journal_dir).require(attempt.attempt_id).state is AttemptState.ABORTED
+    assert "left running" in swept.stdout and "expired" not in swept.stdout
+    assert journal.require(abandoned.attempt_id).state is AttemptState.BEGUN
+    # ...and expires it once its last heartbeat is older than the TTL (an injected clock).
+    settings = StagedSettings(
+        metastore.uri, metastore.warehouse, str(journal_dir), attempt_ttl_seconds=ttl_minutes * 60
+    )
+    actions = reconcile(settings, now=abandoned.heartbeat_at + ttl_minutes * 60 + 1)
+    assert [(a.attempt_id, a.action) for a in actions] == [(abandoned.attempt_id, "expired")]
+    _assert_killed_attempt_discarded(
+        metastore, journal_dir, target, kill, before_dirs, "expired: no heartbeat within the attempt TTL"
+    )
     assert snapshot(spark, target) == before
-    assert len(version_dirs(metastore, target)) == 1
 
 
 def test_non_atomic_path_when_disabled(airflow_cli, spark, metastore, journal_dir, target):

@@ -15,24 +15,31 @@ from airflow_provider_staged.reader import read_table
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.errors import TableAlreadyExistsError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_table import superseded_locations
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from tests.integration.staged_helpers import (
+    PartFileWatcher,
+    attempt_path,
     begin_and_write,
     build,
     expected_snapshot,
     snapshot,
     staged_table,
     table_location,
+    table_root,
     version_dirs,
 )
 
 SQL_V1 = "SELECT id, CAST(id AS DECIMAL(12, 2)) AS amount, concat('v1-', id) AS label FROM range(1000)"
 SQL_V2 = "SELECT id, CAST(id * 2 AS DECIMAL(12, 2)) AS amount, concat('v2-', id) AS label FROM range(2500)"
-# Fails inside a Spark task after other tasks have written their files.
+# Fails inside a Spark write task (the projection runs after the shuffle, in the stage that
+# writes) after the tasks have opened their part files; each row sleeps 5 ms, so that the files
+# stay for about a second before the job fails and Spark deletes them.
 SQL_FAILS_MID_WRITE = (
-    "SELECT /*+ REPARTITION(4) */ IF(id = 149999, raise_error('injected task failure'), id) AS id "
-    "FROM range(150000)"
+    "SELECT IF(id = 399, raise_error('injected task failure'), id) AS id, "
+    "reflect('java.lang.Thread', 'sleep', 5L) AS z "
+    "FROM (SELECT /*+ REPARTITION(4) */ id FROM range(400)) AS shuffled"
 )
 
 
@@ -53,13 +60,35 @@ def target(database):
     return f"{database}.t_{uuid.uuid4().hex[:8]}"
 
 
-def _assert_no_open_or_orphans(metastore, journal, target):
-    assert journal.open_attempts() == []
+def _assert_no_open_or_orphans(metastore, journal, target, failed=None):
+    """No attempt is open, the ``failed`` attempt's directory is gone, and every version
+    directory under the table's root is either the one the metastore points at or a version a
+    COMMITTED attempt wrote and a later COMMITTED attempt superseded (kept by retention)."""
+    records = [r for r in journal.records() if r.target == target]
+    assert [r.attempt_id for r in records if not r.state.ended] == []
     current = table_location(metastore, target)
-    leftovers = [d for d in version_dirs(metastore, target) if current is None or not current.endswith(d)]
-    assert leftovers == [] or all(
-        r.state is AttemptState.COMMITTED for r in journal.records() if r.location.endswith(leftovers[0])
-    )
+    current_dir = current.rstrip("/").rsplit("/", 1)[1] if current is not None else None
+    committed = {_dir_name(r.location) for r in records if r.state is AttemptState.COMMITTED}
+    superseded = {
+        _dir_name(location)
+        for r in records
+        if r.state is AttemptState.COMMITTED
+        for location in superseded_locations(r)
+    }
+    dirs = version_dirs(metastore, target)
+    unexplained = [d for d in dirs if d != current_dir and not (d in committed and d in superseded)]
+    assert unexplained == [], f"orphan version directories of {target}: {unexplained} (records: {records})"
+    if current_dir is not None:
+        assert current_dir in dirs and current_dir in committed
+    if failed is not None:
+        record = journal.require(failed.attempt_id)
+        assert record.state is AttemptState.ABORTED
+        assert _dir_name(record.location) not in dirs
+        assert not attempt_path(record).exists()
+
+
+def _dir_name(location):
+    return location.rstrip("/").rsplit("/", 1)[1]
 
 
 def test_create_then_replace_then_create_or_replace(spark, metastore, journal, target):
@@ -107,6 +136,7 @@ def test_create_on_existing_fails_before_any_spark_work(spark, metastore, journa
     assert journal.get(staged.attempt_id) is None
     assert snapshot(spark, target) == before
     assert len(version_dirs(metastore, target)) == 1
+    _assert_no_open_or_orphans(metastore, journal, target)
 
 
 def test_if_not_exists_leaves_existing_table_untouched(spark, metastore, journal, target):
@@ -145,33 +175,50 @@ def test_bad_identifiers_rejected(metastore, journal, bad):
 def test_query_errors_before_writing_leave_nothing(spark, metastore, journal, target, sql, message):
     build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
     before = snapshot(spark, target)
+    before_dirs = version_dirs(metastore, target)
+    staged = staged_table(metastore, journal, target, "replace")
     with pytest.raises(Exception, match=message):
-        build(spark, staged_table(metastore, journal, target, "replace"), sql)
+        build(spark, staged, sql)
     assert snapshot(spark, target) == before
-    assert len(version_dirs(metastore, target)) == 1
-    assert [r.state for r in journal.records()].count(AttemptState.ABORTED) == 1
+    assert version_dirs(metastore, target) == before_dirs
+    assert [(r.attempt_id, r.state) for r in journal.records() if r.state is AttemptState.ABORTED] == [
+        (staged.attempt_id, AttemptState.ABORTED)
+    ]
+    _assert_no_open_or_orphans(metastore, journal, target, failed=staged)
 
 
 def test_task_failing_mid_write_keeps_previous_version(spark, metastore, journal, target):
     build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
     before = snapshot(spark, target)
+    before_dirs = version_dirs(metastore, target)
     staged = staged_table(metastore, journal, target, "create_or_replace")
-    with pytest.raises(Exception, match="injected task failure"):
+    with PartFileWatcher(table_root(metastore, target)) as watcher, pytest.raises(
+        Exception, match="injected task failure"
+    ):
         build(spark, staged, SQL_FAILS_MID_WRITE)
+    # The failure came mid-write: the attempt's directory had part files before it failed.
+    assert list(watcher.seen) == [f"_v={staged.attempt_id}"], watcher.seen
+    assert watcher.seen[f"_v={staged.attempt_id}"]
     assert snapshot(spark, target) == before
     assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
-    assert len(version_dirs(metastore, target)) == 1
+    assert version_dirs(metastore, target) == before_dirs
+    _assert_no_open_or_orphans(metastore, journal, target, failed=staged)
 
 
 def test_failure_after_write_before_commit_then_abort(spark, metastore, journal, target):
     build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
     before = snapshot(spark, target)
+    before_dirs = version_dirs(metastore, target)
     staged = begin_and_write(spark, staged_table(metastore, journal, target, "replace"), SQL_V2)
-    assert len(version_dirs(metastore, target)) == 2  # staged data exists, invisible to readers
+    # The staged data exists, invisible to readers.
+    assert version_dirs(metastore, target) == sorted([*before_dirs, f"_v={staged.attempt_id}"])
+    assert journal.require(staged.attempt_id).state is AttemptState.WRITTEN
     assert snapshot(spark, target) == before
     staged.abort("injected failure before commit")
+    assert journal.require(staged.attempt_id).error == "injected failure before commit"
     assert snapshot(spark, target) == before
-    assert len(version_dirs(metastore, target)) == 1
+    assert version_dirs(metastore, target) == before_dirs
+    _assert_no_open_or_orphans(metastore, journal, target, failed=staged)
     with pytest.raises(Exception, match="aborted"):
         staged.commit()
 
@@ -203,6 +250,9 @@ def test_four_concurrent_if_not_exists_attempts_make_one_table(spark, metastore,
     rows = spark.table(target).groupBy("writer").count().collect()
     assert len(rows) == 1 and rows[0]["count"] == 20000
     assert len(version_dirs(metastore, target)) == 1
+    for staged in attempts:
+        if journal.require(staged.attempt_id).state is AttemptState.ABORTED:
+            _assert_no_open_or_orphans(metastore, journal, target, failed=staged)
 
 
 def test_retention_keeps_configured_superseded_versions(spark, metastore, journal, target):
@@ -225,6 +275,7 @@ def test_retention_keeps_configured_superseded_versions(spark, metastore, journa
     assert len(dirs) == 2  # the current version + one superseded
     assert any(table_location(metastore, target).endswith(d) for d in dirs)
     assert spark.table(target).select("round").distinct().first()[0] == 3
+    _assert_no_open_or_orphans(metastore, journal, target)
 
 
 def test_sweep_expires_abandoned_attempts(spark, metastore, journal, target, tmp_path):
@@ -236,5 +287,7 @@ def test_sweep_expires_abandoned_attempts(spark, metastore, journal, target, tmp
     actions = reconcile(settings, now=time.time() + 120)
     assert [a.action for a in actions] == ["expired"]
     assert journal.require(abandoned.attempt_id).state is AttemptState.ABORTED
+    assert journal.require(abandoned.attempt_id).error == "expired: no heartbeat within the attempt TTL"
     assert snapshot(spark, target) == before
     assert len(version_dirs(metastore, target)) == 1
+    _assert_no_open_or_orphans(metastore, journal, target, failed=abandoned)

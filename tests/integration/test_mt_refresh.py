@@ -10,23 +10,31 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import REPO, staged_connection
-from tests.integration.staged_helpers import build, staged_table
+from tests.integration.staged_helpers import (
+    assert_aborted_unwritten,
+    attempt_path,
+    build,
+    snapshot,
+    staged_table,
+    version_dirs,
+)
 
 SOURCE_SQL = (
     "SELECT id, concat('2024-01-0', CAST(id % 5 + 1 AS STRING)) AS ds, "
     "CAST(id % 10 AS DECIMAL(10, 2)) AS amount FROM range(1000)"
 )
+# A refresh that reaches ds = 2024-01-05 fails in the write task: the rows are sorted by ds
+# there, so the partitions before it have been written into the attempt's directory already.
 PARTITIONED = """
 CREATE MATERIALIZED TABLE {db}.orders_daily
 PARTITIONED BY (ds)
 WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')
 FRESHNESS = INTERVAL '1' DAY
 REFRESH_MODE = FULL
-AS SELECT ds, count(*) AS orders, sum(amount) AS revenue FROM {db}.orders
-   WHERE IF(ds = '2024-01-05', raise_error('injected refresh failure'), true)
-   GROUP BY ds;
+AS SELECT ds, IF(ds = '2024-01-05', raise_error('injected refresh failure'), orders) AS orders, revenue
+   FROM (SELECT ds, count(*) AS orders, sum(amount) AS revenue FROM {db}.orders GROUP BY ds) AS per_day;
 """
 UNPARTITIONED = """
 CREATE MATERIALIZED TABLE {db}.orders_total
@@ -53,7 +61,22 @@ def mt_env(airflow_cli, metastore, spark, tmp_path_factory):
             metastore.port, metastore.uri, journal_dir, metastore.warehouse
         ),
     )
-    return db, env
+    return db, env, journal_dir
+
+
+def _attempts(journal_dir, table):
+    return [r for r in AttemptJournal(journal_dir).records() if r.target == table]
+
+
+def _state(spark, metastore, journal_dir, db, table="orders_daily"):
+    """Everything a refresh may change: partitions, content, version directories, attempts."""
+    target = f"{db}.{table}"
+    return {
+        "partitions": _partitions(metastore, db, table),
+        "content": snapshot(spark, target),
+        "version_dirs": version_dirs(metastore, target),
+        "attempts": {r.attempt_id: r.state for r in _attempts(journal_dir, target)},
+    }
 
 
 def _partitions(metastore, db, table="orders_daily"):
@@ -77,59 +100,89 @@ def _dags_test(airflow_cli, env, dag_id, *args):
 
 
 def test_periodic_then_static_then_failed_full_refresh(airflow_cli, metastore, spark, mt_env):
-    db, env = mt_env
-    dag_id = f"mt__{db}__orders_daily"
+    db, env, journal_dir = mt_env
+    dag_id, table = f"mt__{db}__orders_daily", f"{db}.orders_daily"
     # A daily run fired at 2024-01-02 00:00:00 refreshes ds = 2024-01-01.
     result, output = _dags_test(airflow_cli, env, dag_id, "2024-01-02T00:00:00+00:00")
     assert result.returncode == 0, output[-4000:]
     assert set(_partitions(metastore, db)) == {("2024-01-01",)}
-    assert _rows(spark, f"{db}.orders_daily") == _expected(spark, db, "ds = '2024-01-01'")
+    assert _rows(spark, table) == _expected(spark, db, "ds = '2024-01-01'")
 
     conf = {"isPeriodic": False, "staticPartitions": {"ds": "2024-01-03"}}
     result, output = _dags_test(airflow_cli, env, dag_id, "--conf", json.dumps(conf))
     assert result.returncode == 0, output[-4000:]
     partitions = _partitions(metastore, db)
     assert set(partitions) == {("2024-01-01",), ("2024-01-03",)}
-    before = _rows(spark, f"{db}.orders_daily")
-    assert before == _expected(spark, db, "ds IN ('2024-01-01', '2024-01-03')")
+    before_rows = _rows(spark, table)
+    assert before_rows == _expected(spark, db, "ds IN ('2024-01-01', '2024-01-03')")
+    before = _state(spark, metastore, journal_dir, db)
+    assert list(before["attempts"].values()) == [AttemptState.COMMITTED] * 2
 
-    # A full refresh reaches ds = 2024-01-05, whose rows fail the query mid-job.
+    # A full refresh reaches ds = 2024-01-05, whose row fails the write task mid-write.
     full = {"isPeriodic": False}
     result, output = _dags_test(airflow_cli, env, dag_id, "--conf", json.dumps(full))
+    assert result.returncode == 1 and "DagRun failed" in output, output[-4000:]
     assert "injected refresh failure" in output
-    assert _partitions(metastore, db) == partitions
-    assert _rows(spark, f"{db}.orders_daily") == before
+    # Spark's own report: the task failed inside the file writer, i.e. after it began writing.
+    assert "FileFormatDataWriter.writeWithIterator" in output, output[-4000:]
+    after = _state(spark, metastore, journal_dir, db)
+    (failed,) = [r for r in _attempts(journal_dir, table) if r.attempt_id not in before["attempts"]]
+    assert failed.state is AttemptState.ABORTED, failed
+    assert failed.kind == "hive_partitions" and failed.task.dag_id == dag_id
+    assert_aborted_unwritten(failed)
+    assert after["attempts"] == {**before["attempts"], failed.attempt_id: AttemptState.ABORTED}
+    # No orphan: the failed attempt's directory is gone, the table's are as they were.
+    assert not attempt_path(failed).exists()
+    assert after["version_dirs"] == before["version_dirs"]
+    assert after["partitions"] == before["partitions"] == partitions
+    assert after["content"] == before["content"]
+    assert _rows(spark, table) == before_rows
 
 
 def test_unpartitioned_full_refresh_replaces_table(airflow_cli, metastore, spark, mt_env):
-    db, env = mt_env
+    db, env, journal_dir = mt_env
     result, output = _dags_test(airflow_cli, env, f"mt__{db}__orders_total")
     assert result.returncode == 0, output[-4000:]
     row = spark.sql(f"SELECT count(*) AS n, sum(amount) AS r FROM {db}.orders").first()
     assert _rows(spark, f"{db}.orders_total", ("orders", "revenue")) == {(row.n, row.r)}
+    (record,) = _attempts(journal_dir, f"{db}.orders_total")
+    assert record.state is AttemptState.COMMITTED
+
+
+BAD_VALUE = "2024-01-01'; DROP TABLE x; --"
 
 
 @pytest.mark.parametrize(
-    ("conf", "message"),
+    ("conf", "error"),
     [
-        ({"isPeriodic": False, "staticPartitions": {"ds": "2024-01-01'; DROP TABLE x; --"}}, "ds"),
-        ({"isPeriodic": False, "staticPartitions": {"region": "eu"}}, "region"),
-        ({"scheduleTime": "2024/01/02"}, "2024/01/02"),
+        (
+            {"isPeriodic": False, "staticPartitions": {"ds": BAD_VALUE}},
+            f"RefreshRequestError: invalid value {BAD_VALUE!r} for partition column 'ds'",
+        ),
+        (
+            {"isPeriodic": False, "staticPartitions": {"region": "eu"}},
+            "RefreshRequestError: unknown partition column 'region' in staticPartitions",
+        ),
+        (
+            {"scheduleTime": "2024/01/02"},
+            "ParamValidationError: Invalid input for param scheduleTime: '2024/01/02' does not match",
+        ),
         (
             {"isPeriodic": False, "executionConfig": {"spark.sql.warehouse.dir": "/tmp/x"}},
-            "spark.sql.warehouse.dir",
+            "RefreshRequestError: executionConfig key 'spark.sql.warehouse.dir' is not allowed",
         ),
     ],
 )
 def test_bad_refresh_requests_fail_clearly_and_change_nothing(
-    airflow_cli, metastore, spark, mt_env, conf, message
+    airflow_cli, metastore, spark, mt_env, conf, error
 ):
-    db, env = mt_env
-    before = _partitions(metastore, db)
-    _, output = _dags_test(airflow_cli, env, f"mt__{db}__orders_daily", "--conf", json.dumps(conf))
-    assert message in output
-    assert "RefreshRequestError" in output or "ParamValidationError" in output or "invalid" in output
-    assert _partitions(metastore, db) == before
+    db, env, journal_dir = mt_env
+    before = _state(spark, metastore, journal_dir, db)
+    result, output = _dags_test(airflow_cli, env, f"mt__{db}__orders_daily", "--conf", json.dumps(conf))
+    assert result.returncode == 1, output[-4000:]
+    assert error in output, output[-4000:]
+    # Rejected before any attempt began: nothing journaled, nothing written, nothing switched.
+    assert _state(spark, metastore, journal_dir, db) == before
 
 
 def test_definitions_folder_example_parses():

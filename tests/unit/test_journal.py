@@ -127,8 +127,8 @@ class _Recorder(StagedTable):
     def commit(self):
         self.calls.append("commit")
 
-    def abort(self):
-        self.calls.append("abort")
+    def abort(self, reason=None):
+        self.calls.append(f"abort: {reason}")
 
 
 def test_job_status_hook_maps_transitions():
@@ -138,4 +138,5 @@ def test_job_status_hook_maps_transitions():
     hook.on_finished("j")
     hook.on_failed("j", RuntimeError("x"))
     hook.on_canceled("j")
-    assert table.calls == ["begin", "commit", "abort", "abort"]
+    # The reason reaches the journal: why an attempt was aborted is readable later.
+    assert table.calls == ["begin", "commit", "abort: job failed: RuntimeError('x')", "abort: task killed"]
