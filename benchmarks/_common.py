@@ -89,6 +89,9 @@ class ThriftCalls:
         "alter_table_with_environment_context",
         "add_partitions",
         "alter_partitions",
+        "alter_partitions_with_environment_context",
+        "get_partitions_ps",
+        "drop_partition",
         "close",
     )
 
