@@ -241,7 +241,7 @@ class JournaledStagedTable(StagedTable):
             )
         log.info("committed %s: %s is now %s", self.attempt_id, self.target, record.location)
 
-    def _resolve_lost_reply(self, record: AttemptRecord, error: Exception) -> None:
+    def _resolve_lost_reply(self, record: AttemptRecord, error: Exception) -> str | list[str] | None:
         """A catalog call that failed without a verdict may have landed: ask the catalog."""
         try:
             published = self.is_published(record)
@@ -258,7 +258,7 @@ class JournaledStagedTable(StagedTable):
             ) from error
         log.warning("commit of %s landed although its reply was lost (%r)", self.target, error)
         self.complete_publish(record)
-        return None
+        return self.recovered_superseded(record)
 
     def housekeep(self) -> None:
         """Retention after a commit, kept out of it (readers already see the new version).
