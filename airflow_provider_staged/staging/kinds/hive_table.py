@@ -38,7 +38,7 @@ from airflow_provider_staged.staging.versions import (
     parse_version_dir,
     version_dir_name,
 )
-from airflow_provider_staged.storage import delete_dir, list_dir, normalize_location
+from airflow_provider_staged.storage import Entry, delete_dir, list_dir, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -180,17 +180,33 @@ def sweep_versions(
     The order matters: list the directories first, then read the journal, then read what is
     live. An attempt journals BEGUN before its directory exists, so every listed directory
     of a running attempt is in the journal; a commit that lands meanwhile is seen as live.
+    The catalog is read only when something could be due: without the live locations the
+    doomed set can only be larger, so an empty one needs no metastore call (the usual case
+    right after a commit, inside the grace period).
     """
     now = time.time() if now is None else now
+    listed = [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
+    records = [r for r in staged.journal.records() if r.kind in HIVE_KINDS and r.target == staged.target]
+    if not _doomed(listed, records, set(), retention, now):
+        return []
     with staged._client() as client:
-        listed = [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
-        records = [r for r in staged.journal.records() if r.kind in HIVE_KINDS and r.target == staged.target]
         table = client.get_table(staged.identifier.database, staged.identifier.table)
         if table is None:
             return []
         live = {normalize_location(current_location(table))}
         if table.partitionKeys:
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
+    doomed = _doomed(listed, records, live, retention, now)
+    for location in doomed:
+        log.info("retention: deleting superseded version %s of %s", location, staged.target)
+        delete_dir(location)
+    return doomed
+
+
+def _doomed(
+    listed: list[Entry], records: list[AttemptRecord], live: set[str], retention: RetentionPolicy, now: float
+) -> list[str]:
+    """The listed version directories to delete: orphans, and superseded versions past retention."""
     in_flight = {normalize_location(r.location) for r in records if not r.state.ended}
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
     committed = {normalize_location(r.location) for r in commits}
@@ -209,11 +225,7 @@ def sweep_versions(
             candidates[entry.location] = superseded_at.get(entry.location, newest_commit)
         else:
             orphans.append(entry.location)  # aborted, or never journaled: never readable
-    doomed = orphans + retention.expired(candidates, now)
-    for location in doomed:
-        log.info("retention: deleting superseded version %s of %s", location, staged.target)
-        delete_dir(location)
-    return doomed
+    return orphans + retention.expired(candidates, now)
 
 
 def superseded_locations(record: AttemptRecord) -> list[str]:
