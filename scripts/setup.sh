@@ -8,6 +8,11 @@ need_apt=()
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 [ -x "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | head -1)" ] || need_apt+=(postgresql)
 [ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)
+# The test suite drives the Airflow UI with a real browser (scripts/test.sh sets STAGED_SETUP_TESTS).
+if [ "${STAGED_SETUP_TESTS:-0}" = 1 ]; then
+    command -v chromium >/dev/null || need_apt+=(chromium)
+    command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "setup: installing Debian packages: ${need_apt[*]}"

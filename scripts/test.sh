@@ -2,7 +2,7 @@
 # Set up, then run the whole test suite (README command 2; .ci/run calls exactly this).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+STAGED_SETUP_TESTS=1 bash scripts/setup.sh
 .venv/bin/ruff check airflow_provider_staged dags tests benchmarks
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider -ra "$@"

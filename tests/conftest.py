@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.airflow_server",
     "tests.fixtures.airflow_cli",
+    "tests.fixtures.browser",
 ]
