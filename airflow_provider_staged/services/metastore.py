@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,10 +49,33 @@ def _state_file(home: Path) -> Path:
     return home / "metastore.json"
 
 
-def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
+def derby_conf(home: Path) -> dict[str, str]:
+    """The embedded backing database: Derby under ``home``.
+
+    The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates them
+    only in its test mode (on PostgreSQL see ``services/metastore_postgres.py``).
+    """
+    return {
+        "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        "hive.in.test": "true",
+    }
+
+
+def metastore_command(
+    port: int,
+    home: Path,
+    warehouse: Path,
+    database: Mapping[str, str] | None = None,
+    classpath: Sequence[Path] = (),
+) -> list[str]:
+    """The server's command line; ``database`` (hiveconf settings) replaces the embedded Derby,
+    ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``."""
     java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin"))
     java = java or shutil.which("java") or "java"
-    derby = home / "metastore_db"
+    database_args = [
+        arg for key, value in (derby_conf(home) if database is None else database).items()
+        for arg in ("--hiveconf", f"{key}={value}")
+    ]
     return [
         java,
         "-Xmx512m",
@@ -59,12 +83,11 @@ def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
         "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
         f"-Dderby.system.home={home}",
         "-cp",
-        f"{spark_home() / 'jars'}/*",
+        os.pathsep.join([f"{spark_home() / 'jars'}/*", *map(str, classpath)]),
         "org.apache.hadoop.hive.metastore.HiveMetaStore",
         "-p",
         str(port),
-        "--hiveconf",
-        f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={derby};create=true",
+        *database_args,
         "--hiveconf",
         "datanucleus.schema.autoCreateAll=true",
         "--hiveconf",
@@ -76,11 +99,7 @@ def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
         "hive.metastore.disallow.incompatible.col.type.changes=false",
         "--hiveconf",
         "hive.metastore.event.db.notification.api.auth=false",
-        # The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates
-        # them only in its test mode (schematool creates them on a production metastore). Its
-        # default BoneCP pool is not among the jars pyspark ships; HikariCP is.
-        "--hiveconf",
-        "hive.in.test=true",
+        # Hive's default BoneCP pool is not among the jars pyspark ships; HikariCP is.
         "--hiveconf",
         "datanucleus.connectionPoolingType=HikariCP",
         # A committer killed while holding a table lock loses it after hive.txn.timeout: Hive
@@ -97,8 +116,16 @@ def metastore_command(port: int, home: Path, warehouse: Path) -> list[str]:
     ]
 
 
-def start_metastore(home: Path | None = None, port: int | None = None) -> MetastoreInfo:
-    """Start the metastore unless one recorded under ``home`` is running; return its info."""
+def start_metastore(
+    home: Path | None = None,
+    port: int | None = None,
+    database: Mapping[str, str] | None = None,
+    classpath: Sequence[Path] = (),
+) -> MetastoreInfo:
+    """Start the metastore unless one recorded under ``home`` is running; return its info.
+
+    ``database`` and ``classpath``: see :func:`metastore_command` (default: Derby under ``home``).
+    """
     home = (home or staged_home()).resolve()
     running = metastore_status(home)
     if running is not None:
@@ -110,7 +137,8 @@ def start_metastore(home: Path | None = None, port: int | None = None) -> Metast
     log_file = home / "logs" / "metastore.log"
     pid_file = home / "metastore.pid"
     env = dict(os.environ, HADOOP_USER_NAME=os.environ.get("HADOOP_USER_NAME", "staged"))
-    pid = start_background(metastore_command(port, home, warehouse), pid_file, log_file, env, home)
+    command = metastore_command(port, home, warehouse, database, classpath)
+    pid = start_background(command, pid_file, log_file, env, home)
     try:
         wait_for_port(port, pid, timeout=120, log_file=log_file)
     except BaseException:
