@@ -107,6 +107,11 @@ def configure(
     if local is not None:
         config.setdefault(_PREFIX + "endpoint", local.endpoint)
         config.setdefault(_PREFIX + "definitions-dir", str(Path(local.dags_folder) / "materialized"))
+        if config[_PREFIX + "endpoint"].rstrip("/") == local.endpoint:
+            # Its admin's password stays in its home: never sent to another Airflow.
+            user, secret = local.credentials("admin")
+            config.setdefault(_PREFIX + "username", user)
+            config.setdefault(_PREFIX + "password", secret)
     if metastore_uri is None:
         running = metastore_status()
         metastore_uri = running.uri if running is not None else None

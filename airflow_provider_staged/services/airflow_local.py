@@ -31,6 +31,12 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor")
 HEALTH_PATH = "/api/v2/monitor/health"
 
 
+# The simple auth manager's users (name, role): an admin who may do anything, a viewer who
+# may only read, so that a UI or a test can check what a read-only user is refused.
+USERS = {"admin": "admin", "viewer": "viewer"}
+PASSWORDS_FILE = "simple_auth_manager_passwords.json"
+
+
 @dataclass(frozen=True)
 class AirflowInfo:
     """A running local Airflow: where it answers and what it reads."""
@@ -45,9 +51,21 @@ class AirflowInfo:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def token(self) -> str:
-        """A fresh API token (the simple auth manager issues one without credentials here)."""
-        return fetch_token(self.endpoint)
+    @property
+    def passwords_file(self) -> Path:
+        """Where the passwords of :data:`USERS` are kept (JSON ``{user: password}``)."""
+        return passwords_file(Path(self.home))
+
+    def credentials(self, user: str = "admin") -> tuple[str, str]:
+        """``(user, password)`` of one of :data:`USERS` for logging in to this Airflow."""
+        passwords = json.loads(self.passwords_file.read_text())
+        if user not in passwords:
+            raise ValueError(f"unknown Airflow user {user!r}: the local Airflow has {', '.join(USERS)}")
+        return user, passwords[user]
+
+    def token(self, user: str = "admin") -> str:
+        """A fresh API token, logged in as ``user``."""
+        return fetch_token(self.endpoint, *self.credentials(user))
 
 
 def fetch_token(endpoint: str, username: str | None = None, password: str | None = None) -> str:
@@ -69,6 +87,26 @@ def fetch_token(endpoint: str, username: str | None = None, password: str | None
     return response.json()["access_token"]
 
 
+def passwords_file(home: Path) -> Path:
+    return home / PASSWORDS_FILE
+
+
+def ensure_passwords(home: Path) -> Path:
+    """Generate a password for each of :data:`USERS` once per home, readable by its owner only.
+
+    Written before the api-server starts (which would otherwise generate and print them), so a
+    caller knows the credentials without reading logs; later starts keep them.
+    """
+    path = passwords_file(home)
+    passwords = json.loads(path.read_text()) if path.exists() else {}
+    missing = [user for user in USERS if user not in passwords]
+    if missing:
+        passwords.update({user: secrets.token_urlsafe(12) for user in missing})
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(passwords) + "\n")
+    return path
+
+
 def airflow_env(home: Path, port: int, dags_folder: Path, jwt_secret: str) -> dict[str, str]:
     """Environment of every Airflow process (and of ``airflow`` CLI calls) for this instance."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
@@ -82,8 +120,9 @@ def airflow_env(home: Path, port: int, dags_folder: Path, jwt_secret: str) -> di
         # The scheduler's task runners report to the execution API: on a non-default port every
         # task fails with "connection refused" unless this points at our api-server.
         AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
-        # Tests and local use only: every request is an admin, tokens come without credentials.
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+        # Real logins: users with roles, their passwords in a file of this home.
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=",".join(f"{u}:{r}" for u, r in USERS.items()),
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords_file(home)),
         # The scheduler signs task tokens and the api-server checks them: one shared secret.
         AIRFLOW__API_AUTH__JWT_SECRET=jwt_secret,
         AIRFLOW__API__PORT=str(port),
@@ -132,6 +171,7 @@ def start_airflow(
     dags_folder.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     env = {**airflow_env(home, port, dags_folder, secrets.token_hex(32)), **(extra_env or {})}
+    ensure_passwords(home)
     _migrate(home, env)
     pids: dict[str, int] = {}
     try:

@@ -102,6 +102,8 @@ def scheduler(airflow_server: AirflowInfo, definitions_dir: Path) -> Iterator[Ai
         "workflow-scheduler.airflow.definitions-dir": str(definitions_dir),
         "workflow-scheduler.airflow.parse-timeout": "90",
     }
+    user, password = airflow_server.credentials("admin")
+    config |= {"workflow-scheduler.airflow.username": user, "workflow-scheduler.airflow.password": password}
     with create_workflow_scheduler(config) as opened:
         assert isinstance(opened, AirflowWorkflowScheduler)
         yield opened
@@ -185,7 +187,8 @@ def test_bad_definition_changes_nothing(scheduler: AirflowWorkflowScheduler, def
     assert sorted(p.name for p in definitions_dir.iterdir()) == before
 
     # Airflow does not show the DAG in time: the error says so and the definition is taken back.
-    impatient = AirflowWorkflowScheduler(scheduler.endpoint, definitions_dir, parse_timeout=0.1)
+    impatient = AirflowWorkflowScheduler(scheduler.endpoint, definitions_dir, scheduler.username,
+                                         scheduler.password, parse_timeout=0.1)
     with impatient, pytest.raises(WorkflowException, match="did not show the new DAG mt__e2e__too_slow"):
         impatient.create_refresh_workflow(
             CreatePeriodicRefreshWorkflow(TableIdentifier("e2e", "too_slow"), definition_text("too_slow"))
@@ -267,8 +270,9 @@ def test_cli_commands(
     from airflow_provider_staged.cli import app
 
     runner = CliRunner()
+    user, password = airflow_server.credentials("admin")
     base = ["mt", "--endpoint", airflow_server.endpoint, "--definitions-dir", str(definitions_dir),
-            "--metastore-uri", metastore.uri]
+            "--metastore-uri", metastore.uri, "--username", user, "--password", password]
 
     def mt(*args: str, code: int = 0) -> str:
         result = runner.invoke(app, [*base, *args], env={"COLUMNS": "200"})
