@@ -20,6 +20,11 @@ from airflow_provider_staged.identifiers import (
     TableIdentifier,
     validate_name,
 )
+from airflow_provider_staged.materialized.failure_streak import (
+    DEFAULT_SUSPEND_AFTER,
+    SUSPEND_OPTION,
+    parse_suspend_after,
+)
 from airflow_provider_staged.materialized.freshness import (
     DEFAULT_FRESHNESS_THRESHOLD,
     Freshness,
@@ -80,6 +85,7 @@ KNOWN_OPTIONS = (
     "tags",
     "retries",
     "start-date",
+    SUSPEND_OPTION,
 )
 _CLAUSE_ORDER = "COMMENT, PARTITIONED BY, WITH, FRESHNESS, REFRESH_MODE, AS"
 _FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
@@ -107,6 +113,8 @@ class MaterializedTableDefinition:
     tags: tuple[str, ...] = ()
     retries: int | None = None
     start_date: date | None = None
+    # Auto-suspend after this many consecutive failed scheduled refreshes (0: never).
+    suspend_after_failures: int = DEFAULT_SUSPEND_AFTER
     # Clause -> line number, for errors found after parsing (e.g. an unsupported mode).
     lines: Mapping[str, int] = field(default_factory=dict, hash=False, repr=False)
 
@@ -279,6 +287,7 @@ class _Parser:
             tags=settings.tags(),
             retries=settings.retries(),
             start_date=settings.start_date(),
+            suspend_after_failures=settings.suspend_after(),
             lines=MappingProxyType(lines),
         )
 
@@ -436,6 +445,13 @@ class _Options:
             return datetime.strptime(value, "%Y-%m-%d").date()
         except ValueError:
             self.fail("start-date", f"option 'start-date' must be a date yyyy-MM-dd, not {value!r}")
+
+
+    def suspend_after(self) -> int:
+        try:
+            return parse_suspend_after(self.get(SUSPEND_OPTION))
+        except ValueError as err:
+            self.fail(SUSPEND_OPTION, str(err))
 
 
 def parse_definition(text: str, path: str | Path = "<string>") -> MaterializedTableDefinition:
