@@ -145,7 +145,10 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         password: str | None = None,
         parse_timeout: float = 120.0,
         poll_interval: float = 1.0,
+        token: str | None = None,
     ) -> None:
+        """``token``: act with this API token (e.g. a UI user's own) instead of logging in."""
+        self.token = token
         self.endpoint = endpoint.rstrip("/")
         self.definitions_dir = Path(definitions_dir)
         self.username = username
@@ -183,7 +186,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         if not self.definitions_dir.is_dir():
             raise WorkflowException(f"definitions folder {self.definitions_dir} does not exist")
         try:
-            token = fetch_token(self.endpoint, self.username, self.password)
+            token = self.token or fetch_token(self.endpoint, self.username, self.password)
         except Exception as err:  # connection refused, bad credentials, ...
             raise WorkflowException(f"cannot authenticate to Airflow at {self.endpoint}: {err}") from err
         client = ApiClient(Configuration(host=self.endpoint, access_token=token))

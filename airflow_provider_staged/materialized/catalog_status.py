@@ -98,7 +98,10 @@ def _update_state(definition_path: str | Path, **changes: Any) -> None:
 
 def workflow_options(definition_path: str | Path) -> tuple[dict[str, str], dict[str, str]]:
     """The stored default ``(dynamicOptions, executionConfig)`` of a table's refreshes."""
-    state = read_state(definition_path)
+    return _options_of(read_state(definition_path))
+
+
+def _options_of(state: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     return dict(state.get("dynamic_options") or {}), dict(state.get("execution_config") or {})
 
 
@@ -143,6 +146,28 @@ def _read_definition(definition_path: str | Path) -> str | None:
         return None
 
 
+def status_from(
+    params: Mapping[str, str] | None, state: Mapping[str, Any], definition_path: str | Path
+) -> CatalogStatus:
+    """The status held by the table's ``params`` (None: no table), else by the state file.
+
+    Reads no catalog: a caller that fetched many tables at once (the UI page) passes their
+    parameters; unlike :meth:`CatalogStatusStore.load` nothing is moved into the table.
+    """
+    dynamic_options, execution_config = _options_of(state)
+    if params is not None and REFRESH_STATUS_KEY in params:
+        return CatalogStatus(
+            RefreshStatus(params[REFRESH_STATUS_KEY]), _join(params, REFRESH_HANDLER_KEY),
+            _join(params, DEFINITION_KEY), "table", dynamic_options, execution_config,
+        )
+    if state.get("refresh_status"):
+        return CatalogStatus(
+            RefreshStatus(state["refresh_status"]), state.get("refresh_handler"),
+            _read_definition(definition_path), "file", dynamic_options, execution_config,
+        )
+    return CatalogStatus(None, None, None, "none", dynamic_options, execution_config)
+
+
 def _owned(key: str) -> bool:
     """Keys this module writes, including the ``.numParts`` / ``.part.N`` of split values."""
     return any(key == k or key.startswith(k + ".") for k in _TABLE_KEYS)
@@ -174,18 +199,7 @@ class CatalogStatusStore:
             self._store(identifier, definition_path, RefreshStatus(state["refresh_status"]),
                         state.get("refresh_handler"))
             params = self._table_params(identifier)
-        dynamic_options, execution_config = workflow_options(definition_path)
-        if params is not None and REFRESH_STATUS_KEY in params:
-            return CatalogStatus(
-                RefreshStatus(params[REFRESH_STATUS_KEY]), _join(params, REFRESH_HANDLER_KEY),
-                _join(params, DEFINITION_KEY), "table", dynamic_options, execution_config,
-            )
-        if state.get("refresh_status"):
-            return CatalogStatus(
-                RefreshStatus(state["refresh_status"]), state.get("refresh_handler"),
-                _read_definition(definition_path), "file", dynamic_options, execution_config,
-            )
-        return CatalogStatus(None, None, None, "none", dynamic_options, execution_config)
+        return status_from(params, read_state(definition_path), definition_path)
 
     def clear(self, identifier: TableIdentifier, definition_path: str | Path) -> None:
         """Forget the status (table parameters and state file); the table's data stays."""
