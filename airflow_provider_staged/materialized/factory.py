@@ -164,6 +164,10 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         schedule=CronTriggerTimetable(definition.schedule, timezone=zone),
         start_date=pendulum.datetime(start.year, start.month, start.day, tz=zone) if start else None,
         catchup=definition.catchup,
+        # Active from the start, like a workflow that `staged mt create` made: a paused DAG
+        # makes the Trigger form offer "Unpause on trigger" (ticked), and that unpause also
+        # fires the run of the latest schedule slot ahead of the user's own run.
+        is_paused_upon_creation=False,
         max_active_runs=1,
         params=build_params(definition),
         tags=_tags(definition.tags),
@@ -204,7 +208,11 @@ def _doc(definition: MaterializedTableDefinition) -> str:
     return (
         f"# Materialized table `{definition.identifier}`\n\n"
         f"Freshness {definition.freshness}, refresh mode {definition.refresh_mode.value}, "
-        f"schedule `{definition.schedule}`. Defined in `{definition.source_path}`:\n\n"
+        f"schedule `{definition.schedule}`. Defined in `{definition.source_path}`.\n\n"
+        "**Trigger** refreshes what the form says: type a partition value to refresh that "
+        "partition once, now; leave the form empty to refresh the partition of the current "
+        "schedule time. While the table is suspended (DAG paused), untick *Unpause on trigger* "
+        "to refresh once without resuming the schedule.\n\n"
         f"```sql\n{definition.text.strip()}\n```\n"
     )
 

@@ -17,11 +17,14 @@ from typing import Any
 
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.partitions import (
+    JAVA_TOKENS,
     SCHEDULE_TIME_PATTERN,
     PartitionError,
     format_schedule_time,
+    formatter_example,
     local_schedule_time,
     parse_schedule_time,
+    partition_value_schema,
     periodic_partition,
     validate_static_partitions,
 )
@@ -102,71 +105,128 @@ class RefreshRequest:
         return format_schedule_time(self.schedule_time)
 
 
+# The Trigger form's section for the FLIP-448 JSON objects; Airflow shows a section other than
+# its default one collapsed, so the partition fields above are what a user meets first.
+ADVANCED_SECTION = "Advanced: the FLIP-448 refresh call as JSON"
+_AUTOMATIC = None
+
+
 def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str, Any]]:
     """JSON Schema (with ``default``, ``title`` and ``description``) of each refresh param.
 
-    The object params are only typed: Airflow checks every schema against the JSON Schema
-    meta-schema for every DAG it parses, and key/value sub-schemas doubled that cost (about
-    4 ms per DAG). Their contents are checked by ``parse_refresh_request`` before anything runs.
+    In the order of the Trigger form: one plain string per partition column (pattern from its
+    date-formatter), the refresh kind, scheduleTime, then the FLIP-448 objects. Airflow checks
+    these schemas when a run is triggered (form, REST API), so a bad partition value is refused
+    before any run exists. Object params allow null: Airflow's form marks any param whose type
+    excludes null as required. The executionConfig allowlist is left to
+    ``parse_refresh_request``: Airflow checks every schema against the JSON Schema meta-schema
+    for every DAG it parses, and a 26-key enum would cost that on every parse.
     """
+    formatters = definition.partition_formatters
     columns = list(definition.partition_by)
-    formats = ", ".join(
-        f"{column} like {datetime(2024, 1, 1).strftime(pattern)!r}"
-        for column, pattern in definition.partition_formatters.items()
-    )
-    partitions_text = (
-        f"Partition columns: {', '.join(columns)}"
-        + (f" ({formats})" if formats else "")
-        + ". Only used when isPeriodic is off; empty refreshes the whole table."
-        if columns
-        else "The table is not partitioned: leave empty (a refresh replaces the whole table)."
-    )
-    return {
-        IS_PERIODIC: {
-            "default": True,
-            "type": "boolean",
-            "title": "Periodic refresh",
-            "description": (
-                "On: refresh the partition this schedule time is responsible for (scheduleTime "
-                f"minus the freshness, {definition.freshness}). Off: a one-time refresh of the "
-                "staticPartitions."
-            ),
-        },
-        SCHEDULE_TIME: {
+    schemas: dict[str, dict[str, Any]] = {}
+    for column in columns:
+        example = formatter_example(column, formatters)
+        shape = (
+            f"a value such as {example!r} (date-formatter {_java(formatters[column])})"
+            if example is not None
+            else "its value, without quotes, backslashes or semicolons"
+        )
+        schemas[column] = {
             "default": None,
+            **partition_value_schema(column, formatters),
             "type": ["null", "string"],
-            "pattern": _SCHEDULE_TIME_REGEX,
-            "title": "Schedule time",
+            "title": f"Partition {column}",
             "description": (
-                f"Optional, {SCHEDULE_TIME_PATTERN!r} without time zone, e.g. "
-                "'2024-01-02 00:00:00'. Empty: the run's own time."
+                f"Refresh partition {column} = {shape}, now, once. Empty: "
+                + ("the other partition fields decide; all empty: " if len(columns) > 1 else "")
+                + "the partition of the schedule time, as a scheduled run does."
             ),
+        }
+    partitions_text = (
+        f"the partitions ({', '.join(columns)}) given above or in staticPartitions"
+        if columns else "the whole table (it is not partitioned)"
+    )
+    schemas[IS_PERIODIC] = {
+        "default": _AUTOMATIC,
+        # The enum is what Airflow checks; 'string' comes first only so that the form draws the
+        # enum as a select (it picks the widget by the first non-null type: a boolean would be
+        # a switch, which cannot show "automatic").
+        "type": ["null", "string", "boolean"],
+        "enum": [_AUTOMATIC, True, False],
+        "values_display": {
+            "null": "Automatic: one-time when partitions are given, else periodic",
+            "true": "Periodic: the partition of the schedule time",
+            "false": "One-time: the partitions given (none: the whole table)",
         },
-        STATIC_PARTITIONS: {
-            "default": {},
-            "type": "object",
-            "title": "Static partitions",
-            "description": partitions_text,
-        },
-        DYNAMIC_OPTIONS: {
-            "default": {},
-            "type": "object",
-            "title": "Dynamic options",
-            "description": (
-                "Options for the table's writer, e.g. {\"compression\": \"zstd\"}; allowed keys: "
-                f"{', '.join(sorted(WRITER_OPTIONS))}."
-            ),
-        },
-        EXECUTION_CONFIG: {
-            "default": {},
-            "type": "object",
-            "title": "Execution config",
-            "description": (
-                "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
-                f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}."
-            ),
-        },
+        "title": "Periodic or one-time (isPeriodic)",
+        "description": (
+            f"Periodic refreshes the partition the schedule time is responsible for (schedule "
+            f"time minus the freshness, {definition.freshness}), as a scheduled run does. "
+            f"One-time refreshes {partitions_text}. Automatic (empty): one-time when partition "
+            "values are given, else periodic."
+        ),
     }
+    schemas[SCHEDULE_TIME] = {
+        "default": None,
+        "type": ["null", "string"],
+        "pattern": _SCHEDULE_TIME_REGEX,
+        "maxLength": len("2024-01-02 00:00:00"),  # Python's '$' also matches before a newline
+        "title": "Schedule time (scheduleTime)",
+        "description": (
+            f"Optional, {SCHEDULE_TIME_PATTERN!r} without time zone, e.g. '2024-01-02 00:00:00': "
+            "the periodic partition is the one this time is responsible for. Empty: the run's "
+            "logical date (the time of the click)."
+        ),
+    }
+    schemas[STATIC_PARTITIONS] = {
+        "default": {},
+        "type": ["null", "object"],
+        "properties": {column: partition_value_schema(column, formatters) for column in columns},
+        "additionalProperties": False,
+        "title": "Static partitions (staticPartitions)",
+        "section": ADVANCED_SECTION,
+        "description": (
+            f"The partitions of a one-time refresh as JSON, e.g. {_example_object(definition)}; "
+            "the partition fields above do the same without JSON."
+            if columns
+            else "The table is not partitioned: leave empty (a refresh replaces the whole table)."
+        ),
+    }
+    schemas[DYNAMIC_OPTIONS] = {
+        "default": {},
+        "type": ["null", "object"],
+        "title": "Dynamic options (dynamicOptions)",
+        "section": ADVANCED_SECTION,
+        "description": (
+            "Options for the table's writer, e.g. {\"compression\": \"zstd\"}; allowed keys: "
+            f"{', '.join(sorted(WRITER_OPTIONS))}."
+        ),
+    }
+    schemas[EXECUTION_CONFIG] = {
+        "default": {},
+        "type": ["null", "object"],
+        "title": "Execution config (executionConfig)",
+        "section": ADVANCED_SECTION,
+        "description": (
+            "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
+            f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}."
+        ),
+    }
+    return schemas
+
+
+def _java(strftime_pattern: str) -> str:
+    """``%Y-%m-%d`` back as ``yyyy-MM-dd``, the way the definition wrote it."""
+    for java, directive in JAVA_TOKENS.items():
+        strftime_pattern = strftime_pattern.replace(directive, java)
+    return strftime_pattern
+
+
+def _example_object(definition: MaterializedTableDefinition) -> str:
+    column = definition.partition_by[0]
+    example = formatter_example(column, definition.partition_formatters) or "value"
+    return f'{{"{column}": "{example}"}}'
 
 
 def parse_refresh_request(
@@ -177,22 +237,27 @@ def parse_refresh_request(
 ) -> RefreshRequest:
     """Validate a refresh call and work out the partition it refreshes.
 
-    ``conf`` is the run's params (or conf); ``run_time`` is when the scheduler fired the run
-    (its logical date), used as scheduleTime when none is given; ``zone`` is the zone in which
-    scheduleTime is wall-clock time.
+    ``conf`` is the run's params (or conf): the FLIP-448 keys plus, from the Trigger form, one
+    key per partition column. ``run_time`` is when the scheduler fired the run (its logical
+    date), used as scheduleTime when none is given; ``zone`` is the zone in which scheduleTime
+    is wall-clock time. isPeriodic null (automatic) means one-time when partition values are
+    given, else periodic.
     """
     conf = {} if conf is None else conf
     if not isinstance(conf, Mapping):
         raise RefreshRequestError(f"invalid refresh request {conf!r}: expected an object")
-    unknown = sorted(str(key) for key in conf if key not in PARAM_NAMES)
+    known = (*PARAM_NAMES, *definition.partition_by)
+    unknown = sorted(str(key) for key in conf if key not in known)
     if unknown:
         raise RefreshRequestError(
             f"unknown refresh parameter(s) {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(PARAM_NAMES)}"
+            f"known: {', '.join(known)}"
         )
-    is_periodic = conf.get(IS_PERIODIC, True)
-    if not isinstance(is_periodic, bool):
-        raise RefreshRequestError(f"invalid {IS_PERIODIC} {is_periodic!r}: expected true or false")
+    is_periodic = conf.get(IS_PERIODIC, _AUTOMATIC)
+    if is_periodic is not _AUTOMATIC and not isinstance(is_periodic, bool):
+        raise RefreshRequestError(
+            f"invalid {IS_PERIODIC} {is_periodic!r}: expected true, false or null (automatic)"
+        )
     try:
         raw_time = conf.get(SCHEDULE_TIME)
         if raw_time in (None, ""):
@@ -204,18 +269,35 @@ def parse_refresh_request(
             definition.partition_by,
             definition.partition_formatters,
         )
+        fields = validate_static_partitions(
+            {column: conf[column] for column in definition.partition_by
+             if conf.get(column) not in (None, "")},
+            definition.partition_by,
+            definition.partition_formatters,
+        )
     except PartitionError as err:
         raise RefreshRequestError(str(err)) from None
-    if is_periodic and static:
+    for column, value in fields.items():
+        if static.get(column, value) != value:
+            raise RefreshRequestError(
+                f"partition {column} is {value!r} in its field but {static[column]!r} in "
+                f"{STATIC_PARTITIONS}: give it once"
+            )
+    partitions = {**static, **fields}
+    if is_periodic is _AUTOMATIC:
+        is_periodic = not partitions
+    if is_periodic and partitions:
+        given = ", ".join(f"{column}={value}" for column, value in partitions.items())
         raise RefreshRequestError(
-            f"{STATIC_PARTITIONS} only apply to a one-time refresh: set {IS_PERIODIC} to false"
+            f"partitions ({given}) only apply to a one-time refresh: set {IS_PERIODIC} to false "
+            "or leave it empty (automatic)"
         )
     if is_periodic:
         spec = periodic_partition(
             schedule_time, definition.freshness, definition.partition_formatters
         )
     else:
-        spec = static
+        spec = partitions
     return RefreshRequest(
         is_periodic=is_periodic,
         schedule_time=schedule_time,

@@ -21,11 +21,29 @@ LATEST_SCHEDULE_TIME = datetime(9999, 12, 30, 23, 59, 59)
 
 # Java/Flink date-pattern letters we accept and their strftime equivalents. Anything else
 # (e.g. 'E', 'a', single letters, quoted literals) is rejected rather than guessed.
-_JAVA_TOKENS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+JAVA_TOKENS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
 _JAVA_LITERALS = "-/:_. "
-_JAVA_PATTERN = re.compile("|".join([*_JAVA_TOKENS, f"[{re.escape(_JAVA_LITERALS)}]"]))
+_JAVA_PATTERN = re.compile("|".join([*JAVA_TOKENS, f"[{re.escape(_JAVA_LITERALS)}]"]))
+# The strftime fields of those letters as JSON Schema ``pattern`` pieces: each accepts exactly
+# the texts strftime writes for some date (months 01-12, hours 00-23, ...), so the Trigger form
+# refuses a typo such as '2024-13-01' before any run exists. Day 31 of a short month passes the
+# pattern; the round trip in ``validate_static_partitions`` refuses it before any Spark work.
+_FIELD_REGEX = {
+    "%Y": r"\d{4}",
+    "%m": "(0[1-9]|1[0-2])",
+    "%d": "(0[1-9]|[12][0-9]|3[01])",
+    "%H": "([01][0-9]|2[0-3])",
+    "%M": "[0-5][0-9]",
+    "%S": "[0-5][0-9]",
+}
+_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\/")
+_FIELD_WIDTH = {"%Y": 4, "%m": 2, "%d": 2, "%H": 2, "%M": 2, "%S": 2}
 # A partition value ends up inside a partition spec: refuse anything that could break quoting.
-_UNSAFE_VALUE = re.compile(r"['\"`\\;\x00-\x1f\x7f]")
+_UNSAFE_CHARACTERS = "'\"`\\\\;\\x00-\\x1f\\x7f"
+_UNSAFE_VALUE = re.compile(f"[{_UNSAFE_CHARACTERS}]")
+# JSON Schema pattern of a value without a date-formatter. Python's ``$`` also matches before a
+# final newline: the negative look-ahead makes jsonschema (Python) refuse 'eu\n' too.
+SAFE_VALUE_PATTERN = f"^[^{_UNSAFE_CHARACTERS}]+$(?!\\n)"
 
 
 class PartitionError(ValueError):
@@ -42,13 +60,50 @@ def java_to_strftime(pattern: str) -> str:
         if match is None:
             raise PartitionError(
                 f"unsupported date-formatter {pattern!r} at {pattern[pos:]!r}: use "
-                f"{', '.join(_JAVA_TOKENS)} and the separators {_JAVA_LITERALS!r}"
+                f"{', '.join(JAVA_TOKENS)} and the separators {_JAVA_LITERALS!r}"
             )
-        parts.append(_JAVA_TOKENS.get(match.group(), match.group()))
+        parts.append(JAVA_TOKENS.get(match.group(), match.group()))
         pos = match.end()
-    if not any(token in parts for token in _JAVA_TOKENS.values()):
+    if not any(token in parts for token in JAVA_TOKENS.values()):
         raise PartitionError(f"unsupported date-formatter {pattern!r}: it has no date field")
     return "".join(parts)
+
+
+@lru_cache(maxsize=64)
+def formatter_regex(strftime_pattern: str) -> tuple[str, int]:
+    """JSON Schema ``pattern`` and exact length of the values a date-formatter writes.
+
+    ``'%Y-%m-%d'`` gives ``('^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$', 10)``. Every
+    field has a fixed width, so the length (``maxLength``) also refuses the final newline that
+    Python's ``$`` lets through.
+    """
+    parts: list[str] = []
+    width = 0
+    for token in re.findall(r"%.|[^%]", strftime_pattern):
+        if token in _FIELD_REGEX:
+            parts.append(_FIELD_REGEX[token])
+            width += _FIELD_WIDTH[token]
+        elif token.startswith("%"):
+            raise PartitionError(f"unsupported strftime field {token!r} in {strftime_pattern!r}")
+        else:  # escaped only where ECMA-262 (the UI's dialect) allows it too
+            parts.append("\\" + token if token in _REGEX_SPECIAL else token)
+            width += 1
+    return f"^{''.join(parts)}$", width
+
+
+def partition_value_schema(column: str, formatters: Mapping[str, str]) -> dict[str, object]:
+    """JSON Schema of one partition value: its date-formatter's shape, else a safe string."""
+    if column in formatters:
+        pattern, width = formatter_regex(formatters[column])
+        return {"type": "string", "pattern": pattern, "maxLength": width}
+    return {"type": "string", "pattern": SAFE_VALUE_PATTERN, "minLength": 1}
+
+
+def formatter_example(column: str, formatters: Mapping[str, str]) -> str | None:
+    """A value of ``column`` as its date-formatter writes it (2024-01-02 03:04:05), if it has one."""
+    if column not in formatters:
+        return None
+    return datetime(2024, 1, 2, 3, 4, 5).strftime(formatters[column])
 
 
 def time_zone(zone: str | tzinfo) -> tzinfo:
@@ -143,7 +198,7 @@ def validate_static_partitions(
                 "string without quotes, backslashes, semicolons or control characters"
             )
         if column in formatters and not _matches(value, formatters[column]):
-            example = datetime(2024, 1, 2, 3, 4, 5).strftime(formatters[column])
+            example = formatter_example(column, formatters)
             raise PartitionError(
                 f"invalid value {value!r} for partition column {key!r}: it does not match the "
                 f"column's date-formatter (e.g. {example!r})"

@@ -100,8 +100,10 @@ def test_refresh_dag_shape(dags_dir: Path) -> None:
     assert "PARTITIONED BY (ds)" in orders.doc_md
     params = orders.params
     assert list(params.keys()) == [
-        "isPeriodic", "scheduleTime", "staticPartitions", "dynamicOptions", "executionConfig"
+        "ds", "isPeriodic", "scheduleTime", "staticPartitions", "dynamicOptions", "executionConfig"
     ]
+    # Created active: the form's "Unpause on trigger" would also fire the latest slot's run.
+    assert orders.is_paused_upon_creation is False
     for name in params:
         schema = params.get_param(name).schema
         assert schema["title"] and params.get_param(name).description

@@ -107,7 +107,14 @@ def test_one_time_refresh_without_partitions_is_a_full_refresh() -> None:
          "without quotes"),
         ({"isPeriodic": False, "staticPartitions": {"ds": "01/02/2024"}}, "date-formatter"),
         ({"isPeriodic": False, "staticPartitions": "ds=2024-01-01"}, "expected an object"),
-        ({"staticPartitions": {"ds": "2024-01-01"}}, "set isPeriodic to false"),
+        ({"isPeriodic": True, "staticPartitions": {"ds": "2024-01-01"}}, "set isPeriodic to false"),
+        ({"isPeriodic": True, "ds": "2024-01-01"}, r"partitions \(ds=2024-01-01\) only apply"),
+        ({"isPeriodic": "auto"}, "invalid isPeriodic 'auto': expected true, false or null"),
+        ({"ds": "2024-01-03", "staticPartitions": {"ds": "2024-01-04"}},
+         "partition ds is '2024-01-03' in its field but '2024-01-04' in staticPartitions"),
+        ({"ds": "2024-01-03'; DROP"}, "invalid value \"2024-01-03'; DROP\" for partition column 'ds'"),
+        ({"ds": "2024-02-30"}, "invalid value '2024-02-30' for partition column 'ds'"),
+        ({"region": 7}, "invalid value 7 for partition column 'region'"),
         ({"scheduleTime": "2024-01-02 00:00:00\n"}, "invalid scheduleTime"),
         ({"dynamicOptions": {"bad key": "x"}}, "dynamicOptions key 'bad key' is not allowed"),
         ({"dynamicOptions": {"path": "/elsewhere"}}, "dynamicOptions key 'path' is not allowed"),
@@ -198,12 +205,111 @@ def test_static_partitions_on_unpartitioned_table() -> None:
 
 def test_param_schemas_explain_themselves() -> None:
     schemas = param_schemas(PARTITIONED)
-    assert tuple(schemas) == PARAM_NAMES
+    assert tuple(schemas) == ("ds", "region", *PARAM_NAMES)
     for schema in schemas.values():
         assert schema["title"] and schema["description"] and "default" in schema
-    assert schemas["staticPartitions"]["type"] == "object"
-    assert "Partition columns: ds, region (ds like '2024-01-01')" in (
-        schemas["staticPartitions"]["description"]
-    )
+    assert '{"ds": "2024-01-02"}' in schemas["staticPartitions"]["description"]
+    assert "the partitions (ds, region) given above" in schemas["isPeriodic"]["description"]
     assert "INTERVAL '1' DAY" in schemas["isPeriodic"]["description"]
     assert "not partitioned" in param_schemas(UNPARTITIONED)["staticPartitions"]["description"]
+
+
+def test_partition_fields_make_a_one_time_refresh_by_default() -> None:
+    """The form's own fields: typing a partition value refreshes exactly it, once, now."""
+    defaults = {name: s["default"] for name, s in param_schemas(PARTITIONED).items()}
+    request = parse_refresh_request({**defaults, "ds": "2024-01-03"}, PARTITIONED, FIRED)
+    assert not request.is_periodic
+    assert dict(request.partition_spec) == {"ds": "2024-01-03"}
+    both = parse_refresh_request(
+        {**defaults, "ds": "2024-01-03", "region": "eu", "staticPartitions": {"ds": "2024-01-03"}},
+        PARTITIONED, FIRED,
+    )
+    assert dict(both.partition_spec) == {"ds": "2024-01-03", "region": "eu"}
+    # Empty fields (the form sends null, REST callers may send "") do not count.
+    assert parse_refresh_request({**defaults, "ds": "", "region": None}, PARTITIONED, FIRED).is_periodic
+
+
+def test_flip448_refresh_body_keeps_its_meaning() -> None:
+    """The five FLIP-448 keys alone (REST API, `staged mt refresh`): explicit isPeriodic wins."""
+    body = {"isPeriodic": False, "scheduleTime": None, "dynamicOptions": {},
+            "staticPartitions": {"ds": "2024-01-03"}, "executionConfig": {}}
+    assert dict(parse_refresh_request(body, PARTITIONED, FIRED).partition_spec) == {"ds": "2024-01-03"}
+    whole = parse_refresh_request({**body, "staticPartitions": {}}, PARTITIONED, FIRED)
+    assert (whole.is_periodic, dict(whole.partition_spec)) == (False, {})
+    periodic = parse_refresh_request(
+        {**body, "isPeriodic": True, "staticPartitions": {}, "scheduleTime": "2024-03-01 00:00:00"},
+        PARTITIONED, FIRED,
+    )
+    assert dict(periodic.partition_spec) == {"ds": "2024-02-29"}
+
+
+def test_form_order_and_optional_objects() -> None:
+    schemas = param_schemas(PARTITIONED)
+    assert list(schemas) == ["ds", "region", *PARAM_NAMES]
+    for name in ("staticPartitions", "dynamicOptions", "executionConfig"):
+        # Airflow's form marks a param required (red asterisk) unless its type allows null.
+        assert schemas[name]["type"] == ["null", "object"] and schemas[name]["default"] == {}
+        assert schemas[name]["section"]  # folded away: the partition fields come first
+    for name in ("ds", "region", "isPeriodic", "scheduleTime"):
+        assert "null" in schemas[name]["type"] and schemas[name]["default"] is None
+        assert "section" not in schemas[name]
+    assert schemas["ds"]["title"] == "Partition ds"
+    assert "'2024-01-02' (date-formatter yyyy-MM-dd)" in schemas["ds"]["description"]
+    assert schemas["isPeriodic"]["enum"] == [None, True, False]
+    assert list(param_schemas(UNPARTITIONED)) == list(PARAM_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "valid"),
+    [
+        ("ds", "2024-01-03", True),
+        ("ds", None, True),
+        ("ds", "2024-1-3", False),
+        ("ds", "2024-13-01", False),
+        ("ds", "2024-01-32", False),
+        ("ds", "2024-01-03\n", False),
+        ("ds", "2024-01-03'; DROP", False),
+        ("ds", "", False),
+        ("region", "eu-west", True),
+        ("region", "e'u", False),
+        ("region", "eu\n", False),
+        ("region", "a;b", False),
+        ("isPeriodic", None, True),
+        ("isPeriodic", False, True),
+        ("isPeriodic", "false", False),
+        ("isPeriodic", 0, False),
+        ("scheduleTime", "2024-01-02 00:00:00\n", False),
+        ("staticPartitions", {"ds": "2024-01-03", "region": "eu"}, True),
+        ("staticPartitions", None, True),
+        ("staticPartitions", {"ds": "03/01/2024"}, False),
+        ("staticPartitions", {"dt": "2024-01-03"}, False),
+        ("staticPartitions", {"region": "x' OR 1=1"}, False),
+    ],
+)
+def test_schemas_refuse_bad_values_as_airflow_checks_them(name: str, value: object, valid: bool) -> None:
+    """What Airflow's trigger (form or REST API) checks before it creates a run: the schema."""
+    import jsonschema
+
+    schema = {k: v for k, v in param_schemas(PARTITIONED)[name].items()
+              if k not in ("default", "description")}
+    checked = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    assert checked.is_valid(value) is valid
+
+
+def test_date_formatter_patterns() -> None:
+    from airflow_provider_staged.materialized.partitions import formatter_regex, java_to_strftime
+
+    assert formatter_regex(java_to_strftime("yyyy-MM-dd")) == (
+        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", 10
+    )
+    pattern, width = formatter_regex(java_to_strftime("yyyy/MM/dd HH.mm:ss"))
+    assert width == 19 and pattern.startswith(r"^\d{4}\/") and r"\.[0-5][0-9]:[0-5][0-9]$" in pattern
+    # Every value strftime writes for the formatter matches its pattern, and has its width.
+    import re
+
+    for java in ("yyyy-MM-dd", "yyyyMMdd", "yyyy-MM-dd HH:mm:ss", "HH", "yyyy_MM", "dd.MM.yyyy"):
+        directive = java_to_strftime(java)
+        pattern, width = formatter_regex(directive)
+        for moment in (datetime(1000, 1, 1), datetime(2024, 2, 29, 23, 59, 59), datetime(9999, 12, 31, 9, 5)):
+            text = moment.strftime(directive)
+            assert re.search(pattern, text) and len(text) == width, (java, text)
