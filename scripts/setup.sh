@@ -42,7 +42,7 @@ fi
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -m pip install -q -e ".[dev,openlineage]"  # the tests check the lineage events too
 # The Spark provider's pyspark-client shares the pyspark/ package: make sure nothing clobbered it.
 .venv/bin/python - <<'PY'
 import pathlib, pyspark

@@ -13,29 +13,44 @@ lock every commit holds (``metastore.locks``): neither can undo the other, acros
 The same state file always holds the workflow's default ``dynamicOptions`` and
 ``executionConfig`` (set on create or resume): a refresh reads them with
 :func:`workflow_options` and lets the run's conf override them key by key.
+
+Auto-suspend (:mod:`.failure_streak`) keeps its count of consecutive failed scheduled refreshes,
+the last failure and the suspend reason with the status, written by the refresh tasks under the
+same lock. The state file also always holds the suspension note (``suspension``): the DAG
+factory shows it in the DAG's description and must not call the metastore while parsing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.failure_streak import FailureStreak, suspension_note
 from airflow_provider_staged.materialized.scheduler import RefreshStatus, WorkflowException
 from airflow_provider_staged.metastore.client import MetastoreClient
 
 REFRESH_STATUS_KEY = "materialized.refresh-status"
 REFRESH_HANDLER_KEY = "materialized.refresh-handler"
 DEFINITION_KEY = "materialized.definition"
+SUSPEND_REASON_KEY = "materialized.suspend-reason"
+FAILURES_KEY = "materialized.consecutive-failures"
+LAST_FAILURE_KEY = "materialized.last-failure"
 STATE_SUFFIX = ".workflow.json"
 # Hive's TABLE_PARAMS values are VARCHAR(4000) in most schemas: split longer ones, as Spark does.
 _CHUNK = 4000
-_TABLE_KEYS = (REFRESH_STATUS_KEY, REFRESH_HANDLER_KEY, DEFINITION_KEY)
+_TABLE_KEYS = (REFRESH_STATUS_KEY, REFRESH_HANDLER_KEY, DEFINITION_KEY, SUSPEND_REASON_KEY,
+               FAILURES_KEY, LAST_FAILURE_KEY)
+# State-file fields of the status while the table does not exist yet.
+_FILE_FIELDS = ("refresh_status", "refresh_handler", "suspend_reason", "consecutive_failures",
+                "last_failure")
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,13 @@ class CatalogStatus:
     stored_in: str
     dynamic_options: Mapping[str, str] = field(default_factory=dict)
     execution_config: Mapping[str, str] = field(default_factory=dict)
+    suspend_reason: str | None = None  # e.g. SUSPENDED_DUE_TO_ERRORS; None when not suspended
+    failures: FailureStreak = field(default_factory=FailureStreak)
+
+    def status_text(self) -> str:
+        """``SUSPENDED (SUSPENDED_DUE_TO_ERRORS)``, ``ACTIVATED`` or ``-``."""
+        text = self.refresh_status.value if self.refresh_status else "-"
+        return f"{text} ({self.suspend_reason})" if self.suspend_reason else text
 
 
 def state_path(definition_path: str | Path) -> Path:
@@ -81,8 +103,22 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _state_locked(definition_path: str | Path) -> Iterator[None]:
+    """Serialize read-modify-writes of one state file (the CLI and refresh tasks write it)."""
+    # A dot file: the factory only reads "*.sql".
+    with open(_lock_path(definition_path), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def _update_state(definition_path: str | Path, **changes: Any) -> None:
     """Set (or, for None, remove) fields of the state file; remove it once empty."""
+    with _state_locked(definition_path):
+        _update_state_unlocked(definition_path, **changes)
+
+
+def _update_state_unlocked(definition_path: str | Path, **changes: Any) -> None:
     state = read_state(definition_path)
     for key, value in changes.items():
         if value is None:
@@ -119,8 +155,14 @@ def set_workflow_options(
     _update_state(definition_path, **changes)
 
 
+def _lock_path(definition_path: str | Path) -> Path:
+    path = state_path(definition_path)
+    return path.with_name(f".{path.name}.lock")
+
+
 def remove_state(definition_path: str | Path) -> None:
     state_path(definition_path).unlink(missing_ok=True)
+    _lock_path(definition_path).unlink(missing_ok=True)
 
 
 def _split(key: str, value: str) -> dict[str, str]:
@@ -159,13 +201,27 @@ def status_from(
         return CatalogStatus(
             RefreshStatus(params[REFRESH_STATUS_KEY]), _join(params, REFRESH_HANDLER_KEY),
             _join(params, DEFINITION_KEY), "table", dynamic_options, execution_config,
+            params.get(SUSPEND_REASON_KEY),
+            FailureStreak(int(params.get(FAILURES_KEY, "0")), _join(params, LAST_FAILURE_KEY)),
         )
     if state.get("refresh_status"):
         return CatalogStatus(
             RefreshStatus(state["refresh_status"]), state.get("refresh_handler"),
             _read_definition(definition_path), "file", dynamic_options, execution_config,
+            state.get("suspend_reason"),
+            FailureStreak(int(state.get("consecutive_failures") or 0), state.get("last_failure")),
         )
     return CatalogStatus(None, None, None, "none", dynamic_options, execution_config)
+
+
+def suspension_of(definition_path: str | Path) -> str | None:
+    """The suspension note kept beside the definition, for the DAG description; never raises
+    (a DAG file must not fail because of a damaged state file)."""
+    try:
+        note = read_state(definition_path).get("suspension")
+    except WorkflowException:
+        return None
+    return note if isinstance(note, str) else None
 
 
 def _owned(key: str) -> bool:
@@ -185,21 +241,92 @@ class CatalogStatusStore:
         definition_path: str | Path,
         status: RefreshStatus,
         refresh_handler: str | None = None,
+        suspend_reason: str | None = None,
+        failures: FailureStreak | None = None,
     ) -> str:
-        """Store ``status`` (and the handler, if given); return where it went."""
-        state = read_state(definition_path)
-        handler = refresh_handler if refresh_handler is not None else state.get("refresh_handler")
-        return self._store(identifier, definition_path, status, handler)
+        """Store ``status`` with ``suspend_reason`` (and the handler and failure streak, if
+        given: else the stored ones stay); return where it went."""
+
+        def change(current: CatalogStatus) -> CatalogStatus:
+            return replace(
+                current,
+                refresh_status=status,
+                refresh_handler=refresh_handler if refresh_handler is not None else current.refresh_handler,
+                suspend_reason=suspend_reason,
+                failures=failures if failures is not None else current.failures,
+            )
+
+        return self.update(identifier, definition_path, change).stored_in
 
     def load(self, identifier: TableIdentifier, definition_path: str | Path) -> CatalogStatus:
         """The stored status; moves a file-held status into the table once the table exists."""
         state = read_state(definition_path)
         params = self._table_params(identifier)
         if params is not None and state.get("refresh_status"):
-            self._store(identifier, definition_path, RefreshStatus(state["refresh_status"]),
-                        state.get("refresh_handler"))
-            params = self._table_params(identifier)
-        return status_from(params, read_state(definition_path), definition_path)
+            return self.update(identifier, definition_path, lambda current: current)
+        return status_from(params, state, definition_path)
+
+    def update(
+        self,
+        identifier: TableIdentifier,
+        definition_path: str | Path,
+        change: Callable[[CatalogStatus], CatalogStatus | None],
+    ) -> CatalogStatus:
+        """Read-modify-write of the status under the table's metastore lock (and the state
+        file's lock); ``change`` returns None to write nothing. Returns the stored status."""
+        with contextlib.ExitStack() as stack:
+            client = table = None
+            if self.metastore_uri is not None:
+                client = stack.enter_context(MetastoreClient(self.metastore_uri))
+                stack.enter_context(client.locked(identifier.database, identifier.table))
+                table = client.get_table(identifier.database, identifier.table)
+            stack.enter_context(_state_locked(definition_path))
+            params = None if table is None else dict(table.parameters or {})
+            current = status_from(params, read_state(definition_path), definition_path)
+            new = change(current)
+            if new is None:
+                return current
+            if client is not None and table is not None:
+                kept = {k: v for k, v in (table.parameters or {}).items() if not _owned(k)}
+                table.parameters = {**kept, **self._params(new, definition_path)}
+                client.alter_table(table)
+                _update_state_unlocked(definition_path, **dict.fromkeys(_FILE_FIELDS),
+                                       suspension=suspension_note(new.suspend_reason, new.failures))
+                where = "table"
+            else:
+                _update_state_unlocked(definition_path, **self._fields(new))
+                where = "file"
+        return status_from(table.parameters if where == "table" else None,  # type: ignore[union-attr]
+                           read_state(definition_path), definition_path)
+
+    @staticmethod
+    def _params(status: CatalogStatus, definition_path: str | Path) -> dict[str, str]:
+        ours = {}
+        if status.refresh_status is not None:
+            ours[REFRESH_STATUS_KEY] = status.refresh_status.value
+        if status.refresh_handler is not None:
+            ours.update(_split(REFRESH_HANDLER_KEY, status.refresh_handler))
+        definition = _read_definition(definition_path)
+        if definition is not None:
+            ours.update(_split(DEFINITION_KEY, definition))
+        if status.suspend_reason is not None:
+            ours[SUSPEND_REASON_KEY] = status.suspend_reason
+        if status.failures.count:
+            ours[FAILURES_KEY] = str(status.failures.count)
+        if status.failures.last_failure is not None:
+            ours.update(_split(LAST_FAILURE_KEY, status.failures.last_failure))
+        return ours
+
+    @staticmethod
+    def _fields(status: CatalogStatus) -> dict[str, Any]:
+        return {
+            "refresh_status": status.refresh_status.value if status.refresh_status else None,
+            "refresh_handler": status.refresh_handler,
+            "suspend_reason": status.suspend_reason,
+            "consecutive_failures": status.failures.count or None,
+            "last_failure": status.failures.last_failure,
+            "suspension": suspension_note(status.suspend_reason, status.failures),
+        }
 
     def clear(self, identifier: TableIdentifier, definition_path: str | Path) -> None:
         """Forget the status (table parameters and state file); the table's data stays."""
@@ -213,30 +340,6 @@ class CatalogStatusStore:
             if table is not None and any(_owned(key) for key in table.parameters or {}):
                 table.parameters = {k: v for k, v in table.parameters.items() if not _owned(k)}
                 client.alter_table(table)
-
-    def _store(
-        self, identifier: TableIdentifier, definition_path: str | Path, status: RefreshStatus,
-        handler: str | None,
-    ) -> str:
-        if self.metastore_uri is not None:
-            ours = {REFRESH_STATUS_KEY: status.value}
-            if handler is not None:
-                ours.update(_split(REFRESH_HANDLER_KEY, handler))
-            definition = _read_definition(definition_path)
-            if definition is not None:
-                ours.update(_split(DEFINITION_KEY, definition))
-            with MetastoreClient(self.metastore_uri) as client, client.locked(
-                identifier.database, identifier.table
-            ):
-                table = client.get_table(identifier.database, identifier.table)
-                if table is not None:
-                    kept = {k: v for k, v in (table.parameters or {}).items() if not _owned(k)}
-                    table.parameters = {**kept, **ours}
-                    client.alter_table(table)
-                    _update_state(definition_path, refresh_status=None, refresh_handler=None)
-                    return "table"
-        _update_state(definition_path, refresh_status=status.value, refresh_handler=handler)
-        return "file"
 
     def _table_params(self, identifier: TableIdentifier) -> dict[str, str] | None:
         if self.metastore_uri is None:

@@ -262,8 +262,10 @@ def describe(ctx: typer.Context, table: TableArg) -> None:
         ("definition", str(info.definition_path)),
         ("freshness", info.freshness),
         ("schedule", info.schedule or "DAG not found in Airflow"),
-        ("refresh status", f"{status.refresh_status.value if status.refresh_status else '-'}"
-                           f" (stored in {status.stored_in})"),
+        ("refresh status", f"{status.status_text()} (stored in {status.stored_in})"),
+        ("failed scheduled refreshes", f"{status.failures.count} in a row"
+                                       + (f"; last: {status.failures.last_failure}"
+                                          if status.failures.last_failure else "")),
         ("paused", str(info.paused)),
         ("refresh handler", status.refresh_handler or "-"),
         ("dynamic options", json.dumps(dict(status.dynamic_options))),
@@ -287,7 +289,6 @@ def list_tables(ctx: typer.Context) -> None:
         out = Table("table", "dag", "status", "paused", "schedule", "definition")
         for identifier, path in tables.list():
             info = tables.describe(identifier, runs=0)
-            status = info.status.refresh_status
-            out.add_row(str(identifier), info.dag_id, status.value if status else "-", str(info.paused),
+            out.add_row(str(identifier), info.dag_id, info.status.status_text(), str(info.paused),
                         info.schedule or "-", path.name)
     console.print(out)

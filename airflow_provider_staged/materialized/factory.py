@@ -21,6 +21,7 @@ from airflow.sdk import DAG, Asset, CronTriggerTimetable, get_parsing_context
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID, table_asset_uri
 from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.catalog_status import suspension_of
 from airflow_provider_staged.materialized.dag_params import build_params
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
@@ -171,7 +172,7 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         max_active_runs=1,
         params=build_params(definition),
         tags=_tags(definition.tags),
-        description=definition.comment or f"Refresh of materialized table {definition.identifier}",
+        description=_description(definition),
         doc_md=_doc(definition),
         default_args=default_args,
     )
@@ -184,6 +185,13 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         dag=dag,
     )
     return dag
+
+
+def _description(definition: MaterializedTableDefinition) -> str:
+    """The comment; an auto-suspended table's description starts with why it is suspended."""
+    text = definition.comment or f"Refresh of materialized table {definition.identifier}"
+    note = suspension_of(definition.source_path)
+    return f"{note}. {text}" if note else text
 
 
 def _broken_dag(path: Path, error: DefinitionError) -> DAG:

@@ -25,6 +25,7 @@ from airflow_provider_staged.materialized.definition import (
     parse_definition,
     read_identifier,
 )
+from airflow_provider_staged.materialized.failure_streak import FailureStreak
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
 from airflow_provider_staged.materialized.scheduler import (
@@ -82,13 +83,15 @@ class MaterializedTables:
                 identifier, definition_text, cron, dict(dynamic_options or {}), dict(execution_config or {})
             )
         )
-        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler))
+        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler),
+                        failures=FailureStreak())
         return handler
 
-    def suspend(self, identifier: TableIdentifier) -> None:
+    def suspend(self, identifier: TableIdentifier, reason: str | None = None) -> None:
+        """Pause the workflow; ``reason`` (e.g. ``SUSPENDED_DUE_TO_ERRORS``) is kept with the status."""
         handler, path = self._locate(identifier)
         self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
-        self.store.save(identifier, path, RefreshStatus.SUSPENDED, self._serialize(handler))
+        self.store.save(identifier, path, RefreshStatus.SUSPENDED, self._serialize(handler), reason)
 
     def resume(
         self,
@@ -100,7 +103,9 @@ class MaterializedTables:
         self.scheduler.modify_refresh_workflow(
             ResumeRefreshWorkflow(handler, dict(dynamic_options or {}), dict(execution_config or {}))
         )
-        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler))
+        # RESUME clears an auto-suspension: its reason and the failure count.
+        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler),
+                        failures=FailureStreak())
 
     def reschedule(self, identifier: TableIdentifier, cron: str) -> None:
         handler, _ = self._locate(identifier)

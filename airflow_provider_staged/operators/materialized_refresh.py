@@ -7,12 +7,14 @@ kill), on the catalog of its own staged connection.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from airflow.sdk import Asset, Context
 
 from airflow_provider_staged.callbacks import task_ref
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
+from airflow_provider_staged.materialized.auto_suspend import SCHEDULER_CONN_ID
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.params import parse_refresh_request
 from airflow_provider_staged.operators.staged_attempt import StagedAttemptOperator
@@ -24,6 +26,8 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
     :param definition: the parsed definition (the DAG factory passes it).
     :param zone: time zone of ``scheduleTime`` and of the schedule.
     :param staged_conn_id: the staged connection whose catalog holds the table.
+    :param scheduler_conn_id: the Airflow REST API login an auto-suspend uses
+        (:mod:`~airflow_provider_staged.materialized.auto_suspend`).
     """
 
     ui_color = "#e0ecf8"
@@ -34,8 +38,15 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         definition: MaterializedTableDefinition,
         zone: str = "UTC",
         staged_conn_id: str = StagedTableHook.default_conn_name,
+        scheduler_conn_id: str = SCHEDULER_CONN_ID,
         **kwargs: Any,
     ) -> None:
+        # Runs after the abort callback that the base class puts first.
+        existing = kwargs.get("on_failure_callback")
+        kwargs["on_failure_callback"] = [
+            *(existing if isinstance(existing, list) else [existing] if existing else []),
+            functools.partial(_count_failure, definition, staged_conn_id, scheduler_conn_id),
+        ]
         super().__init__(staged_conn_id=staged_conn_id, **kwargs)
         self.definition = definition
         self.zone = zone
@@ -43,6 +54,7 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         # Imported when the task runs: DAG parsing must not load the refresh engine (Spark).
         from airflow_provider_staged.engine.runners import EmbeddedEngine
+        from airflow_provider_staged.materialized.auto_suspend import record_success
         from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
 
         run_time = context.get("logical_date") or context["dag_run"].run_after
@@ -52,7 +64,25 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         task = task_ref(context)
         self._staged = staged_refresh(self.definition, request, settings, task, self.staged_conn_id)
         result = run_refresh(self.definition, request, settings, self._staged, self._engine, self._killed)
+        try:
+            record_success(self.definition, settings.metastore_uri)
+        except Exception:  # committed: a failed reset must not fail (and so count) the refresh
+            self.log.exception("auto-suspend: cannot reset the failure count of %s",
+                               self.definition.identifier)
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = dict(result)
         return result
+
+    def lineage_sql(self) -> str | None:
+        return self.definition.query
+
+
+def _count_failure(
+    definition: MaterializedTableDefinition, staged_conn_id: str, scheduler_conn_id: str, context: Context
+) -> None:
+    """Final-failure callback: count a failed scheduled refresh, auto-suspend at the limit."""
+    from airflow_provider_staged.callbacks import staged_settings
+    from airflow_provider_staged.materialized.auto_suspend import record_failure
+
+    record_failure(definition, context, staged_settings(staged_conn_id).metastore_uri, scheduler_conn_id)

@@ -13,13 +13,16 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_staged.callbacks import abort_callback
+from airflow_provider_staged.callbacks import abort_callback, staged_settings
 from airflow_provider_staged.engine.runners import Engine
+from airflow_provider_staged.lineage import Lineage, attempt_lineage, hive_namespace, staged_dataset
+from airflow_provider_staged.openlineage_report import LineageReporting
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 
 
-class StagedAttemptOperator(BaseOperator):
-    """Base of the staged operators: abort callbacks on ``staged_conn_id`` and ``on_kill``."""
+class StagedAttemptOperator(LineageReporting, BaseOperator):
+    """Base of the staged operators: abort callbacks on ``staged_conn_id`` and ``on_kill``;
+    OpenLineage facets of the attempt (the query's inputs; the output once committed)."""
 
     def __init__(self, *, staged_conn_id: str, **kwargs: Any) -> None:
         for name in ("on_failure_callback", "on_retry_callback"):
@@ -40,6 +43,20 @@ class StagedAttemptOperator(BaseOperator):
         worker = threading.Thread(target=self._cancel_and_abort, name="staged-on-kill", daemon=True)
         worker.start()
         worker.join(timeout=30)
+
+    def lineage_sql(self) -> str | None:
+        """The query the attempt ran (its tables are the inputs); None: no input lineage."""
+        return None
+
+    def lineage_report(self, succeeded: bool) -> Lineage | None:
+        # Whatever the task's outcome, the journal says whether the attempt committed: an
+        # aborted attempt reports no output.
+        if self._staged is None:
+            return None
+        metastore_uri = staged_settings(self.staged_conn_id).metastore_uri
+        record = self._staged.journal.get(self._staged.attempt_id)
+        return attempt_lineage(self.lineage_sql(), hive_namespace(metastore_uri),
+                               staged_dataset(self._staged), record)
 
     def _cancel_and_abort(self) -> None:
         try:

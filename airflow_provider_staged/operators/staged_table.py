@@ -131,6 +131,9 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         self.log.info("committed %s: %s", self.target, result)
         return result
 
+    def lineage_sql(self) -> str | None:
+        return self.sql
+
     def _execute_non_atomic(self) -> dict[str, Any]:
         if is_jdbc(self.target):
             raise ValueError(f"atomic=False is only implemented for Hive targets, not {self.target}")

@@ -1,0 +1,197 @@
+"""What a staged build read and wrote, as lineage (pure: no Airflow, no OpenLineage import).
+
+:mod:`.openlineage` turns a :class:`Lineage` into the OpenLineage provider's ``OperatorLineage``.
+Datasets are named as OpenLineage's naming spec says: a Hive table ``hive://<metastore host>:
+<port>`` + ``<database>.<table>``, a PostgreSQL table ``postgres://<host>:<port>`` +
+``<database>.<schema>.<table>``. Input tables and column lineage come from the query with
+sqlglot (Spark dialect) and no schema, so a ``*`` or an unqualified column of a join is not
+resolved: such columns get no column lineage rather than a guessed one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_paths import partition_values
+
+log = logging.getLogger(__name__)
+
+CREATE, OVERWRITE, DROP = "CREATE", "OVERWRITE", "DROP"
+IDENTITY, TRANSFORMATION, AGGREGATION = "IDENTITY", "TRANSFORMATION", "AGGREGATION"
+# Spark's current database when a query names a table without one.
+DEFAULT_DATABASE = "default"
+
+
+@dataclass(frozen=True)
+class DatasetName:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ColumnOrigin:
+    """An input column an output column is computed from, and how (OpenLineage's DIRECT subtypes)."""
+
+    dataset: DatasetName
+    column: str
+    subtype: str
+
+
+@dataclass(frozen=True)
+class OutputLineage:
+    """The written table: its lifecycle change, statistics (from the manifest), schema and columns."""
+
+    dataset: DatasetName
+    lifecycle: str | None = None
+    rows: int | None = None
+    bytes: int | None = None
+    files: int | None = None
+    schema: tuple[tuple[str, str], ...] = ()
+    columns: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)
+    # The partitions written (or dropped) when not the whole table: OpenLineage's output subset.
+    partitions: tuple[Mapping[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Lineage:
+    inputs: tuple[DatasetName, ...] = ()
+    outputs: tuple[OutputLineage, ...] = ()
+
+
+def hive_namespace(metastore_uri: str) -> str:
+    """``thrift://host:port`` → ``hive://host:port``."""
+    parts = urlsplit(metastore_uri)
+    return f"hive://{parts.hostname}:{parts.port or 9083}"
+
+
+def hive_dataset(metastore_uri: str, table: str) -> DatasetName:
+    return DatasetName(hive_namespace(metastore_uri), table)
+
+
+def postgres_dataset(host: str, port: int, database: str, schema: str, table: str) -> DatasetName:
+    return DatasetName(f"postgres://{host}:{port}", f"{database}.{schema}.{table}")
+
+
+@dataclass(frozen=True)
+class QueryLineage:
+    inputs: tuple[DatasetName, ...] = ()
+    columns: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)
+
+
+def query_lineage(sql: str, namespace: str) -> QueryLineage:
+    """Input tables and column origins of a Spark SQL query; empty when sqlglot cannot parse it."""
+    import sqlglot  # deferred: ~0.25 s to import, paid only by a lineage-reporting task
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+    from sqlglot.lineage import lineage
+    from sqlglot.optimizer.scope import traverse_scope
+
+    try:
+        query = sqlglot.parse_one(sql, read="spark")
+        if not isinstance(query, exp.Query):
+            return QueryLineage()
+        names = {}
+        for scope in traverse_scope(query):
+            for source in scope.sources.values():
+                if _is_table(source, exp):
+                    names[_table_name(source)] = None
+        inputs = tuple(DatasetName(namespace, name) for name in names)
+        nodes = lineage(None, query, {}, dialect="spark")
+    except (SqlglotError, ValueError, KeyError) as err:  # lineage() raises plain errors too
+        log.info("no lineage derived from the query: %s", err)
+        return QueryLineage()
+    columns = {}
+    for column, node in nodes.items():
+        origins = _origins(node, namespace, exp)
+        if origins and column != "*":
+            columns[column] = origins
+    return QueryLineage(inputs, columns)
+
+
+def _is_table(source: Any, exp: Any) -> bool:
+    """A catalog table, not a CTE's query or a table function such as ``range(10)``."""
+    return isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)
+
+
+def _table_name(table: Any) -> str:
+    return f"{table.db or DEFAULT_DATABASE}.{table.name}".lower()
+
+
+def _origins(node: Any, namespace: str, exp: Any) -> tuple[ColumnOrigin, ...]:
+    """The source-table columns under ``node`` (the lineage tree of one output column)."""
+    chain = list(node.walk())
+    if any(isinstance(n.expression, exp.Expression) and n.expression.find(exp.AggFunc) for n in chain):
+        subtype = AGGREGATION
+    elif all(_is_plain_column(n.expression, exp) for n in chain if n.downstream):
+        subtype = IDENTITY
+    else:
+        subtype = TRANSFORMATION
+    origins = {}
+    for leaf in chain:
+        source = leaf.source
+        if leaf.downstream or not _is_table(source, exp):
+            continue
+        column = leaf.name.rsplit(".", 1)[-1]
+        if column != "*":
+            origins[(_table_name(source), column)] = None
+    return tuple(ColumnOrigin(DatasetName(namespace, t), c, subtype) for t, c in origins)
+
+
+def _is_plain_column(expression: Any, exp: Any) -> bool:
+    inner = expression.this if isinstance(expression, exp.Alias) else expression
+    return isinstance(inner, exp.Column)
+
+
+def committed_output(
+    dataset: DatasetName, record: AttemptRecord, columns: Mapping[str, tuple[ColumnOrigin, ...]]
+) -> OutputLineage | None:
+    """The output of a COMMITTED attempt (None otherwise: an aborted attempt wrote nothing).
+
+    The lifecycle change is CREATE when the commit created the table (it superseded nothing),
+    else OVERWRITE: of the table, or of the partitions the attempt wrote (a partition refresh).
+    """
+    if record.state is not AttemptState.COMMITTED or record.manifest is None:
+        return None
+    manifest = Manifest.from_dict(record.manifest)
+    names = {name for name, _ in manifest.columns}
+    keys = manifest.partition_columns or list(record.catalog.get("partition_columns") or [])
+    written = {partition_values(item.path, keys) for item in manifest.files} if keys else set()
+    return OutputLineage(
+        dataset=dataset,
+        lifecycle=CREATE if record.superseded_location is None else OVERWRITE,
+        rows=manifest.rows,
+        bytes=manifest.bytes,
+        files=len(manifest.files) if manifest.files else None,
+        schema=tuple(manifest.columns),
+        columns={name: origins for name, origins in columns.items() if name in names},
+        partitions=tuple(dict(zip(keys, values, strict=True)) for values in sorted(written - {None})),
+    )
+
+
+def attempt_lineage(
+    sql: str | None, input_namespace: str | None, dataset: DatasetName, record: AttemptRecord | None
+) -> Lineage:
+    """Lineage of one staged attempt: the query's inputs; the output only once committed."""
+    derived = query_lineage(sql, input_namespace) if sql and input_namespace else QueryLineage()
+    output = committed_output(dataset, record, derived.columns) if record is not None else None
+    return Lineage(derived.inputs, (output,) if output is not None else ())
+
+
+def dropped(dataset: DatasetName, partitions: Sequence[Mapping[str, str]] = ()) -> OutputLineage:
+    """An expiry's output: DROP of the table, or (``partitions``) of those partitions of it."""
+    return OutputLineage(dataset=dataset, lifecycle=DROP, partitions=tuple(dict(p) for p in partitions))
+
+
+def staged_dataset(staged: Any) -> DatasetName:
+    """The dataset a staged attempt writes: a Hive table, or a PostgreSQL table (JDBC kind)."""
+    metastore_uri = getattr(staged, "metastore_uri", None)
+    if metastore_uri is not None:
+        return hive_dataset(metastore_uri, staged.identifier.name)
+    conn, table = staged.connection, staged.table
+    return postgres_dataset(conn.host, conn.port, conn.database, table.schema, table.table)

@@ -1,0 +1,110 @@
+"""Lineage of a staged attempt (pure): inputs and column origins by sqlglot, the committed output."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from airflow_provider_staged.lineage import (
+    AGGREGATION,
+    CREATE,
+    IDENTITY,
+    OVERWRITE,
+    TRANSFORMATION,
+    ColumnOrigin,
+    DatasetName,
+    attempt_lineage,
+    dropped,
+    hive_namespace,
+    query_lineage,
+)
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+
+NS = "hive://127.0.0.1:9083"
+
+
+def ds(name: str) -> DatasetName:
+    return DatasetName(NS, name)
+
+
+def test_namespace_follows_the_openlineage_naming_spec() -> None:
+    assert hive_namespace("thrift://127.0.0.1:9083") == NS
+    assert hive_namespace("thrift://metastore") == "hive://metastore:9083"
+
+
+def test_inputs_and_column_origins() -> None:
+    sql = ("WITH a AS (SELECT id, v FROM raw.x) "
+           "SELECT a.id, a.v * 2 AS v2, sum(c.amount) AS total, count(*) AS n "
+           "FROM a JOIN customers c ON a.id = c.id GROUP BY a.id, a.v")
+    derived = query_lineage(sql, NS)
+    assert derived.inputs == (ds("raw.x"), ds("default.customers"))  # the CTE is no input
+    assert derived.columns == {
+        "id": (ColumnOrigin(ds("raw.x"), "id", IDENTITY),),
+        "v2": (ColumnOrigin(ds("raw.x"), "v", TRANSFORMATION),),
+        "total": (ColumnOrigin(ds("default.customers"), "amount", AGGREGATION),),
+    }  # count(*) reads no column
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id FROM range(10)",  # a table function is no dataset
+    "SELECT * FROM raw.t",  # no schema: '*' is not expanded
+    "SELECT id FROM a JOIN b ON a.k = b.k",  # ambiguous without a schema
+    "DELETE FROM raw.t",
+    "SELECT ((",
+])
+def test_nothing_is_guessed(sql: str) -> None:
+    assert query_lineage(sql, NS).columns == {}
+
+
+def record(
+    state: AttemptState, superseded: object, partition_columns: list[str] | None = None
+) -> AttemptRecord:
+    files = [{"path": "ds=2024-01-01/part-0.parquet", "rows": 2, "bytes": 10},
+             {"path": "ds=2024-01-02/part-0.parquet", "rows": 1, "bytes": 5}]
+    manifest = {"location": "/w/t/_v=1", "columns": [["ds", "string"], ["orders", "bigint"]],
+                "partition_columns": partition_columns or [], "files": files, "rows": 3, "bytes": 15}
+    return AttemptRecord("a1", "hive_partitions", "db.t", "create_or_replace", "/w/t/_v=1",
+                         state=state, manifest=manifest, superseded_location=superseded)
+
+
+def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
+    sql = "SELECT ds, count(*) AS orders FROM raw.orders GROUP BY ds"
+    created = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, None))
+    (output,) = created.outputs
+    assert (output.lifecycle, output.rows, output.bytes, output.files) == (CREATE, 3, 15, 2)
+    assert output.schema == (("ds", "string"), ("orders", "bigint"))
+    assert output.columns == {"ds": (ColumnOrigin(ds("raw.orders"), "ds", IDENTITY),)}
+    assert created.inputs == (ds("raw.orders"),)
+
+    refreshed = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, [], ["ds"]))
+    assert refreshed.outputs[0].lifecycle == OVERWRITE
+    assert refreshed.outputs[0].partitions == ({"ds": "2024-01-01"}, {"ds": "2024-01-02"})
+
+
+@pytest.mark.parametrize("state", [AttemptState.ABORTED, AttemptState.WRITTEN, AttemptState.BEGUN])
+def test_uncommitted_attempt_reports_inputs_only(state: AttemptState) -> None:
+    lineage = attempt_lineage("SELECT a FROM raw.s", NS, ds("db.t"), record(state, None))
+    assert (lineage.inputs, lineage.outputs) == ((ds("raw.s"),), ())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("airflow.providers.openlineage") is None,
+                    reason="needs the [openlineage] extra")
+def test_operator_lineage_facets() -> None:
+    from openlineage.client.serde import Serde
+
+    from airflow_provider_staged.openlineage_report import operator_lineage
+
+    sql = "SELECT ds, count(*) AS orders FROM raw.orders GROUP BY ds"
+    lineage = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, [], ["ds"]))
+    converted = operator_lineage(lineage)
+    (output,) = [Serde.to_dict(o) for o in converted.outputs]
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] == 3
+    assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
+    assert output["facets"]["columnLineage"]["fields"]["ds"]["inputFields"][0]["name"] == "raw.orders"
+    partitions = output["outputFacets"]["subset"]["outputCondition"]["partitions"]
+    assert [p["identifier"] for p in partitions] == ["ds=2024-01-01", "ds=2024-01-02"]
+    drop = Serde.to_dict(operator_lineage(
+        type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0])
+    assert drop["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
+    assert operator_lineage(None) is None
