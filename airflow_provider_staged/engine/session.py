@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Output of the Spark JVM: Spark's log4j lines keep their own level; other lines are INFO.
+jvm_log = logging.getLogger("airflow_provider_staged.engine.spark_jvm")
+# Spark's default log4j2 layout: "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m".
+_LOG4J_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) (.*)$")
+# The lines of a stack trace that log4j writes after its record.
+_CONTINUATION = re.compile(r"\s|Caused by:|Suppressed:|[\w$]+(\.[\w$]+)+(Exception|Error|Throwable)\b")
+_LOG4J_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
+                 "WARN": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 
 # Debian's libpostgresql-jdbc-java (scripts/setup.sh installs it); STAGED_JDBC_JAR overrides.
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -46,6 +58,8 @@ def build_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {
         "spark.ui.enabled": "false",
+        # The console progress bar would be a log line per update in a task log.
+        "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "4",
@@ -55,4 +69,44 @@ def build_session(
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
+    _launch_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
     return builder.enableHiveSupport().getOrCreate()
+
+
+def _launch_jvm(conf: Mapping[str, str]) -> None:
+    """Start the process's Spark JVM (as the builder would) with its output piped to ``jvm_log``.
+
+    The JVM would inherit this process's stderr, which an Airflow 3 task supervisor logs at
+    ERROR: every Spark warning would show as a red error line in the task log.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # the JVM of an earlier session is reused
+        return
+    read_end, write_end = os.pipe()
+    # Reading starts first: if the JVM dies at launch, its reason is logged before the error.
+    threading.Thread(target=_forward_jvm_output, args=(read_end,), name="spark-jvm-output",
+                     daemon=True).start()
+    try:
+        gateway = launch_gateway(
+            SparkConf(loadDefaults=False).setAll(list(conf.items())),
+            popen_kwargs={"stdout": write_end, "stderr": write_end},
+        )
+    finally:
+        os.close(write_end)  # the JVM holds its own copy
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _forward_jvm_output(read_end: int) -> None:
+    level = logging.INFO
+    with open(read_end, encoding="utf-8", errors="replace") as stream:
+        for line in stream:
+            line = line.rstrip()
+            match = _LOG4J_LINE.match(line)
+            if match:
+                level, line = _LOG4J_LEVELS[match.group(1)], match.group(2)
+            elif not _CONTINUATION.match(line):
+                level = logging.INFO  # a stack trace's lines keep the level of their record
+            if line:
+                jvm_log.log(level, "%s", line)

@@ -23,14 +23,20 @@ from airflow_provider_staged.materialized.params import (
     execution_conf,
     writer_options,
 )
+from airflow_provider_staged.partition_ttl import materialized_table_options
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.journal import TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_paths import partition_values
 
 log = logging.getLogger(__name__)
+# A refresh of many partitions names the first ones only: one readable line in the task log.
+_LISTED_PARTITIONS = 10
+
 
 def string_literal(value: str) -> str:
     """A Spark SQL string literal; values are validated upstream, escaping is the second guard."""
@@ -64,6 +70,7 @@ def staged_refresh(
             settings.retention,
             task,
             conn_id=conn_id,
+            table_options=materialized_table_options(definition.options, definition.partition_by),
         )
     return HiveStagedTable(
         definition.identifier,
@@ -111,7 +118,38 @@ def run_refresh(
         "rows": manifest.rows,
         "bytes": manifest.bytes,
     }
-    where = ", ".join(f"{k}={v}" for k, v in sorted(request.partition_spec.items())) or "whole table"
-    log.info("committed %s (%s): version %s, %s rows", result["target"], where, staged.attempt_id,
-             manifest.rows)
+    log.info("%s", commit_summary(definition, request, staged.attempt_id, manifest))
     return result
+
+
+def commit_summary(
+    definition: MaterializedTableDefinition, request: RefreshRequest, version: str, manifest: Manifest
+) -> str:
+    """One line naming what a refresh committed: table, partitions (rows each), version, rows."""
+    kind = "periodic" if request.is_periodic else "one-time"
+    if not definition.partition_by:
+        what = "whole table"
+    else:
+        rows: dict[tuple[str, ...], int] = {}
+        for item in manifest.files:
+            values = partition_values(item.path, definition.partition_by)
+            if values is not None:
+                rows[values] = rows.get(values, 0) + item.rows
+        spec = ", ".join(f"{k}={v}" for k, v in request.partition_spec.items()) or "all partitions"
+        written = [
+            "/".join(f"{k}={v}" for k, v in zip(definition.partition_by, values, strict=True))
+            + f" ({_rows(count)})"
+            for values, count in sorted(rows.items())
+        ]
+        shown = ", ".join(written[:_LISTED_PARTITIONS]) or "no rows: the partitions are now empty"
+        if len(written) > _LISTED_PARTITIONS:
+            shown += f", ... ({len(written)} partitions)"
+        what = f"partitions {spec}: {shown}"
+    return (
+        f"Refresh committed ({kind}, schedule time {request.schedule_time_text}): table "
+        f"{definition.identifier.name}, {what}; version {version}, {_rows(manifest.rows)}"
+    )
+
+
+def _rows(count: int | None) -> str:
+    return "1 row" if count == 1 else f"{count} rows"
