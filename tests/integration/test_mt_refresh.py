@@ -113,6 +113,9 @@ def test_periodic_then_static_then_failed_full_refresh(airflow_cli, metastore, s
     assert result.returncode == 0, output[-4000:]
     partitions = _partitions(metastore, db)
     assert set(partitions) == {("2024-01-01",), ("2024-01-03",)}
+    # One line names what was committed: table, partitions with their rows, version, rows.
+    assert "Refresh committed (one-time, schedule time " in output, output[-4000:]
+    assert f"table {table}, partitions ds=2024-01-03: ds=2024-01-03 (1 row); version " in output
     before_rows = _rows(spark, table)
     assert before_rows == _expected(spark, db, "ds IN ('2024-01-01', '2024-01-03')")
     before = _state(spark, metastore, journal_dir, db)
@@ -155,13 +158,24 @@ BAD_VALUE = "2024-01-01'; DROP TABLE x; --"
 @pytest.mark.parametrize(
     ("conf", "error"),
     [
+        # The params' schemas refuse bad partitions when the run is created (before any task).
         (
             {"isPeriodic": False, "staticPartitions": {"ds": BAD_VALUE}},
-            f"RefreshRequestError: invalid value {BAD_VALUE!r} for partition column 'ds'",
+            f"ParamValidationError: Invalid input for param staticPartitions: {BAD_VALUE!r} does not match",
+        ),
+        (
+            {"ds": BAD_VALUE},
+            f"ParamValidationError: Invalid input for param ds: {BAD_VALUE!r} does not match",
         ),
         (
             {"isPeriodic": False, "staticPartitions": {"region": "eu"}},
-            "RefreshRequestError: unknown partition column 'region' in staticPartitions",
+            "Invalid input for param staticPartitions: Additional properties are not allowed "
+            "('region' was unexpected)",
+        ),
+        # What a schema cannot say is refused by the task before any attempt begins.
+        (
+            {"ds": "2024-02-30"},
+            "RefreshRequestError: invalid value '2024-02-30' for partition column 'ds'",
         ),
         (
             {"scheduleTime": "2024/01/02"},
