@@ -180,40 +180,33 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
         ),
     }
     schemas[STATIC_PARTITIONS] = {
-        "default": {},
-        "type": ["null", "object"],
-        "properties": {column: partition_value_schema(column, formatters) for column in columns},
-        "additionalProperties": False,
-        "title": "Static partitions (staticPartitions)",
-        "section": ADVANCED_SECTION,
-        "description": (
+        **_optional_object(
+            "Static partitions (staticPartitions)",
             f"The partitions of a one-time refresh as JSON, e.g. {_example_object(definition)}; "
             "the partition fields above do the same without JSON."
             if columns
-            else "The table is not partitioned: leave empty (a refresh replaces the whole table)."
+            else "The table is not partitioned: leave empty (a refresh replaces the whole table).",
         ),
+        "properties": {column: partition_value_schema(column, formatters) for column in columns},
+        "additionalProperties": False,
     }
-    schemas[DYNAMIC_OPTIONS] = {
-        "default": {},
-        "type": ["null", "object"],
-        "title": "Dynamic options (dynamicOptions)",
-        "section": ADVANCED_SECTION,
-        "description": (
-            "Options for the table's writer, e.g. {\"compression\": \"zstd\"}; allowed keys: "
-            f"{', '.join(sorted(WRITER_OPTIONS))}."
-        ),
-    }
-    schemas[EXECUTION_CONFIG] = {
-        "default": {},
-        "type": ["null", "object"],
-        "title": "Execution config (executionConfig)",
-        "section": ADVANCED_SECTION,
-        "description": (
-            "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
-            f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}."
-        ),
-    }
+    schemas[DYNAMIC_OPTIONS] = _optional_object(
+        "Dynamic options (dynamicOptions)",
+        "Options for the table's writer, e.g. {\"compression\": \"zstd\"}; allowed keys: "
+        f"{', '.join(sorted(WRITER_OPTIONS))}.",
+    )
+    schemas[EXECUTION_CONFIG] = _optional_object(
+        "Execution config (executionConfig)",
+        "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
+        f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}.",
+    )
     return schemas
+
+
+def _optional_object(title: str, description: str) -> dict[str, Any]:
+    """A FLIP-448 object param: ``{}`` by default, in the folded section of the form."""
+    return {"default": {}, "type": ["null", "object"], "title": title, "section": ADVANCED_SECTION,
+            "description": description}
 
 
 def _java(strftime_pattern: str) -> str:
