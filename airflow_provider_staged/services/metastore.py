@@ -1,15 +1,24 @@
-"""A local Hive Metastore Thrift server on Derby, run from the jars the pyspark wheel ships."""
+"""A local Hive Metastore Thrift server on Derby, run from the jars the pyspark wheel ships.
+
+It listens on 127.0.0.1 only: Hive 2.3 has no bind-host option, so the server is started by a
+small launcher (``java/LoopbackMetaStore.java``, compiled once with the JDK's ``javac``) that
+does what ``HiveMetaStore.main`` does, on a loopback socket.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from airflow_provider_staged.services.processes import (
+    ServiceError,
     free_port,
     read_pid,
     start_background,
@@ -61,6 +70,45 @@ def derby_conf(home: Path) -> dict[str, str]:
     }
 
 
+LAUNCHER_SOURCE = Path(__file__).with_name("java") / "LoopbackMetaStore.java"
+LAUNCHER_CLASS = "org.apache.hadoop.hive.metastore.LoopbackMetaStore"
+
+
+def _jdk_tool(name: str) -> str | None:
+    """``name`` from ``$JAVA_HOME/bin``, else from ``PATH``."""
+    return shutil.which(name, path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(name)
+
+
+def launcher_classes() -> Path:
+    """The compiled loopback launcher, built once per source and Spark jars into a user cache."""
+    jars = spark_home() / "jars"
+    digest = hashlib.sha256(LAUNCHER_SOURCE.read_bytes() + str(jars.resolve()).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-provider-staged"
+    target = cache / f"metastore-launcher-{digest}"
+    if target.is_dir():
+        return target
+    javac = _jdk_tool("javac")
+    if javac is None:
+        raise ServiceError(
+            "javac not found: the local metastore listens on 127.0.0.1 through a launcher compiled "
+            "with a JDK; install one (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+        )
+    cache.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix="launcher-", dir=cache))
+    result = subprocess.run(
+        [javac, "-nowarn", "-d", str(build), "-cp", f"{jars}/*", str(LAUNCHER_SOURCE)],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(build, ignore_errors=True)
+        raise ServiceError(f"javac failed to compile {LAUNCHER_SOURCE}: {result.stderr[-2000:]}")
+    try:
+        build.rename(target)  # atomic; a concurrent build that got there first is kept
+    except OSError:
+        shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
 def metastore_command(
     port: int,
     home: Path,
@@ -70,8 +118,7 @@ def metastore_command(
 ) -> list[str]:
     """The server's command line; ``database`` (hiveconf settings) replaces the embedded Derby,
     ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``."""
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin"))
-    java = java or shutil.which("java") or "java"
+    java = _jdk_tool("java") or "java"
     database_args = [
         arg for key, value in (derby_conf(home) if database is None else database).items()
         for arg in ("--hiveconf", f"{key}={value}")
@@ -83,8 +130,8 @@ def metastore_command(
         "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
         f"-Dderby.system.home={home}",
         "-cp",
-        os.pathsep.join([f"{spark_home() / 'jars'}/*", *map(str, classpath)]),
-        "org.apache.hadoop.hive.metastore.HiveMetaStore",
+        os.pathsep.join([str(launcher_classes()), f"{spark_home() / 'jars'}/*", *map(str, classpath)]),
+        LAUNCHER_CLASS,  # HiveMetaStore's main on a 127.0.0.1 socket
         "-p",
         str(port),
         *database_args,

@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+class ServiceError(RuntimeError):
+    """A local service cannot be started or reached (the message says which and why)."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -75,9 +79,9 @@ def wait_for_port(port: int, pid: int, timeout: float, log_file: Path) -> None:
             return
         if not pid_alive(pid):
             tail = log_file.read_text(errors="replace")[-3000:] if log_file.exists() else ""
-            raise RuntimeError(f"process {pid} exited before port {port} opened; log:\n{tail}")
+            raise ServiceError(f"process {pid} exited before port {port} opened; log:\n{tail}")
         time.sleep(0.25)
-    raise TimeoutError(f"port {port} did not open within {timeout:.0f}s (pid {pid}, log {log_file})")
+    raise ServiceError(f"port {port} did not open within {timeout:.0f}s (pid {pid}, log {log_file})")
 
 
 def stop_pid(pid: int, timeout: float = 20.0) -> None:
@@ -92,3 +96,28 @@ def stop_pid(pid: int, timeout: float = 20.0) -> None:
             if not pid_alive(pid):
                 return
             time.sleep(0.1)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants that run now."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root.pid, *(child.pid for child in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def listening_sockets(pid: int) -> list[tuple[str, int]]:
+    """``(address, port)`` of every TCP socket that ``pid`` or a descendant listens on."""
+    import psutil
+
+    found = set()
+    for member in process_tree(pid):
+        try:
+            connections = psutil.Process(member).net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        found.update((c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN)
+    return sorted(found)
