@@ -58,6 +58,11 @@ def delete_dir(location: str) -> None:
         filesystem.delete_dir(path)
 
 
+def exists(location: str) -> bool:
+    filesystem, path = _resolve(location)
+    return filesystem.get_file_info(path).type != pafs.FileType.NotFound
+
+
 def read_text(location: str) -> str:
     filesystem, path = _resolve(location)
     with filesystem.open_input_stream(path) as stream:

@@ -34,6 +34,7 @@ from airflow_provider_staged.materialized.freshness import (
     parse_duration,
 )
 from airflow_provider_staged.materialized.partitions import PartitionError, java_to_strftime
+from airflow_provider_staged.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
 
 
 class DefinitionError(ValueError):
@@ -86,6 +87,7 @@ KNOWN_OPTIONS = (
     "retries",
     "start-date",
     SUSPEND_OPTION,
+    *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
 )
 _CLAUSE_ORDER = "COMMENT, PARTITIONED BY, WITH, FRESHNESS, REFRESH_MODE, AS"
 _FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
@@ -366,6 +368,11 @@ class _Options:
         for key in options:
             if not (key in KNOWN_OPTIONS or _FORMATTER_KEY.match(key)):
                 self.fail(key, f"unknown option {key!r}; known options: {', '.join(KNOWN_OPTIONS)}")
+        try:
+            materialized_table_options(options, partition_by)
+        except TtlError as err:
+            named = [key for key in TTL_OPTIONS if key in options and key in str(err)]
+            self.fail((named or [key for key in TTL_OPTIONS if key in options])[0], str(err))
 
     def fail(self, key: str, message: str) -> NoReturn:
         self.parser.fail("WITH", message, self.tokens[key])

@@ -19,9 +19,11 @@ from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.operators.staged_attempt import StagedAttemptOperator
+from airflow_provider_staged.partition_ttl import TTL_OPTIONS, parse_ttl
 from airflow_provider_staged.settings import StagedSettings, parse_bool
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.targets import asset_uri, is_jdbc, resolve_sink
 
@@ -40,6 +42,10 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
     :param spark_conf: Spark settings for this build.
     :param jdbc_options: for a JDBC target, ``JdbcWriteOptions`` by name, e.g.
         ``{"batch_size": 5000, "num_partitions": 4, "count_rows": True}``.
+    :param table_options: partition TTL of a partitioned Hive target, with Paimon's names
+        (``{"partition.expiration-time": "30 d"}``, see ``partition_ttl``), stored as table
+        parameters; such a table's partitions are tracked by the catalog, so that an expired
+        one is dropped in one metastore call.
     """
 
     template_fields: Sequence[str] = ("target", "sql", "spark_conf")
@@ -60,9 +66,11 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         partition_by: Sequence[str] | None = None,
         spark_conf: dict[str, str] | None = None,
         jdbc_options: Mapping[str, Any] | None = None,
+        table_options: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         self.purpose = StagingPurpose.parse(purpose).value
+        self.table_options = _checked_table_options(table_options, target, partition_by)
         if jdbc_options:
             if "{{" not in target and not is_jdbc(target):
                 raise ValueError(f"jdbc_options are for jdbc:// targets, not {target!r}")
@@ -101,8 +109,17 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
             return self._execute_non_atomic()
         if self.partition_by and is_jdbc(self.target):
             raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
-        sink = resolve_sink(self.target, settings, task_ref(context), self.jdbc_options, self.staged_conn_id)
-        self._staged = sink.apply_staging(StagingContext(StagingPurpose.parse(self.purpose)))
+        task, purpose = task_ref(context), StagingPurpose.parse(self.purpose)
+        if self.table_options:
+            # A TTL drops partitions in one metastore call: the catalog tracks every partition.
+            self._staged = HivePartitionStagedTable(
+                TableIdentifier.parse(self.target), self.partition_by, {}, settings.journal,
+                settings.metastore_uri, settings.retention, task, conn_id=self.staged_conn_id,
+                purpose=purpose, table_options=self.table_options,
+            )
+        else:
+            sink = resolve_sink(self.target, settings, task, self.jdbc_options, self.staged_conn_id)
+            self._staged = sink.apply_staging(StagingContext(purpose))
         manifest = execute_staged(
             self._staged,
             self._engine,
@@ -143,3 +160,17 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
                 "purpose": self.purpose}
         assert self._engine is not None
         return {"target": self.target, **self._engine.run(self.sql, spec, {}), "atomic": False}
+
+
+def _checked_table_options(
+    options: Mapping[str, str] | None, target: str, partition_by: Sequence[str] | None
+) -> dict[str, str]:
+    """``table_options`` checked when the DAG file is parsed: a bad one names itself."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(TTL_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown table option(s) {unknown}: known {list(TTL_OPTIONS)}")
+    if options and is_jdbc(target):
+        raise ValueError(f"table_options are for Hive targets, not {target!r}")
+    parse_ttl(options, partition_by or [])
+    return options

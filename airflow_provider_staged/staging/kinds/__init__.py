@@ -21,6 +21,8 @@ _BUILTIN = {
     "hive_table": "airflow_provider_staged.staging.kinds.hive_table:HiveStagedTable",
     "hive_partitions": "airflow_provider_staged.staging.kinds.hive_partitions:HivePartitionStagedTable",
     "jdbc_table": "airflow_provider_staged.staging.kinds.jdbc_table:JdbcStagedTable",
+    "hive_expire": "airflow_provider_staged.staging.expiry:HivePartitionExpiry",
+    "hive_rollback": "airflow_provider_staged.staging.rollback:HiveRollback",
 }
 _REGISTERED: dict[str, type[JournaledStagedTable]] = {}
 

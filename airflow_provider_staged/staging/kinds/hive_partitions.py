@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,13 @@ from airflow_provider_staged.metastore.tables import (
     current_location,
     new_table,
     schema_parameters,
+)
+from airflow_provider_staged.partition_ttl import (
+    NEXT_EXPIRY_KEY,
+    UPDATED_AT_KEY,
+    TtlError,
+    earliest_expiry,
+    parse_ttl,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
@@ -65,16 +73,11 @@ class HivePartitionStagedTable(HiveStagedTable):
         task: TaskRef | None = None,
         attempt_id: str | None = None,
         conn_id: str | None = None,
+        purpose: StagingPurpose = StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
+        table_options: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            identifier,
-            StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
-            journal,
-            metastore_uri,
-            retention,
-            task,
-            attempt_id,
-            conn_id,
+            identifier, purpose, journal, metastore_uri, retention, task, attempt_id, conn_id, table_options
         )
         unknown = sorted(set(partition_spec) - set(partition_columns))
         if not partition_columns or unknown:
@@ -96,6 +99,8 @@ class HivePartitionStagedTable(HiveStagedTable):
             record.task,
             record.attempt_id,
             record.conn_id,
+            StagingPurpose.parse(record.purpose),
+            record.catalog.get("table_options"),
         )
 
     def catalog_ref(self) -> dict[str, Any]:
@@ -112,7 +117,7 @@ class HivePartitionStagedTable(HiveStagedTable):
 
     def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
         try:
-            txn.create_table(new_table(self.identifier, manifest, self.attempt_id))
+            txn.create_table(self.with_options(new_table(self.identifier, manifest, self.attempt_id)))
         except AlreadyExistsException:
             raise TableAlreadyExistsError(f"table {self.target} was created concurrently") from None
         self._register_created(txn, record, manifest)
@@ -138,6 +143,7 @@ class HivePartitionStagedTable(HiveStagedTable):
         placeholder = self._empty_location(record)
         added = [values for values in targets if values not in existing]
         new = [self._partition(current, values, placeholder, None) for values in added]
+        self._update_table(txn, current, targets)
         # Visible as empty partitions until the switch below: as they were while absent.
         txn.add_partitions(new)
         stats = _partition_stats(manifest, self.partition_columns)
@@ -146,13 +152,34 @@ class HivePartitionStagedTable(HiveStagedTable):
             changed = copy.deepcopy(partition)
             changed.sd.location = self._location(record, tuple(partition.values))
             written = stats.get(tuple(changed.values))
-            changed.parameters = {**(changed.parameters or {}), **_fast_stats(written)}
+            changed.parameters = {**(changed.parameters or {}), **_commit_parameters(written)}
             switched.append(changed)
             old = normalize_location(partition.sd.location)
             if old != placeholder:
                 superseded.append(old)
         txn.alter_partitions(current.dbName, current.tableName, switched)
         return superseded
+
+    def _update_table(
+        self, txn: MetastoreClient, current: ttypes.Table, targets: Sequence[tuple[str, ...]]
+    ) -> None:
+        """Before the switch, under the same lock: set this attempt's table options, and lower the
+        recorded next expiry when a switched partition expires earlier (the sweep trusts it)."""
+        params = dict(current.parameters or {})
+        wanted = self.with_options(copy.deepcopy(current)).parameters
+        try:
+            ttl = parse_ttl(wanted, self.partition_columns)
+        except TtlError:
+            ttl = None  # options set by hand that no sweep can use: nothing to keep up to date
+        if ttl is not None and NEXT_EXPIRY_KEY in wanted:
+            now = time.time()
+            earliest = earliest_expiry(ttl, self.partition_columns, [(values, now) for values in targets])
+            if earliest is not None and earliest < float(wanted[NEXT_EXPIRY_KEY]):
+                wanted[NEXT_EXPIRY_KEY] = str(int(earliest))
+        if wanted != params:
+            changed = copy.deepcopy(current)
+            changed.parameters = wanted
+            txn.alter_table(changed)
 
     def is_published(self, record: AttemptRecord) -> bool:
         mine = normalize_location(record.location)
@@ -227,7 +254,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             dbName=table.dbName,
             tableName=table.tableName,
             sd=storage,
-            parameters=_fast_stats(stats),
+            parameters=_commit_parameters(stats),
         )
 
     def _location(self, record: AttemptRecord, values: tuple[str, ...]) -> str:
@@ -254,10 +281,11 @@ def _partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[s
     return stats
 
 
-def _fast_stats(stats: tuple[int, int] | None) -> dict[str, str]:
-    """The metastore's fast statistics, given: without them it lists every partition's files."""
+def _commit_parameters(stats: tuple[int, int] | None) -> dict[str, str]:
+    """The metastore's fast statistics, given (without them it lists every partition's files),
+    and the commit time (the partition's update time of the TTL's update-time strategy)."""
     files, size = stats or (0, 0)
-    return {"numFiles": str(files), "totalSize": str(size)}
+    return {"numFiles": str(files), "totalSize": str(size), UPDATED_AT_KEY: str(int(time.time()))}
 
 
 def _check_same_schema(table: ttypes.Table, manifest: Manifest, target: str) -> None:

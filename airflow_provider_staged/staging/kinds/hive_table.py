@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hmsclient.genthrift.hive_metastore import ttypes
@@ -22,6 +22,7 @@ from airflow_provider_staged.metastore.client import (
     MetastoreClient,
 )
 from airflow_provider_staged.metastore.tables import current_location, new_table, repointed_table
+from airflow_provider_staged.partition_ttl import with_ttl_options
 from airflow_provider_staged.staging import storage_paths
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
@@ -45,8 +46,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Kinds whose attempts are version directories under one table root (the sweep reads both).
-HIVE_KINDS = ("hive_table", "hive_partitions")
+# Kinds whose attempts are (or, for a rollback, point at) version directories under one
+# table root: the sweep reads them all.
+HIVE_KINDS = ("hive_table", "hive_partitions", "hive_rollback")
 
 
 class HiveStagedTable(JournaledStagedTable):
@@ -64,11 +66,14 @@ class HiveStagedTable(JournaledStagedTable):
         task: TaskRef | None = None,
         attempt_id: str | None = None,
         conn_id: str | None = None,
+        table_options: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(identifier.name, purpose, journal, task, attempt_id, conn_id)
         self.identifier = identifier
         self.metastore_uri = metastore_uri
         self.retention = retention or RetentionPolicy()
+        # Table options (partition TTL) the commit sets; None leaves the table's as they are.
+        self.table_options = dict(table_options) if table_options is not None else None
         self._root: str | None = None  # resolved by target_exists, used by staging_location
 
     @classmethod
@@ -84,6 +89,7 @@ class HiveStagedTable(JournaledStagedTable):
             record.task,
             record.attempt_id,
             record.conn_id,
+            record.catalog.get("table_options"),
         )
 
     def _client(self) -> MetastoreClient:
@@ -98,7 +104,16 @@ class HiveStagedTable(JournaledStagedTable):
             return table is not None
 
     def catalog_ref(self) -> dict[str, Any]:
-        return {"metastore_uri": self.metastore_uri}
+        ref: dict[str, Any] = {"metastore_uri": self.metastore_uri}
+        if self.table_options is not None:
+            ref["table_options"] = self.table_options
+        return ref
+
+    def with_options(self, table: ttypes.Table) -> ttypes.Table:
+        """``table`` carrying this attempt's table options (unchanged when it has none)."""
+        if self.table_options is not None:
+            table.parameters = with_ttl_options(table.parameters, self.table_options)
+        return table
 
     def write_spec(self) -> dict[str, Any]:
         return {"format": "parquet", "location": self.location}
@@ -143,7 +158,7 @@ class HiveStagedTable(JournaledStagedTable):
 
     def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
         try:
-            txn.create_table(new_table(self.identifier, manifest, self.attempt_id))
+            txn.create_table(self.with_options(new_table(self.identifier, manifest, self.attempt_id)))
         except AlreadyExistsException:
             raise TableAlreadyExistsError(
                 f"table {self.target} was created by someone else before this commit"
@@ -152,7 +167,7 @@ class HiveStagedTable(JournaledStagedTable):
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
     ) -> str | None:
-        txn.alter_table(repointed_table(current, manifest, self.attempt_id))
+        txn.alter_table(self.with_options(repointed_table(current, manifest, self.attempt_id)))
         return normalize_location(current_location(current))
 
     def is_published(self, record: AttemptRecord) -> bool:
@@ -184,9 +199,26 @@ def sweep_versions(
     doomed set can only be larger, so an empty one needs no metastore call (the usual case
     right after a commit, inside the grace period).
     """
+    listed = list_versions(root)
+    return sweep_listed(staged, retention, listed, staged.journal.records(), now)
+
+
+def list_versions(root: str) -> list[Entry]:
+    """The version directories under a table root."""
+    return [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
+
+
+def sweep_listed(
+    staged: HiveStagedTable,
+    retention: RetentionPolicy,
+    listed: list[Entry],
+    journal_records: list[AttemptRecord],
+    now: float | None = None,
+) -> list[str]:
+    """:func:`sweep_versions` of directories ``listed`` BEFORE ``journal_records`` were read
+    (a sweep of many tables lists every root, then reads the journal once)."""
     now = time.time() if now is None else now
-    listed = [e for e in list_dir(root) if e.is_dir and parse_version_dir(e.name) is not None]
-    records = [r for r in staged.journal.records() if r.kind in HIVE_KINDS and r.target == staged.target]
+    records = [r for r in journal_records if r.kind in HIVE_KINDS and r.target == staged.target]
     if not _doomed(listed, records, set(), retention, now):
         return []
     with staged._client() as client:

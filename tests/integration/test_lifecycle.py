@@ -1,0 +1,360 @@
+"""Partition TTL, rollback and maintenance on a real metastore with real Spark."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.expiry import delete_dropped_files, expire_table, sweep_expiry
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
+from airflow_provider_staged.staging.rollback import list_table_versions, rollback
+from airflow_provider_staged.staging.versions import RetentionPolicy
+from tests.fixtures.airflow_cli import REPO
+from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location
+
+# 100 rows in each of ds = 2024-01-01 .. 2024-01-05.
+FIVE_DAYS = "SELECT id, concat('2024-01-0', CAST(id % 5 + 1 AS STRING)) AS ds FROM range(500)"
+DAY = 86400.0
+
+
+def at(text: str) -> float:
+    """Epoch seconds of a UTC 'YYYY-MM-DD HH:MM' (the injected clock)."""
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M")))
+
+
+@pytest.fixture(scope="module")
+def database(metastore, spark):
+    name = "lc_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {name}")
+    return name
+
+
+@pytest.fixture
+def settings(metastore, tmp_path):
+    return StagedSettings(
+        metastore_uri=metastore.uri,
+        warehouse=metastore.warehouse,
+        journal_dir=str(tmp_path / "journal"),
+        retention=RetentionPolicy(keep_versions=5, max_age_seconds=None, grace_seconds=3600),
+    )
+
+
+@pytest.fixture
+def target(database):
+    return f"{database}.t_{uuid.uuid4().hex[:8]}"
+
+
+def ttl_build(spark, settings, target, options, spec=None, sql=FIVE_DAYS):
+    """A catalog-partitioned staged build of ``target`` with TTL ``options`` (what the operator does)."""
+    staged = HivePartitionStagedTable(
+        TableIdentifier.parse(target),
+        ["ds"],
+        spec or {},
+        settings.journal,
+        settings.metastore_uri,
+        settings.retention,
+        table_options=options,
+    )
+    return build(spark, staged, sql)
+
+
+def partitions(settings, target):
+    database, table = target.split(".")
+    with MetastoreClient(settings.metastore_uri) as client:
+        return {p.values[0]: p for p in client.partitions(database, table)}
+
+
+class DropCalls:
+    """Counts the metastore's partition-drop calls made by this process."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[str] = []
+        for name in ("drop_partitions_req", "drop_partition", "drop_partition_by_name"):
+            original = getattr(ThriftHiveMetastore.Client, name)
+
+            def counted(client, *args, _name=name, _original=original):
+                self.calls.append(_name)
+                return _original(client, *args)
+
+            monkeypatch.setattr(ThriftHiveMetastore.Client, name, counted)
+
+
+def test_values_time_ttl_drops_nothing_inside_then_all_expired_in_one_call(
+    spark, settings, target, monkeypatch
+):
+    ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
+    identifier = TableIdentifier.parse(target)
+    drops = DropCalls(monkeypatch)
+    # ds=2024-01-01 expires at 2024-01-03 00:00: one minute before, nothing goes.
+    inside = sweep_expiry(settings, now=at("2024-01-02 23:59"), databases=[identifier.database])
+    assert [p.expired for p in inside.plans if p.target == target] == [{}]
+    assert set(partitions(settings, target)) == {f"2024-01-0{d}" for d in range(1, 6)}
+    assert drops.calls == []
+    # The sweep recorded the next expiry: the next sweep inside the TTL does not read the table.
+    assert _param(settings, target, NEXT_EXPIRY_KEY) == str(int(at("2024-01-03 00:00")))
+    again = sweep_expiry(settings, now=at("2024-01-02 23:59"), databases=[identifier.database])
+    assert again.skipped >= 1 and target not in {p.target for p in again.plans}
+
+    dry = expire_table(settings, identifier, now=at("2024-01-05 12:00"), dry_run=True)
+    assert sorted(dry.expired) == ["ds=2024-01-01", "ds=2024-01-02", "ds=2024-01-03"]
+    assert len(partitions(settings, target)) == 5 and drops.calls == []
+
+    plan = expire_table(settings, identifier, now=at("2024-01-05 12:00"))
+    assert sorted(plan.expired) == ["ds=2024-01-01", "ds=2024-01-02", "ds=2024-01-03"]
+    assert drops.calls == ["drop_partitions_req"]  # all of them in one metastore call
+    assert set(partitions(settings, target)) == {"2024-01-04", "2024-01-05"}
+    assert snapshot(spark, target) == expected_snapshot(
+        spark, f"SELECT * FROM ({FIVE_DAYS}) WHERE ds >= '2024-01-04'"
+    )
+    expiry = [r for r in settings.journal.records() if r.kind == "hive_expire"]
+    assert [r.state for r in expiry] == [AttemptState.COMMITTED]
+
+    # Files stay for the grace (a reader that planned the partition still reads it), then go.
+    dropped = [Path(urlparse(loc).path) for loc in expiry[0].superseded_location]
+    assert len(dropped) == 3 and all(d.exists() for d in dropped)
+    staged = HiveStagedTable(
+        identifier, expiry_purpose(), settings.journal, settings.metastore_uri, settings.retention
+    )
+    assert delete_dropped_files(staged, settings.journal.records(), expiry[0].updated_at + 60) == []
+    deleted = delete_dropped_files(staged, settings.journal.records(), expiry[0].updated_at + 3601)
+    assert sorted(deleted) == sorted(expiry[0].superseded_location)
+    assert not any(d.exists() for d in dropped)
+    assert snapshot(spark, target) == expected_snapshot(
+        spark, f"SELECT * FROM ({FIVE_DAYS}) WHERE ds >= '2024-01-04'"
+    )
+
+    # A partition refreshed after its value-time expired: values-time drops it at the next sweep.
+    ttl_build(
+        spark,
+        settings,
+        target,
+        {"partition.expiration-time": "2 d"},
+        {"ds": "2024-01-01"},
+        f"SELECT * FROM ({FIVE_DAYS}) WHERE ds = '2024-01-01'",
+    )
+    assert "2024-01-01" in partitions(settings, target)
+    later = sweep_expiry(settings, now=at("2024-01-05 12:00"), databases=[identifier.database])
+    assert [sorted(p.expired) for p in later.plans if p.target == target] == [["ds=2024-01-01"]]
+
+
+def expiry_purpose():
+    from airflow_provider_staged.staging.api import StagingPurpose
+
+    return StagingPurpose.CREATE_OR_REPLACE_TABLE_AS
+
+
+def _param(settings, target, key):
+    database, table = target.split(".")
+    with MetastoreClient(settings.metastore_uri) as client:
+        return (client.get_table(database, table).parameters or {}).get(key)
+
+
+def test_update_time_ttl_follows_the_last_commit(spark, settings, target, monkeypatch):
+    options = {"partition.expiration-time": "1 d", "partition.expiration-strategy": "update-time"}
+    # Values far in the past: under update-time only the commit time counts.
+    old = "SELECT id, concat('2020-01-0', CAST(id % 3 + 1 AS STRING)) AS ds FROM range(300)"
+    ttl_build(spark, settings, target, options, sql=old)
+    committed = {
+        ds: float(p.parameters["staged.updated_at"]) for ds, p in partitions(settings, target).items()
+    }
+    first = max(committed.values())
+    identifier = TableIdentifier.parse(target)
+    drops = DropCalls(monkeypatch)
+    assert expire_table(settings, identifier, now=first + 0.5 * DAY).expired == {}
+    assert len(partitions(settings, target)) == 3 and drops.calls == []
+
+    # ds=2020-01-01 refreshed later: at first + 1.5 d the other two are expired, it is not.
+    time.sleep(1.1)
+    ttl_build(
+        spark,
+        settings,
+        target,
+        options,
+        {"ds": "2020-01-01"},
+        f"SELECT * FROM ({old}) WHERE ds = '2020-01-01'",
+    )
+    refreshed = float(partitions(settings, target)["2020-01-01"].parameters["staged.updated_at"])
+    assert refreshed > first
+    plan = expire_table(settings, identifier, now=first + DAY + 0.5)
+    assert sorted(plan.expired) == ["ds=2020-01-02", "ds=2020-01-03"]
+    assert drops.calls == ["drop_partitions_req"]
+    assert set(partitions(settings, target)) == {"2020-01-01"}
+    assert expire_table(settings, identifier, now=refreshed + DAY + 1).expired.keys() == {"ds=2020-01-01"}
+    assert partitions(settings, target) == {}
+
+
+def test_readers_during_expiry_see_a_partition_whole_or_not_at_all(spark, settings, target):
+    ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
+    before = {f"2024-01-0{d}": 100 for d in range(1, 6)}
+    after = {"2024-01-04": 100, "2024-01-05": 100}
+    seen, errors, stop = [], [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                spark.catalog.refreshTable(target)
+                rows = spark.sql(f"SELECT ds, count(*) AS n FROM {target} GROUP BY ds").collect()
+                seen.append({r.ds: r.n for r in rows})
+            except Exception as error:  # a reader must never fail either
+                errors.append(repr(error))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        while len(seen) < 2:
+            time.sleep(0.05)
+        expire_table(settings, TableIdentifier.parse(target), now=at("2024-01-05 12:00"))
+        count = len(seen)
+        while len(seen) < count + 2:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
+    assert all(view in (before, after) for view in seen), [v for v in seen if v not in (before, after)]
+    assert seen[0] == before and seen[-1] == after
+
+
+def test_rollback_while_readers_read_and_bad_versions_change_nothing(spark, metastore, settings, target):
+    versions = {}
+    for n in (1, 2, 3):
+        sql = f"SELECT id, 'v{n}' AS label FROM range({n * 100})"
+        staged = build(
+            spark,
+            staged_table(metastore, settings.journal, target, "create_or_replace", settings.retention),
+            sql,
+        )
+        versions[n] = (staged.attempt_id, expected_snapshot(spark, sql))
+    identifier = TableIdentifier.parse(target)
+    listed = list_table_versions(settings, identifier)
+    assert [v.version for v in listed] == [versions[3][0], versions[2][0], versions[1][0]]
+    assert [v.rows for v in listed] == [300, 200, 100] and listed[0].current and not listed[1].current
+
+    seen, errors, stop = [], [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.append(snapshot(spark, target))
+            except Exception as error:
+                errors.append(repr(error))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        while len(seen) < 2:
+            time.sleep(0.05)
+        record = rollback(settings, identifier, versions[1][0])
+        count = len(seen)
+        while len(seen) < count + 2:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
+    assert set(seen) <= {versions[3][1], versions[1][1]} and seen[-1] == versions[1][1]
+    assert record.kind == "hive_rollback" and record.state is AttemptState.COMMITTED
+    assert [v.version for v in list_table_versions(settings, identifier) if v.current] == [versions[1][0]]
+
+    location = table_location(metastore, target)
+    with pytest.raises(StagingError, match="unknown version 'nope'"):
+        rollback(settings, identifier, "nope")
+    with pytest.raises(StagingError, match="already the current version"):
+        rollback(settings, identifier, versions[1][0])
+    # Retention deletes version 2 (superseded, beyond keep 0 and the grace): a swept version.
+    sweeper = staged_table(metastore, settings.journal, target, "replace")
+    swept = sweep_versions(sweeper, RetentionPolicy(0, None, 0), location.rpartition("/")[0])
+    assert any(versions[2][0] in path for path in swept)
+    with pytest.raises(StagingError, match=f"version {versions[2][0]} of {target} was deleted by retention"):
+        rollback(settings, identifier, versions[2][0])
+    assert table_location(metastore, target) == location and snapshot(spark, target) == versions[1][1]
+
+
+def test_maintenance_in_another_process_loses_nothing_of_concurrent_refreshes(
+    spark, metastore, database, tmp_path
+):
+    # Aggressive retention (nothing kept, no grace): the sweep deletes whatever it may.
+    settings = StagedSettings(
+        metastore_uri=metastore.uri,
+        warehouse=metastore.warehouse,
+        journal_dir=str(tmp_path / "journal"),
+        retention=RetentionPolicy(keep_versions=0, max_age_seconds=None, grace_seconds=0),
+    )
+    partitioned, whole = f"{database}.ttl_{uuid.uuid4().hex[:6]}", f"{database}.whole_{uuid.uuid4().hex[:6]}"
+    options = {"partition.expiration-time": "2 d"}
+    ttl_build(spark, settings, partitioned, options)  # 01-01 .. 01-03 expire at the injected clock
+    stop = tmp_path / "stop"
+    raw = {
+        "metastore_uri": metastore.uri,
+        "warehouse": metastore.warehouse,
+        "journal_dir": settings.journal_dir,
+        "retention": {"keep_versions": 0, "max_age_seconds": None, "grace_seconds": 0},
+    }
+    log_path = tmp_path / "maintenance.log"
+    with open(log_path, "w") as log:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.lifecycle_workers",
+                json.dumps(raw),
+                str(at("2024-01-05 12:00")),
+                str(stop),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    expected: dict[str, tuple[int, int]] = {}
+    try:
+        for round_ in range(6):
+            ds = f"2024-01-0{4 + round_ % 2}"
+            sql = f"SELECT id * {round_ + 2} AS id, '{ds}' AS ds FROM range({100 + round_})"
+            ttl_build(spark, settings, partitioned, options, {"ds": ds}, sql)
+            expected[ds] = expected_snapshot(spark, sql)
+            assert _partition_snapshot(spark, partitioned, ds) == expected[ds]
+            whole_sql = f"SELECT id, 'r{round_}' AS label FROM range({50 + round_})"
+            build(
+                spark,
+                staged_table(metastore, settings.journal, whole, "create_or_replace", settings.retention),
+                whole_sql,
+            )
+            assert snapshot(spark, whole) == expected_snapshot(spark, whole_sql)
+        deadline = time.monotonic() + 60
+        while len(partitions(settings, partitioned)) > 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.touch()
+        assert worker.wait(timeout=120) == 0, log_path.read_text()[-3000:]
+    passes = log_path.read_text()
+    assert "pass 1:" in passes, passes
+    assert set(partitions(settings, partitioned)) == {"2024-01-04", "2024-01-05"}
+    for ds, want in expected.items():
+        assert _partition_snapshot(spark, partitioned, ds) == want
+    assert snapshot(spark, whole) == expected_snapshot(spark, "SELECT id, 'r5' AS label FROM range(55)")
+    assert [r for r in settings.journal.records() if not r.state.ended] == []
+
+
+def _partition_snapshot(spark, target, ds):
+    spark.catalog.refreshTable(target)
+    row = spark.sql(
+        f"SELECT count(*) AS n, coalesce(sum(hash(id, ds)), 0) AS h FROM {target} WHERE ds = '{ds}'"
+    ).first()
+    return int(row.n), int(row.h)
