@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.lifecycle_cli import register as register_lifecycle
 from airflow_provider_staged.materialized.cli import app as materialized_app
 from airflow_provider_staged.materialized.scheduler import WorkflowException
 from airflow_provider_staged.services.metastore import (
@@ -65,6 +66,7 @@ services = typer.Typer(help="The embedded default runtime: a local Hive Metastor
 app.add_typer(services, name="services")
 app.add_typer(materialized_app, name="mt", help="Materialized tables.")
 console = Console()
+register_lifecycle(app)  # versions, rollback, expire, maintain (lifecycle_cli.py)
 
 ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
 

@@ -1,0 +1,110 @@
+"""``staged versions | rollback | expire | maintain``: table lifecycle commands.
+
+Registered on the main ``staged`` app by :func:`register` (so its one-line errors apply);
+every change goes through the one commit path (``staging.rollback``, ``staging.expiry``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from airflow_provider_staged.assets import DEFAULT_CONN_ID
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.staging.errors import StagingError
+
+ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
+
+
+def _when(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
+
+
+def versions(
+    table_name: Annotated[str, typer.Argument(help="database.table")],
+    conn: ConnOption = DEFAULT_CONN_ID,
+) -> None:
+    """List a table's kept versions (time, rows, bytes, the run that made it)."""
+    from airflow_provider_staged.cli import _settings, console
+    from airflow_provider_staged.staging.rollback import list_table_versions
+
+    found = list_table_versions(_settings(conn), TableIdentifier.parse(table_name))
+    out = Table("version", "committed", "rows", "bytes", "run", "")
+    for v in found:
+        out.add_row(v.version, _when(v.committed_at), str(v.rows), str(v.bytes), v.run,
+                    "current" if v.current else "")
+    console.print(out if found else f"no kept versions of {table_name} in the journal")
+
+
+def rollback(
+    table_name: Annotated[str, typer.Argument(help="database.table")],
+    to: Annotated[str, typer.Option("--to", help="the version to make current (see `staged versions`)")],
+    conn: ConnOption = DEFAULT_CONN_ID,
+) -> None:
+    """Make a kept version current (one metastore call, journaled as its own attempt)."""
+    from airflow_provider_staged.cli import _settings, console
+    from airflow_provider_staged.staging.rollback import rollback as run_rollback
+
+    record = run_rollback(_settings(conn), TableIdentifier.parse(table_name), to, conn_id=conn)
+    console.print(f"{table_name} is now version {to} (rollback attempt {record.attempt_id})")
+
+
+def expire(
+    tables: Annotated[
+        list[str] | None, typer.Argument(help="database.table (default: every table with a TTL)")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="list what would be dropped, change nothing")
+    ] = False,
+    conn: ConnOption = DEFAULT_CONN_ID,
+) -> None:
+    """Drop expired partitions ('partition.expiration-time'); --dry-run lists them."""
+    from airflow_provider_staged.cli import _settings, console
+    from airflow_provider_staged.staging.expiry import expire_table, sweep_expiry
+
+    settings = _settings(conn)
+    if tables:
+        plans = [expire_table(settings, TableIdentifier.parse(name), dry_run=dry_run, conn_id=conn)
+                 for name in tables]
+    else:
+        report = sweep_expiry(settings, dry_run=dry_run, conn_id=conn)
+        plans = report.plans
+        if report.failures:
+            raise StagingError(f"expiry failed for {report.failures}")
+    out = Table("table", "partition", "location")
+    for plan in plans:
+        for name, location in sorted(plan.expired.items()):
+            out.add_row(plan.target, name, location)
+    verb = "would drop" if dry_run else "dropped"
+    console.print(out if out.row_count else f"no expired partitions ({verb} nothing)")
+    if out.row_count:
+        console.print(f"{verb} {out.row_count} partition(s)")
+
+
+def maintain(
+    conn: ConnOption = DEFAULT_CONN_ID,
+    airflow: Annotated[bool, typer.Option(help="ask Airflow's database for task states")] = True,
+) -> None:
+    """One maintenance pass: reconcile, partition expiry, version sweeps (what the DAG runs)."""
+    from airflow_provider_staged.cli import _settings, console
+    from airflow_provider_staged.staging.maintenance import run_maintenance
+
+    state = None
+    if airflow:
+        from airflow_provider_staged.callbacks import airflow_task_state as state
+    report = run_maintenance(_settings(conn), state, conn_id=conn)
+    for line in report.lines():
+        console.print(line)
+    if report.failed:
+        raise StagingError("maintenance could not finish everything: run it again")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the lifecycle commands to the ``staged`` app."""
+    app.command("versions")(versions)
+    app.command("rollback")(rollback)
+    app.command("expire")(expire)
+    app.command("maintain")(maintain)

@@ -1,0 +1,130 @@
+"""One maintenance pass over a staged catalog (pure): reconcile, partition expiry, version sweeps.
+
+Each step uses the guards the commit path uses, so a pass may run while refreshes and commits
+run: reconcile settles only attempts whose task ended or whose heartbeat stopped, expiry drops
+partitions as a journaled attempt under the table's metastore lock, and the version sweep never
+deletes what the catalog points at or what an open attempt writes (it lists the version
+directories first, then reads the journal, then the catalog).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.expiry import (
+    EXPIRE_KIND,
+    SweepReport,
+    delete_dropped_files,
+    sweep_expiry,
+)
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.kinds.hive_table import (
+    HIVE_KINDS,
+    HiveStagedTable,
+    list_versions,
+    sweep_listed,
+)
+from airflow_provider_staged.staging.reconcile import ReconcileAction, TaskStateLookup, reconcile
+from airflow_provider_staged.storage import normalize_location
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VersionSweep:
+    """Directories the version sweep deleted, per table."""
+
+    deleted: dict[str, list[str]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> VersionSweep:
+    """Retention of every Hive table the journal knows, plus the files of expired partitions.
+
+    Every table root is listed before the journal is read (once): an attempt journals BEGUN
+    before it creates its directory, so no listed directory of a running attempt is missed.
+    """
+    now = time.time() if now is None else now
+    roots: dict[str, str] = {}
+    for record in sorted(settings.journal.records(), key=lambda r: r.updated_at):
+        if record.kind in HIVE_KINDS:  # the newest attempt's root is the table's
+            roots[record.target] = normalize_location(record.location).rpartition("/")[0]
+    listed = {target: list_versions(root) for target, root in roots.items()}
+    records = settings.journal.records()
+    expired_targets = {
+        r.target for r in records if r.kind == EXPIRE_KIND and r.state is AttemptState.COMMITTED
+    }
+    report = VersionSweep()
+    for target in sorted(set(listed) | expired_targets):
+        staged = HiveStagedTable(
+            TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, settings.journal,
+            settings.metastore_uri, settings.retention,
+        )
+        try:
+            deleted = sweep_listed(staged, settings.retention, listed.get(target, []), records, now)
+            deleted += delete_dropped_files(staged, records, now)
+        except Exception as error:  # one table's failure never stops the others
+            log.exception("version sweep of %s failed", target)
+            report.failures[target] = str(error)
+            continue
+        if deleted:
+            report.deleted[target] = deleted
+    return report
+
+
+@dataclass
+class MaintenanceReport:
+    reconciled: list[ReconcileAction]
+    expiry: SweepReport
+    versions: VersionSweep
+
+    def lines(self) -> list[str]:
+        """What the pass did, one line each (the maintenance DAG's log)."""
+        out = [f"reconcile {a.attempt_id} ({a.target}): {a.action}" for a in self.reconciled]
+        for plan in self.expiry.plans:
+            out.append(
+                f"expiry {plan.target}: dropped {len(plan.expired)} partition(s) {sorted(plan.expired)}"
+            )
+            if plan.unparseable:
+                out.append(f"expiry {plan.target}: no time in partition value(s) {plan.unparseable[:5]}")
+        out.append(
+            f"expiry: {self.expiry.tables_with_ttl} table(s) with a TTL, {self.expiry.skipped} not due, "
+            f"{self.expiry.calls} metastore call(s) to find them"
+        )
+        out += [f"expiry {t}: FAILED {e}" for t, e in self.expiry.failures.items()]
+        out += [f"retention {t}: deleted {d}" for t, d in self.versions.deleted.items()]
+        out += [f"retention {t}: FAILED {e}" for t, e in self.versions.failures.items()]
+        return out
+
+    @property
+    def failed(self) -> bool:
+        return bool(
+            self.expiry.failures or self.versions.failures
+            or any(a.action.startswith("failed") for a in self.reconciled)
+        )
+
+
+def run_maintenance(
+    settings: StagedSettings,
+    task_state: TaskStateLookup | None = None,
+    now: float | None = None,
+    conn_id: str | None = None,
+) -> MaintenanceReport:
+    """Reconcile, then expire partitions, then sweep versions (each step logs what it did)."""
+    now = time.time() if now is None else now
+    report = MaintenanceReport(
+        reconcile(settings, task_state, now),
+        sweep_expiry(settings, now, conn_id=conn_id),
+        sweep_all_versions(settings, now),
+    )
+    for line in report.lines():
+        log.info("%s", line)
+    return report
