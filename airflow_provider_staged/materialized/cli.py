@@ -16,9 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from airflow_provider_staged.cli_output import (
+    Output,
+    OutputOption,
+    console,
+    print_facts,
+    print_json,
+    print_rows,
+)
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.definition import DefinitionError, load_definition
 from airflow_provider_staged.materialized.naming import dag_id_for
@@ -35,6 +41,7 @@ from airflow_provider_staged.materialized.scheduler import (
     create_workflow_scheduler,
 )
 from airflow_provider_staged.services.airflow_local import airflow_status
+from airflow_provider_staged.services.local_stack import DEFINITIONS_ENV, airflow_home
 from airflow_provider_staged.services.metastore import metastore_status, staged_home
 
 if TYPE_CHECKING:
@@ -42,13 +49,19 @@ if TYPE_CHECKING:
     from airflow_provider_staged.materialized.manager import MaterializedTables
 
 app = typer.Typer(help="Materialized tables: refresh workflows in Airflow.", no_args_is_help=True)
-console = Console()
 
 _PREFIX = "workflow-scheduler.airflow."
 # The required scheduler options as this CLI sets them, for messages: (what, how to set it).
 _REQUIRED = {
     "endpoint": ("the Airflow endpoint", "--endpoint URL (or STAGED_AIRFLOW_ENDPOINT)"),
     "definitions-dir": ("the definitions folder", "--definitions-dir DIR (or STAGED_MT_DEFINITIONS_DIR)"),
+}
+# Scheduler options as the flags (and environment variables) that set them, for messages.
+_FLAGS = {
+    "endpoint": "--endpoint (STAGED_AIRFLOW_ENDPOINT)",
+    "definitions-dir": "--definitions-dir (STAGED_MT_DEFINITIONS_DIR)",
+    "username": "--username (STAGED_AIRFLOW_USERNAME)",
+    "password": "--password (STAGED_AIRFLOW_PASSWORD)",
 }
 DynamicOptions = Annotated[list[str] | None, typer.Option(
     metavar="KEY=VALUE", show_default=False, help="option of the table's writes (repeatable)")]
@@ -99,14 +112,16 @@ def configure(
     metastore_uri: Annotated[str | None, typer.Option(
         envvar="STAGED_METASTORE_URI", help="thrift://host:port (default: the local metastore)")] = None,
 ) -> None:
-    config = {WORKFLOW_SCHEDULER_TYPE: "airflow", **_pairs(conf, "--conf")}
+    from_conf = _pairs(conf, "--conf")
+    config = {WORKFLOW_SCHEDULER_TYPE: "airflow", **from_conf}
     shorthand = {"endpoint": endpoint, "definitions-dir": definitions_dir, "username": username,
                  "password": password}
     config.update({_PREFIX + key: str(value) for key, value in shorthand.items() if value is not None})
-    local = airflow_status(staged_home() / "airflow")
-    if local is not None:
+    local = airflow_status(airflow_home(staged_home()))
+    if local is not None:  # `staged up`'s Airflow and the folder its DAG factory reads
         config.setdefault(_PREFIX + "endpoint", local.endpoint)
-        config.setdefault(_PREFIX + "definitions-dir", str(Path(local.dags_folder) / "materialized"))
+        config.setdefault(_PREFIX + "definitions-dir",
+                          local.env.get(DEFINITIONS_ENV) or str(Path(local.dags_folder) / "materialized"))
         if config[_PREFIX + "endpoint"].rstrip("/") == local.endpoint:
             # Its admin's password stays in its home: never sent to another Airflow.
             user, secret = local.credentials("admin")
@@ -115,20 +130,27 @@ def configure(
     if metastore_uri is None:
         running = metastore_status()
         metastore_uri = running.uri if running is not None else None
-    ctx.obj = (config, metastore_uri)
+    ctx.obj = (config, metastore_uri, {key.removeprefix(_PREFIX) for key in from_conf})
 
 
 def _scheduler(ctx: typer.Context) -> AirflowWorkflowScheduler:
     """The configured workflow scheduler, not connected yet."""
-    config, _ = ctx.obj
+    config, _, _ = ctx.obj
     missing = [_REQUIRED[key] for key in _REQUIRED if not config.get(_PREFIX + key, "").strip()]
     if missing:
         raise WorkflowException(
             f"missing {' and '.join(what for what, _ in missing)}: pass "
-            f"{' and '.join(how for _, how in missing)} to `staged mt` (the local Airflow under "
-            f"{staged_home() / 'airflow'}, used otherwise, is not running)"
+            f"{' and '.join(how for _, how in missing)} to `staged mt`, or start the local "
+            f"Airflow with `staged up` (none runs under {staged_home()})"
         )
-    return create_workflow_scheduler(config)
+    try:
+        return create_workflow_scheduler(config)
+    except WorkflowException as err:  # worded with configuration keys: name the flags instead
+        message = str(err)
+        for key, how in _FLAGS.items():
+            if key not in ctx.obj[2]:  # set by a flag, an environment variable or `staged up`
+                message = message.replace(_PREFIX + key, how)
+        raise WorkflowException(message) from None
 
 
 @contextmanager
@@ -139,7 +161,7 @@ def _tables(
     scheduler = scheduler or _scheduler(ctx)  # a missing option is reported before slow imports
     from airflow_provider_staged.materialized.manager import MaterializedTables
 
-    _, metastore_uri = ctx.obj
+    _, metastore_uri, _ = ctx.obj
     with scheduler:
         yield MaterializedTables(scheduler, metastore_uri)
 
@@ -235,9 +257,10 @@ def refresh(
         console.print(f"run {run_id}")
         if wait > 0:
             state = tables.wait_for_refresh(identifier, run_id, wait)
-            console.print(f"run {run_id}: {state}")
             if state != "success":
-                raise typer.Exit(1)
+                raise WorkflowException(f"refresh run {run_id} of {identifier} ended {state}: its task "
+                                        f"log in the Airflow UI ({tables.scheduler.endpoint}) says why")
+            console.print(f"run {run_id}: {state}")
 
 
 @app.command()
@@ -250,14 +273,13 @@ def drop(ctx: typer.Context, table: TableArg) -> None:
 
 
 @app.command()
-def describe(ctx: typer.Context, table: TableArg) -> None:
+def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.text) -> None:
     """Definition, freshness, schedule, status, last refreshes and partitions."""
     identifier = TableIdentifier.parse(table)
     with _tables(ctx) as tables:
         info = tables.describe(identifier)
     status = info.status
-    facts = Table(show_header=False)
-    for key, value in [
+    facts = dict([
         ("table", f"{info.identifier} ({'exists' if info.table_exists else 'not refreshed yet'})"),
         ("definition", str(info.definition_path)),
         ("freshness", info.freshness),
@@ -271,24 +293,24 @@ def describe(ctx: typer.Context, table: TableArg) -> None:
         ("dynamic options", json.dumps(dict(status.dynamic_options))),
         ("execution config", json.dumps(dict(status.execution_config))),
         ("partitions", ", ".join(info.partitions) or "-"),
-    ]:
-        facts.add_row(key, value)
-    console.print(facts)
-    runs = Table("run", "state", "run after", "ended", "conf", title="last refreshes")
-    for run in info.last_runs:
-        runs.add_row(run["run_id"], run["state"], str(run["run_after"]), str(run["end_date"] or "-"),
-                     json.dumps(run["conf"]))
-    console.print(runs)
-    console.print(info.definition)
+    ])
+    runs = [{"run": run["run_id"], "state": run["state"], "run after": run["run_after"],
+             "ended": run["end_date"] or "-", "conf": json.dumps(run["conf"])} for run in info.last_runs]
+    if output is Output.json:
+        print_json({**facts, "last refreshes": runs, "definition text": info.definition})
+        return
+    print_facts(facts, output)
+    print_rows(runs, output, "no refreshes yet", title="last refreshes")
+    console.print(info.definition, markup=False, highlight=False)
 
 
 @app.command("list")
-def list_tables(ctx: typer.Context) -> None:
+def list_tables(ctx: typer.Context, output: OutputOption = Output.text) -> None:
     """Every materialized table in the definitions folder with its status and schedule."""
+    rows = []
     with _tables(ctx) as tables:
-        out = Table("table", "dag", "status", "paused", "schedule", "definition")
         for identifier, path in tables.list():
             info = tables.describe(identifier, runs=0)
-            out.add_row(str(identifier), info.dag_id, info.status.status_text(), str(info.paused),
-                        info.schedule or "-", path.name)
-    console.print(out)
+            rows.append({"table": str(identifier), "dag": info.dag_id, "status": info.status.status_text(),
+                         "paused": info.paused, "schedule": info.schedule or "-", "definition": path.name})
+    print_rows(rows, output, "no materialized tables (create one with `staged mt create FILE.sql`)")

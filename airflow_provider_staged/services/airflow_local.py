@@ -1,7 +1,8 @@
-"""A real Airflow on loopback (SQLite, LocalExecutor): api-server, scheduler and dag-processor.
+"""A real Airflow on loopback (SQLite, LocalExecutor): api-server, scheduler, dag-processor,
+triggerer and a task-log server, every one listening on 127.0.0.1 only.
 
-For tests, benchmarks and the embedded CLI. Everything lives under one home directory: the
-SQLite database, ``airflow.cfg``, pid files, logs and a state file recording the ports.
+For ``staged up``, tests and benchmarks. Everything lives under one home directory: the SQLite
+database, ``airflow.cfg``, the users' passwords, pid files, logs and a state file.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from airflow_provider_staged.services.processes import (
+    ServiceError,
     free_port,
     pid_alive,
     read_pid,
@@ -27,7 +30,16 @@ from airflow_provider_staged.services.processes import (
     wait_for_port,
 )
 
-COMPONENTS = ("api-server", "scheduler", "dag-processor")
+# (name, command after ``python -m``): the scheduler and triggerer would serve task logs on
+# every interface, so they skip that and ``log-server`` serves them on loopback.
+COMPONENTS = {
+    "api-server": ("airflow", "api-server"),
+    "scheduler": ("airflow", "scheduler", "--skip-serve-logs"),
+    "dag-processor": ("airflow", "dag-processor"),
+    "triggerer": ("airflow", "triggerer", "--skip-serve-logs"),
+    "log-server": ("airflow_provider_staged.services.log_server",),
+}
+HEALTHY_PARTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
 HEALTH_PATH = "/api/v2/monitor/health"
 
 
@@ -50,6 +62,10 @@ class AirflowInfo:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_server_port(self) -> int:
+        return int(self.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
 
     @property
     def passwords_file(self) -> Path:
@@ -107,9 +123,18 @@ def ensure_passwords(home: Path) -> Path:
     return path
 
 
-def airflow_env(home: Path, port: int, dags_folder: Path, jwt_secret: str) -> dict[str, str]:
+def loopback_hostname() -> str:
+    """``[core] hostname_callable`` of the local Airflow: task logs are fetched from
+    ``http://<hostname>:<log server port>``, and the log server listens on loopback only."""
+    return "127.0.0.1"
+
+
+def airflow_env(
+    home: Path, port: int, dags_folder: Path, jwt_secret: str, log_port: int | None = None
+) -> dict[str, str]:
     """Environment of every Airflow process (and of ``airflow`` CLI calls) for this instance."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
+    log_port = log_port or free_port()
     env.update(
         AIRFLOW_HOME=str(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
@@ -127,6 +152,13 @@ def airflow_env(home: Path, port: int, dags_folder: Path, jwt_secret: str) -> di
         AIRFLOW__API_AUTH__JWT_SECRET=jwt_secret,
         AIRFLOW__API__PORT=str(port),
         AIRFLOW__API__HOST="127.0.0.1",
+        # Signs the log server's tokens: the api-server and the log server must agree.
+        AIRFLOW__API__SECRET_KEY=jwt_secret,
+        # One loopback log server (log_server.py) for task and trigger logs, on a free port
+        # rather than 8793/8794, so that several local Airflows can run side by side.
+        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(log_port),
+        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(log_port),
+        AIRFLOW__CORE__HOSTNAME_CALLABLE=f"{__name__}.loopback_hostname",
         AIRFLOW__API__WORKERS="1",
         # New or changed definition files must show up within seconds, not minutes.
         AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="2",
@@ -158,7 +190,7 @@ def start_airflow(
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 240,
 ) -> AirflowInfo:
-    """Start api-server, scheduler and dag-processor under ``home`` unless already running.
+    """Start the :data:`COMPONENTS` under ``home`` unless they already run.
 
     ``extra_env`` reaches every process, so tasks too (e.g. ``STAGED_HOME`` to find the metastore).
     """
@@ -175,13 +207,16 @@ def start_airflow(
     _migrate(home, env)
     pids: dict[str, int] = {}
     try:
-        for component in COMPONENTS:
-            command = [sys.executable, "-m", "airflow", component]
+        for component, (module, *args) in COMPONENTS.items():
+            command = [sys.executable, "-m", module, *args]
+            if component == "log-server":
+                command.append(env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
             pids[component] = start_background(
                 command, _pid_file(home, component), _log_file(home, component), env, home
             )
         wait_for_port(port, pids["api-server"], timeout, _log_file(home, "api-server"))
         info = AirflowInfo(str(home), port, str(dags_folder), pids, env)
+        wait_for_port(info.log_server_port, pids["log-server"], timeout, _log_file(home, "log-server"))
         wait_for_health(info, timeout)
     except BaseException:
         for pid in pids.values():
@@ -201,30 +236,30 @@ def _migrate(home: Path, env: dict[str, str]) -> None:
         )
     if result.returncode != 0:
         tail = log_file.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"airflow db migrate failed ({result.returncode}); log:\n{tail}")
+        raise ServiceError(f"airflow db migrate failed ({result.returncode}); log:\n{tail}")
 
 
 def wait_for_health(info: AirflowInfo, timeout: float) -> None:
-    """Until the metadatabase, scheduler and dag-processor all report healthy."""
+    """Until the metadatabase, scheduler, dag-processor and triggerer all report healthy."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
         for component, pid in info.pids.items():
             if not pid_alive(pid):
                 tail = _log_file(Path(info.home), component).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"airflow {component} (pid {pid}) exited; log:\n{tail}")
+                raise ServiceError(f"airflow {component} (pid {pid}) exited; log:\n{tail}")
         try:
             health = httpx.get(info.endpoint + HEALTH_PATH, timeout=5).json()
             last = json.dumps(health)
             if all(
                 (health.get(part) or {}).get("status") == "healthy"
-                for part in ("metadatabase", "scheduler", "dag_processor")
+                for part in HEALTHY_PARTS
             ):
                 return
         except (httpx.HTTPError, ValueError) as err:
             last = str(err)
         time.sleep(1)
-    raise TimeoutError(f"Airflow at {info.endpoint} not healthy within {timeout:.0f}s: {last}")
+    raise ServiceError(f"Airflow at {info.endpoint} not healthy within {timeout:.0f}s: {last}")
 
 
 def airflow_status(home: Path) -> AirflowInfo | None:
@@ -244,10 +279,38 @@ def stop_airflow(home: Path) -> bool:
     _state_file(home).unlink(missing_ok=True)
     stopped = False
     # Reverse order: stop the scheduler and dag-processor before the API they report to.
-    for component in reversed(COMPONENTS):
+    for component in reversed(list(COMPONENTS)):
         pid = read_pid(_pid_file(home, component))
         if pid is not None:
             stop_pid(pid)
             stopped = True
         _pid_file(home, component).unlink(missing_ok=True)
     return stopped
+
+
+def run_dag(info: AirflowInfo, dag_id: str, timeout: float = 900) -> dict[str, Any]:
+    """Wait until ``dag_id`` is parsed, unpause it, trigger a run and wait for it to end.
+
+    For DAGs without a schedule (the examples): unpausing one with a schedule would also start
+    its scheduled runs. Returns the run as the REST API shows it.
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    with httpx.Client(base_url=info.endpoint + "/api/v2", timeout=60,
+                      headers={"Authorization": f"Bearer {info.token()}"}) as api:
+        # A DAG file is parsed within seconds (refresh_interval 2 s), the first time a bit later.
+        while api.get(f"/dags/{dag_id}").status_code == 404:
+            if time.monotonic() > min(deadline, started + 60):
+                raise ServiceError(f"no DAG {dag_id!r} in {info.dags_folder} (or it does not import: "
+                                   f"see {info.endpoint}/dags)")
+            time.sleep(1)
+        api.patch(f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
+        run = api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None}).raise_for_status().json()
+        while run["state"] not in ("success", "failed"):
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"run {run['dag_run_id']} of {dag_id} still {run['state']} after {timeout:.0f}s"
+                )
+            time.sleep(2)
+            run = api.get(f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}").raise_for_status().json()
+    return run
