@@ -1,0 +1,227 @@
+"""The FastAPI app of the Materialized tables page, mounted by the api-server (see ``plugin``).
+
+- ``GET /``: the page (plain HTML + JS, shown in the UI's navigation as an external view);
+- ``GET /api/tables``: every table's row, read in batches (one metastore call per database,
+  three metadatabase queries), with the calls it made in ``stats``;
+- ``POST /api/tables/{table}/suspend|resume|refresh``: through the workflow scheduler
+  (``MaterializedTables`` on ``AirflowWorkflowScheduler``), acting with the user's own token,
+  for users whom the auth manager lets edit the DAG; a refresh is validated as the CLI does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.configuration import conf
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel
+
+from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
+from airflow_provider_staged.materialized.catalog_status import read_state, status_from
+from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.materialized.scheduler import RefreshTrigger, WorkflowException
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.services.metastore import metastore_status
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.ui.airflow_reads import read_airflow
+from airflow_provider_staged.ui.rows import page_row, refresh_from_table
+from airflow_provider_staged.ui.sources import CatalogReads, read_entries
+
+PAGE = Path(__file__).with_name("page.html")
+
+app = FastAPI(title="Materialized tables", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+@dataclass(frozen=True)
+class PageConfig:
+    """Where the page finds the definitions, the catalog and the REST API it acts through."""
+
+    definitions_dir: Path
+    metastore_uri: str | None
+    endpoint: str
+
+    @classmethod
+    def current(cls) -> PageConfig:
+        """From the environment the ``staged mt`` CLI reads, else this Airflow's own settings."""
+        definitions = os.environ.get("STAGED_MT_DEFINITIONS_DIR") or (
+            # dags/materialized_tables.py reads the folder beside it.
+            Path(conf.get("core", "dags_folder")) / "materialized"
+        )
+        metastore_uri = os.environ.get("STAGED_METASTORE_URI")
+        if not metastore_uri:
+            running = metastore_status()  # the embedded default under $STAGED_HOME
+            metastore_uri = running.uri if running is not None else None
+        endpoint = os.environ.get("STAGED_AIRFLOW_ENDPOINT") or _own_endpoint()
+        return cls(Path(definitions), metastore_uri, endpoint)
+
+
+def _own_endpoint() -> str:
+    """This api-server, as a process on the same machine reaches it."""
+    host = conf.get("api", "host", fallback="127.0.0.1")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{conf.getint('api', 'port', fallback=8080)}"
+
+
+@app.get("/", response_class=HTMLResponse, include_in_schema=False)
+def page() -> HTMLResponse:
+    # Static: the data comes from /api/tables with the user's own credentials.
+    return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+
+@app.get("/api/tables")
+def list_tables(user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+    """Every materialized table the user may see, with what the page shows of it."""
+    started = time.perf_counter()
+    config = PageConfig.current()
+    entries, broken = read_entries(config.definitions_dir)
+    dag_ids = {entry.identifier: dag_id_for(entry.identifier) for entry in entries}
+    airflow = read_airflow(session, set(dag_ids.values()))
+    auth = get_auth_manager()
+    readable = auth.filter_authorized_dag_ids(dag_ids=set(airflow.dags), user=user, method="GET")
+    editable = auth.filter_authorized_dag_ids(dag_ids=readable, user=user, method="PUT")
+    catalog_error, tables, metastore_calls = None, {}, 0
+    if config.metastore_uri is None:
+        catalog_error = ("no metastore: start the local one (`staged services up`) or set "
+                         "STAGED_METASTORE_URI for the api-server")
+    else:
+        try:
+            with MetastoreClient(config.metastore_uri) as client:
+                reads = CatalogReads(client)
+                tables = reads.tables(dag_ids)
+                metastore_calls = reads.calls
+        except StagingError as err:
+            catalog_error = str(err)
+    now = datetime.now(timezone.utc)
+    rows = []
+    for entry in entries:
+        dag_id = dag_ids[entry.identifier]
+        dag = airflow.dags.get(dag_id)
+        if dag is not None and dag_id not in readable:
+            continue
+        table = tables.get(entry.identifier)
+        params = dict(table.parameters or {}) if table is not None else None
+        try:
+            status = status_from(params, read_state(entry.path), entry.path)
+        except WorkflowException as err:  # an unreadable state file: show the row, say why
+            broken.append({"definition": entry.path.name, "error": str(err)})
+            continue
+        last_refresh = airflow.refreshes.get(dag_id) or refresh_from_table(params)
+        rows.append(page_row(entry, status, table is not None, dag, airflow.runs.get(dag_id),
+                             last_refresh, dag_id in editable, now))
+    return {
+        "tables": rows,
+        "broken": broken,
+        "catalog_error": catalog_error,
+        "definitions_dir": str(config.definitions_dir),
+        "user": user.get_name(),
+        "stats": {
+            "tables": len(rows),
+            "metastore_calls": metastore_calls,
+            "airflow_queries": airflow.queries,
+            "seconds": round(time.perf_counter() - started, 4),
+        },
+    }
+
+
+class RefreshBody(BaseModel):
+    """Partition column -> value, as typed in the page."""
+
+    partitions: dict[str, str] = {}
+
+
+def _json_only(request: Request) -> None:
+    """Actions come from the page's fetch() with a JSON body: a cross-site form cannot send
+    one without a CORS preflight, which this app never grants."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise HTTPException(415, "send actions as application/json")
+
+
+def _user_token(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
+
+
+@contextmanager
+def _acting(request: Request, table: str, user: Any) -> Iterator[tuple[Any, TableIdentifier, Any]]:
+    """``(MaterializedTables, identifier, definition)`` for an action by ``user`` on ``table``."""
+    # Imported per action: the REST client takes a second to import and the page needs none.
+    from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
+    from airflow_provider_staged.materialized.definition import DefinitionError, load_definition
+    from airflow_provider_staged.materialized.manager import MaterializedTables
+
+    try:
+        identifier = TableIdentifier.parse(table)
+    except InvalidIdentifierError as err:
+        raise HTTPException(400, str(err)) from None
+    config = PageConfig.current()
+    # The user's own token: Airflow checks each REST call of the action against them too.
+    scheduler = AirflowWorkflowScheduler(config.endpoint, config.definitions_dir, token=_user_token(request))
+    dag_id = dag_id_for(identifier)
+    path = scheduler.definition_file(dag_id)
+    if path is None:
+        raise HTTPException(404, f"no materialized table {identifier} in {config.definitions_dir}")
+    if not get_auth_manager().is_authorized_dag(method="PUT", details=DagDetails(id=dag_id), user=user):
+        raise HTTPException(403, f"user {user.get_name()!r} may not edit DAG {dag_id}, so not {identifier}")
+    try:
+        definition = load_definition(path)
+    except DefinitionError as err:
+        raise HTTPException(409, str(err)) from None
+    try:
+        with scheduler:
+            yield MaterializedTables(scheduler, config.metastore_uri), identifier, definition
+    except WorkflowException as err:
+        raise HTTPException(409, str(err)) from None
+
+
+Acting = Annotated[None, Depends(_json_only)]
+
+
+@app.post("/api/tables/{table}/suspend")
+def suspend(table: str, request: Request, user: GetUserDep, _: Acting) -> dict[str, str]:
+    with _acting(request, table, user) as (tables, identifier, _definition):
+        tables.suspend(identifier)
+    return {"table": identifier.name, "status": "SUSPENDED"}
+
+
+@app.post("/api/tables/{table}/resume")
+def resume(table: str, request: Request, user: GetUserDep, _: Acting) -> dict[str, str]:
+    with _acting(request, table, user) as (tables, identifier, _definition):
+        tables.resume(identifier)
+    return {"table": identifier.name, "status": "ACTIVATED"}
+
+
+@app.post("/api/tables/{table}/refresh")
+def refresh(table: str, body: RefreshBody, request: Request, user: GetUserDep, _: Acting) -> dict[str, str]:
+    """A one-time refresh of the typed partitions; a bad value is refused before any run."""
+    from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
+
+    with _acting(request, table, user) as (tables, identifier, definition):
+        partitions = {column: value for column, value in body.partitions.items()}
+        if definition.partition_by and not partitions:
+            # The page refreshes partitions; the whole table is the Trigger form's or the CLI's.
+            raise HTTPException(422, f"refresh of {identifier} not triggered: type a value for "
+                                     f"{', '.join(definition.partition_by)}")
+        trigger = RefreshTrigger(is_periodic=False, static_partitions=partitions)
+        try:
+            # The same check as `staged mt refresh`; the time only fills in scheduleTime.
+            parse_refresh_request(trigger.as_conf(), definition, datetime.now(timezone.utc))
+        except RefreshRequestError as err:
+            raise HTTPException(422, f"refresh of {identifier} not triggered: {err}") from None
+        run_id = tables.refresh(identifier, trigger)
+    return {"table": identifier.name, "run_id": run_id}
