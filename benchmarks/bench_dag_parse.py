@@ -182,6 +182,10 @@ def run(sizes: list[int], repeat: int) -> str:
         "| tables | ours | dag-factory | plain loop | dag-factory / ours | ours / plain loop |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
+    sys.path.append(str(REPO))  # for tests.fixtures, as _common does
+    from tests.fixtures.dag_factory import use_dag_factory
+
+    use_dag_factory()
     work = Path(tempfile.mkdtemp(prefix="bench-dag-parse-"))
     try:
         stub = work / "stub"

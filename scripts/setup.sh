@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# A JDK, not only a JRE: javac compiles the launcher that keeps the local metastore on 127.0.0.1.
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 [ -x "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | head -1)" ] || need_apt+=(postgresql)
 [ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)
 # The test suite drives the Airflow UI with a real browser (scripts/test.sh sets STAGED_SETUP_TESTS).
@@ -43,6 +44,14 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev,openlineage]"  # the tests check the lineage events too
+# dag-factory is only a comparison (the DAG-parse benchmark, tests/integration/test_mt_factory.py):
+# installed outside site-packages (tests/fixtures/dag_factory.py adds it where needed), because
+# there its airflow.plugins entry point, a listener, would load into every Airflow process.
+if .venv/bin/python -m pip show dag-factory >/dev/null 2>&1; then
+    .venv/bin/python -m pip uninstall -y -q dag-factory
+fi
+[ -d .venv/opt/dag-factory/dagfactory ] ||
+    .venv/bin/python -m pip install -q --no-deps --target .venv/opt/dag-factory "dag-factory==1.1.0"
 # The Spark provider's pyspark-client shares the pyspark/ package: make sure nothing clobbered it.
 .venv/bin/python - <<'PY'
 import pathlib, pyspark

@@ -191,6 +191,9 @@ DAG_FACTORY_YAML = """\
 
 def test_dag_factory_drops_broken_files_and_ignores_unknown_keys(tmp_path: Path) -> None:
     """The baseline this factory improves on (dag-factory 1.1.0, one YAML file per DAG)."""
+    from tests.fixtures.dag_factory import use_dag_factory
+
+    use_dag_factory()
     yamls = tmp_path / "yaml"
     yamls.mkdir()
     (tmp_path / "yaml_dags.py").write_text(DAG_FACTORY_FILE.format(folder=str(yamls)))
