@@ -59,6 +59,6 @@ def embedded_settings(conn_id: str = StagedTableHook.default_conn_name) -> Stage
     if info is None:
         raise RuntimeError(
             f"no connection {conn_id!r} and no local metastore under {staged_home()}: "
-            "run `staged services up` or define the connection"
+            "run `staged up` (or `staged services up`) or define the connection"
         )
     return StagedSettings.from_fields(info.host, info.port, {"warehouse": info.warehouse}, staged_home())
