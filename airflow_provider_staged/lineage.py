@@ -11,10 +11,10 @@ resolved: such columns get no column lineage rather than a guessed one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.manifest import Manifest
@@ -195,3 +195,23 @@ def staged_dataset(staged: Any) -> DatasetName:
         return hive_dataset(metastore_uri, staged.identifier.name)
     conn, table = staged.connection, staged.table
     return postgres_dataset(conn.host, conn.port, conn.database, table.schema, table.table)
+
+
+def expiry_lineage(metastore_uri: str, dropped_partitions: Mapping[str, Iterable[str]]) -> Lineage:
+    """An expiry sweep's lineage: DROP of the partitions it dropped, per table.
+
+    ``dropped_partitions``: ``db.table`` → Hive partition names (``ds=2024-01-01/h=3``), e.g.
+    ``{plan.target: plan.expired.keys() for plan in report.plans if plan.expired}``.
+    """
+    outputs = []
+    for table, names in dropped_partitions.items():
+        specs = [_partition_spec(name) for name in names]
+        if specs:
+            outputs.append(dropped(hive_dataset(metastore_uri, table), specs))
+    return Lineage(outputs=tuple(outputs))
+
+
+def _partition_spec(name: str) -> dict[str, str]:
+    """``ds=2024-01-01/h=3`` → ``{"ds": "2024-01-01", "h": "3"}`` (Hive escapes undone)."""
+    pairs = (part.partition("=") for part in name.split("/"))
+    return {unquote(key): unquote(value) for key, _, value in pairs}

@@ -108,3 +108,14 @@ def test_operator_lineage_facets() -> None:
         type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0])
     assert drop["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
     assert operator_lineage(None) is None
+
+
+def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
+    from airflow_provider_staged.lineage import expiry_lineage
+
+    lineage = expiry_lineage("thrift://127.0.0.1:9083", {"db.t": ["ds=2024-01-01/h=3", "ds=2024%2F01/h=4"],
+                                                         "db.none": []})
+    (output,) = lineage.outputs
+    assert (output.dataset, output.lifecycle) == (ds("db.t"), "DROP")
+    assert output.partitions == ({"ds": "2024-01-01", "h": "3"}, {"ds": "2024/01", "h": "4"})
+    assert lineage.inputs == ()
