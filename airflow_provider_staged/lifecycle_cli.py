@@ -31,7 +31,8 @@ def versions(
     from airflow_provider_staged.cli import _settings, console
     from airflow_provider_staged.staging.rollback import list_table_versions
 
-    found = list_table_versions(_settings(conn), TableIdentifier.parse(table_name))
+    identifier = TableIdentifier.parse(table_name)  # a bad name fails before any server is asked
+    found = list_table_versions(_settings(conn), identifier)
     out = Table("version", "committed", "rows", "bytes", "run", "")
     for v in found:
         out.add_row(v.version, _when(v.committed_at), str(v.rows), str(v.bytes), v.run,
@@ -48,7 +49,8 @@ def rollback(
     from airflow_provider_staged.cli import _settings, console
     from airflow_provider_staged.staging.rollback import rollback as run_rollback
 
-    record = run_rollback(_settings(conn), TableIdentifier.parse(table_name), to, conn_id=conn)
+    identifier = TableIdentifier.parse(table_name)
+    record = run_rollback(_settings(conn), identifier, to, conn_id=conn)
     console.print(f"{table_name} is now version {to} (rollback attempt {record.attempt_id})")
 
 
@@ -65,10 +67,10 @@ def expire(
     from airflow_provider_staged.cli import _settings, console
     from airflow_provider_staged.staging.expiry import expire_table, sweep_expiry
 
+    identifiers = [TableIdentifier.parse(name) for name in tables or []]
     settings = _settings(conn)
-    if tables:
-        plans = [expire_table(settings, TableIdentifier.parse(name), dry_run=dry_run, conn_id=conn)
-                 for name in tables]
+    if identifiers:
+        plans = [expire_table(settings, i, dry_run=dry_run, conn_id=conn) for i in identifiers]
     else:
         report = sweep_expiry(settings, dry_run=dry_run, conn_id=conn)
         plans = report.plans

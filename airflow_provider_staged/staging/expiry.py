@@ -36,12 +36,11 @@ from airflow_provider_staged.partition_ttl import (
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
-from airflow_provider_staged.staging.versions import RetentionPolicy
 from airflow_provider_staged.storage import delete_dir, exists, normalize_location
 
 if TYPE_CHECKING:
@@ -125,22 +124,9 @@ class HivePartitionExpiry(HiveStagedTable):
 
     kind = EXPIRE_KIND
 
-    def __init__(
-        self,
-        identifier: TableIdentifier,
-        planned: dict[str, str],
-        now: float,
-        journal: AttemptJournal,
-        metastore_uri: str,
-        retention: RetentionPolicy | None = None,
-        task: TaskRef | None = None,
-        attempt_id: str | None = None,
-        conn_id: str | None = None,
-    ) -> None:
-        super().__init__(
-            identifier, StagingPurpose.REPLACE_TABLE_AS, journal, metastore_uri, retention, task,
-            attempt_id, conn_id,
-        )
+    def __init__(self, identifier: TableIdentifier, planned: dict[str, str], now: float, **hive: Any) -> None:
+        """``hive``: the arguments of :class:`HiveStagedTable` after the purpose (journal, ...)."""
+        super().__init__(identifier, StagingPurpose.REPLACE_TABLE_AS, **hive)
         self.planned = dict(planned)
         self.now = now
 
@@ -150,12 +136,7 @@ class HivePartitionExpiry(HiveStagedTable):
             TableIdentifier.parse(record.target),
             record.catalog["partitions"],
             record.catalog["now"],
-            settings.journal,
-            settings.metastore_uri,
-            settings.retention,
-            record.task,
-            record.attempt_id,
-            record.conn_id,
+            **cls.rebuilt(record, settings),
         )
 
     def catalog_ref(self) -> dict[str, Any]:
@@ -212,7 +193,9 @@ class HivePartitionExpiry(HiveStagedTable):
         """An expiry wrote nothing: nothing to delete."""
 
     def after_commit(self, record: AttemptRecord) -> None:
-        delete_dropped_files(self, self.journal.records(), time.time())
+        # Only this expiry's files (due at once without a grace): the maintenance sweep reads
+        # the journal once for every earlier one.
+        delete_dropped_files(self, [record], time.time())
 
 
 def delete_dropped_files(
@@ -284,8 +267,8 @@ def expire_table(
                         client.alter_table(changed)
             return plan
     expiry = HivePartitionExpiry(
-        identifier, plan.expired, now, settings.journal, settings.metastore_uri, settings.retention,
-        conn_id=conn_id,
+        identifier, plan.expired, now, journal=settings.journal, metastore_uri=settings.metastore_uri,
+        retention=settings.retention, conn_id=conn_id,
     )
     expiry.begin()
     expiry.written(Manifest(location=expiry.location, format="none", rows=0))

@@ -22,7 +22,7 @@ from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location, repointed_table
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import (
     HIVE_KINDS,
     HiveStagedTable,
@@ -30,7 +30,7 @@ from airflow_provider_staged.staging.kinds.hive_table import (
     list_versions,
 )
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.versions import RetentionPolicy, parse_version_dir
+from airflow_provider_staged.staging.versions import parse_version_dir
 from airflow_provider_staged.storage import exists, normalize_location
 
 if TYPE_CHECKING:
@@ -97,22 +97,9 @@ class HiveRollback(HiveStagedTable):
 
     kind = ROLLBACK_KIND
 
-    def __init__(
-        self,
-        identifier: TableIdentifier,
-        version: str,
-        version_location: str,
-        journal: AttemptJournal,
-        metastore_uri: str,
-        retention: RetentionPolicy | None = None,
-        task: TaskRef | None = None,
-        attempt_id: str | None = None,
-        conn_id: str | None = None,
-    ) -> None:
-        super().__init__(
-            identifier, StagingPurpose.REPLACE_TABLE_AS, journal, metastore_uri, retention, task,
-            attempt_id, conn_id,
-        )
+    def __init__(self, identifier: TableIdentifier, version: str, version_location: str, **hive: Any) -> None:
+        """``hive``: the arguments of :class:`HiveStagedTable` after the purpose (journal, ...)."""
+        super().__init__(identifier, StagingPurpose.REPLACE_TABLE_AS, **hive)
         self.version = version
         self.version_location = normalize_location(version_location)
 
@@ -122,12 +109,7 @@ class HiveRollback(HiveStagedTable):
             TableIdentifier.parse(record.target),
             record.catalog["version"],
             record.location,
-            settings.journal,
-            settings.metastore_uri,
-            settings.retention,
-            record.task,
-            record.attempt_id,
-            record.conn_id,
+            **cls.rebuilt(record, settings),
         )
 
     def catalog_ref(self) -> dict[str, Any]:
@@ -180,8 +162,8 @@ def rollback(
     _refuse_if_due(settings, identifier, target, now)
     source = settings.journal.require(version)
     staged = HiveRollback(
-        identifier, version, target.location, settings.journal, settings.metastore_uri,
-        settings.retention, task, conn_id=conn_id,
+        identifier, version, target.location, journal=settings.journal,
+        metastore_uri=settings.metastore_uri, retention=settings.retention, task=task, conn_id=conn_id,
     )
     staged.begin()
     staged.written(Manifest.from_dict(source.manifest or {}))

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import uuid
 
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal
 from tests.fixtures.airflow_cli import REPO, staged_connection
-from tests.integration.staged_helpers import build, staged_table
+from tests.integration.staged_helpers import build, snapshot, staged_table
 
 DEFINITION = """
 CREATE MATERIALIZED TABLE {db}.events
@@ -63,5 +64,35 @@ def test_maintenance_dag_drops_what_a_refresh_dag_stored_with_its_ttl(
         assert [p.values for p in client.partitions(db, "events")] != [] and all(
             p.values != ["2020-01-01"] for p in client.partitions(db, "events")
         )
-    dropped = [r for r in AttemptJournal(journal_dir).records() if r.kind == "hive_expire"]
+    # The sweep covers every TTL table of the catalog (other tests' too): look at this one's.
+    journal = AttemptJournal(journal_dir).records()
+    dropped = [r for r in journal if r.kind == "hive_expire" and r.target == f"{db}.events"]
     assert [r.state.value for r in dropped] == ["COMMITTED"]
+
+
+def test_rollback_task_commits_and_emits_its_asset_event(airflow_cli, metastore, spark, tmp_path):
+    db = "rb_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(db, metastore.warehouse)
+    target, journal = f"{db}.t", AttemptJournal(tmp_path / "journal")
+    first = build(spark, staged_table(metastore, journal, target, "create"), "SELECT id FROM range(10)")
+    build(spark, staged_table(metastore, journal, target, "replace"), "SELECT id FROM range(20)")
+    env = airflow_cli.task_env(metastore, tmp_path / "journal", target)
+    result = airflow_cli.run(
+        "dags", "test", "staged_rollback", "--conf", json.dumps({"version": "nope"}), env=env
+    )
+    assert result.returncode != 0 and "unknown version 'nope'" in result.stdout + result.stderr
+    assert snapshot(spark, target)[0] == 20  # nothing changed
+
+    conf = json.dumps({"version": first.attempt_id})
+    result = airflow_cli.run("dags", "test", "staged_rollback", "--conf", conf, env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert snapshot(spark, target)[0] == 10
+    rollbacks = [r for r in journal.records() if r.kind == "hive_rollback"]
+    assert [r.state.value for r in rollbacks] == ["COMMITTED"] and rollbacks[
+        0
+    ].task.dag_id == "staged_rollback"
+    with sqlite3.connect(airflow_cli.home / "airflow.db") as conn:
+        extras = [json.loads(row[0]) for row in conn.execute("SELECT extra FROM asset_event")]
+    event = next(e for e in extras if e.get("target") == target and "rollback" in e)
+    assert event["version"] == first.attempt_id and event["rows"] == 10

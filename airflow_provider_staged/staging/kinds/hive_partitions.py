@@ -93,14 +93,9 @@ class HivePartitionStagedTable(HiveStagedTable):
             TableIdentifier.parse(record.target),
             record.catalog["partition_columns"],
             record.catalog["partition_spec"],
-            settings.journal,
-            settings.metastore_uri,
-            settings.retention,
-            record.task,
-            record.attempt_id,
-            record.conn_id,
-            StagingPurpose.parse(record.purpose),
-            record.catalog.get("table_options"),
+            purpose=StagingPurpose.parse(record.purpose),
+            table_options=record.catalog.get("table_options"),
+            **cls.rebuilt(record, settings),
         )
 
     def catalog_ref(self) -> dict[str, Any]:

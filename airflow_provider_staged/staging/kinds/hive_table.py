@@ -81,16 +81,23 @@ class HiveStagedTable(JournaledStagedTable):
         return cls(
             TableIdentifier.parse(record.target),
             StagingPurpose.parse(record.purpose),
-            settings.journal,
+            table_options=record.catalog.get("table_options"),
+            **cls.rebuilt(record, settings),
+        )
+
+    @staticmethod
+    def rebuilt(record: AttemptRecord, settings: StagedSettings) -> dict[str, Any]:
+        """The constructor arguments every Hive kind takes from the journal the same way."""
+        return {
+            "journal": settings.journal,
             # The journal belongs to the connection: its metastore is authoritative, the
             # address recorded at attempt time may be stale.
-            settings.metastore_uri,
-            settings.retention,
-            record.task,
-            record.attempt_id,
-            record.conn_id,
-            record.catalog.get("table_options"),
-        )
+            "metastore_uri": settings.metastore_uri,
+            "retention": settings.retention,
+            "task": record.task,
+            "attempt_id": record.attempt_id,
+            "conn_id": record.conn_id,
+        }
 
     def _client(self) -> MetastoreClient:
         return MetastoreClient(self.metastore_uri)
