@@ -35,6 +35,7 @@ from airflow_provider_staged.partition_ttl import (
     parse_ttl,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME
@@ -147,7 +148,7 @@ class HivePartitionExpiry(HiveStagedTable):
         return f"expire://{self.identifier.database}/{self.identifier.table}/{self.attempt_id}"
 
     def write_spec(self) -> dict[str, Any]:
-        raise StagingError(f"an expiry of {self.target} writes no data")
+        return {"format": "none"}  # an expiry writes no data
 
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
@@ -270,10 +271,13 @@ def expire_table(
         identifier, plan.expired, now, journal=settings.journal, metastore_uri=settings.metastore_uri,
         retention=settings.retention, conn_id=conn_id,
     )
-    expiry.begin()
-    expiry.written(Manifest(location=expiry.location, format="none", rows=0))
-    expiry.commit()
-    expiry.housekeep()
+    # The one commit path: begin, written (nothing), commit under the lock, housekeep; a
+    # failure aborts (which deletes nothing: an expiry wrote nothing).
+    run_attempt(
+        expiry,
+        lambda _spec: Manifest(location=expiry.location, format="none", rows=0),
+        settings.attempt_ttl_seconds,
+    )
     record = settings.journal.require(expiry.attempt_id)
     dropped = set(record.superseded_location or [])
     plan.expired = {name: where for name, where in plan.expired.items() if where in dropped}

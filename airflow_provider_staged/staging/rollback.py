@@ -21,6 +21,7 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location, repointed_table
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import (
@@ -120,7 +121,7 @@ class HiveRollback(HiveStagedTable):
         return self.version_location
 
     def write_spec(self) -> dict[str, Any]:
-        raise StagingError(f"a rollback of {self.target} writes no data")
+        return {"format": "none"}  # a rollback writes no data
 
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
@@ -165,10 +166,8 @@ def rollback(
         identifier, version, target.location, journal=settings.journal,
         metastore_uri=settings.metastore_uri, retention=settings.retention, task=task, conn_id=conn_id,
     )
-    staged.begin()
-    staged.written(Manifest.from_dict(source.manifest or {}))
-    staged.commit()
-    staged.housekeep()
+    # The one commit path; its "write" is the kept version's manifest.
+    run_attempt(staged, lambda _spec: Manifest.from_dict(source.manifest or {}), settings.attempt_ttl_seconds)
     log.info("rolled back %s to version %s (attempt %s)", identifier, version, staged.attempt_id)
     return settings.journal.require(staged.attempt_id)
 
