@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.failure_streak import suspension_note
 from airflow_provider_staged.materialized.scheduler import RefreshStatus
 
 # A date-formatter rendered on this instant shows the user the shape a value must have.
@@ -95,8 +96,8 @@ def _status(status: CatalogStatus, dag: DagFacts | None) -> tuple[str, str | Non
         return "NO DAG", "Airflow has not parsed this table's refresh DAG (yet)"
     refresh = status.refresh_status
     if refresh is RefreshStatus.SUSPENDED:
-        # A reason stored with the status (e.g. an automatic suspension) wins over the default.
-        return refresh.value, getattr(status, "reason", None) or "suspended by a user"
+        # An automatic suspension says why (SUSPENDED_DUE_TO_ERRORS, the failures, the last one).
+        return refresh.value, suspension_note(status.suspend_reason, status.failures) or "suspended by a user"
     if dag.is_paused:
         return "SUSPENDED", "the DAG is paused in Airflow"
     return (refresh or RefreshStatus.ACTIVATED).value, None
