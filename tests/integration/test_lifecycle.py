@@ -81,19 +81,26 @@ def partitions(settings, target):
         return {p.values[0]: p for p in client.partitions(database, table)}
 
 
-class DropCalls:
-    """Counts the metastore's partition-drop calls made by this process."""
+class ThriftCalls:
+    """The metastore calls this process sends (by name), while the test runs."""
+
+    DROPS = ("drop_partitions_req", "drop_partition", "drop_partition_by_name")
 
     def __init__(self, monkeypatch):
         self.calls: list[str] = []
-        for name in ("drop_partitions_req", "drop_partition", "drop_partition_by_name"):
-            original = getattr(ThriftHiveMetastore.Client, name)
+        for attribute in dir(ThriftHiveMetastore.Client):
+            if attribute.startswith("send_"):
+                original = getattr(ThriftHiveMetastore.Client, attribute)
 
-            def counted(client, *args, _name=name, _original=original):
-                self.calls.append(_name)
-                return _original(client, *args)
+                def counted(client, *args, _name=attribute[5:], _original=original):
+                    self.calls.append(_name)
+                    return _original(client, *args)
 
-            monkeypatch.setattr(ThriftHiveMetastore.Client, name, counted)
+                monkeypatch.setattr(ThriftHiveMetastore.Client, attribute, counted)
+
+    @property
+    def drops(self) -> list[str]:
+        return [name for name in self.calls if name in self.DROPS]
 
 
 def read_during(read, action):
@@ -128,24 +135,27 @@ def test_values_time_ttl_drops_nothing_inside_then_all_expired_in_one_call(
 ):
     ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
     identifier = TableIdentifier.parse(target)
-    drops = DropCalls(monkeypatch)
+    drops = ThriftCalls(monkeypatch)
     # ds=2024-01-01 expires at 2024-01-03 00:00: one minute before, nothing goes.
     inside = sweep_expiry(settings, now=at("2024-01-02 23:59"), databases=[identifier.database])
     assert [p.expired for p in inside.plans if p.target == target] == [{}]
     assert set(partitions(settings, target)) == {f"2024-01-0{d}" for d in range(1, 6)}
-    assert drops.calls == []
+    assert drops.drops == []
     # The sweep recorded the next expiry: the next sweep inside the TTL does not read the table.
     assert _param(settings, target, NEXT_EXPIRY_KEY) == str(int(at("2024-01-03 00:00")))
+    drops.calls.clear()
     again = sweep_expiry(settings, now=at("2024-01-02 23:59"), databases=[identifier.database])
+    # Nothing expires: one listing and one batch read for the database, no per-table call.
+    assert drops.calls == ["get_all_tables", "get_table_objects_by_name"]
     assert again.skipped >= 1 and target not in {p.target for p in again.plans}
 
     dry = expire_table(settings, identifier, now=at("2024-01-05 12:00"), dry_run=True)
     assert sorted(dry.expired) == ["ds=2024-01-01", "ds=2024-01-02", "ds=2024-01-03"]
-    assert len(partitions(settings, target)) == 5 and drops.calls == []
+    assert len(partitions(settings, target)) == 5 and drops.drops == []
 
     plan = expire_table(settings, identifier, now=at("2024-01-05 12:00"))
     assert sorted(plan.expired) == ["ds=2024-01-01", "ds=2024-01-02", "ds=2024-01-03"]
-    assert drops.calls == ["drop_partitions_req"]  # all of them in one metastore call
+    assert drops.drops == ["drop_partitions_req"]  # all of them in one metastore call
     assert set(partitions(settings, target)) == {"2024-01-04", "2024-01-05"}
     assert snapshot(spark, target) == expected_snapshot(
         spark, f"SELECT * FROM ({FIVE_DAYS}) WHERE ds >= '2024-01-04'"
@@ -203,9 +213,9 @@ def test_update_time_ttl_follows_the_last_commit(spark, settings, target, monkey
     }
     first = max(committed.values())
     identifier = TableIdentifier.parse(target)
-    drops = DropCalls(monkeypatch)
+    drops = ThriftCalls(monkeypatch)
     assert expire_table(settings, identifier, now=first + 0.5 * DAY).expired == {}
-    assert len(partitions(settings, target)) == 3 and drops.calls == []
+    assert len(partitions(settings, target)) == 3 and drops.drops == []
 
     # ds=2020-01-01 refreshed later: at first + 1.5 d the other two are expired, it is not.
     time.sleep(1.1)
@@ -221,7 +231,7 @@ def test_update_time_ttl_follows_the_last_commit(spark, settings, target, monkey
     assert refreshed > first
     plan = expire_table(settings, identifier, now=first + DAY + 0.5)
     assert sorted(plan.expired) == ["ds=2020-01-02", "ds=2020-01-03"]
-    assert drops.calls == ["drop_partitions_req"]
+    assert drops.drops == ["drop_partitions_req"]
     assert set(partitions(settings, target)) == {"2020-01-01"}
     assert expire_table(settings, identifier, now=refreshed + DAY + 1).expired.keys() == {"ds=2020-01-01"}
     assert partitions(settings, target) == {}
