@@ -79,7 +79,8 @@ EXECUTION_CONFIG_KEYS = frozenset({
     "spark.sql.shuffle.partitions",
 })
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_SCHEDULE_TIME_REGEX = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$"
+# The look-ahead: Python's '$' (jsonschema) also matches before a final newline.
+_SCHEDULE_TIME_REGEX = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$(?!\n)"
 
 
 class RefreshRequestError(ValueError):
@@ -171,7 +172,6 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
         "default": None,
         "type": ["null", "string"],
         "pattern": _SCHEDULE_TIME_REGEX,
-        "maxLength": len("2024-01-02 00:00:00"),  # Python's '$' also matches before a newline
         "title": "Schedule time (scheduleTime)",
         "description": (
             f"Optional, {SCHEDULE_TIME_PATTERN!r} without time zone, e.g. '2024-01-02 00:00:00': "

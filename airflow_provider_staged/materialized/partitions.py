@@ -37,13 +37,14 @@ _FIELD_REGEX = {
     "%S": "[0-5][0-9]",
 }
 _REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\/")
-_FIELD_WIDTH = {"%Y": 4, "%m": 2, "%d": 2, "%H": 2, "%M": 2, "%S": 2}
 # A partition value ends up inside a partition spec: refuse anything that could break quoting.
 _UNSAFE_CHARACTERS = "'\"`\\\\;\\x00-\\x1f\\x7f"
 _UNSAFE_VALUE = re.compile(f"[{_UNSAFE_CHARACTERS}]")
-# JSON Schema pattern of a value without a date-formatter. Python's ``$`` also matches before a
-# final newline: the negative look-ahead makes jsonschema (Python) refuse 'eu\n' too.
-SAFE_VALUE_PATTERN = f"^[^{_UNSAFE_CHARACTERS}]+$(?!\\n)"
+# The end of a JSON Schema pattern: Python's ``$`` (jsonschema) also matches before a final
+# newline, the negative look-ahead refuses 'eu\n' too (ECMA-262's ``$`` does not need it).
+_END = "$(?!\\n)"
+# JSON Schema pattern of a value without a date-formatter.
+SAFE_VALUE_PATTERN = f"^[^{_UNSAFE_CHARACTERS}]+{_END}"
 
 
 class PartitionError(ValueError):
@@ -70,33 +71,29 @@ def java_to_strftime(pattern: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def formatter_regex(strftime_pattern: str) -> tuple[str, int]:
-    """JSON Schema ``pattern`` and exact length of the values a date-formatter writes.
+def formatter_regex(strftime_pattern: str) -> str:
+    """JSON Schema ``pattern`` of the values a date-formatter writes.
 
-    ``'%Y-%m-%d'`` gives ``('^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$', 10)``. Every
-    field has a fixed width, so the length (``maxLength``) also refuses the final newline that
-    Python's ``$`` lets through.
+    ``'%Y-%m-%d'`` gives ``'^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\\n)'``: Python's
+    ``$`` (jsonschema) also matches before a final newline, the look-ahead refuses that. Not
+    ``maxLength``: Airflow's form would cut a longer value while it is typed, and trigger the cut
+    one instead of refusing what the user wrote.
     """
     parts: list[str] = []
-    width = 0
     for token in re.findall(r"%.|[^%]", strftime_pattern):
         if token in _FIELD_REGEX:
             parts.append(_FIELD_REGEX[token])
-            width += _FIELD_WIDTH[token]
         elif token.startswith("%"):
             raise PartitionError(f"unsupported strftime field {token!r} in {strftime_pattern!r}")
         else:  # escaped only where ECMA-262 (the UI's dialect) allows it too
             parts.append("\\" + token if token in _REGEX_SPECIAL else token)
-            width += 1
-    return f"^{''.join(parts)}$", width
+    return f"^{''.join(parts)}{_END}"
 
 
 def partition_value_schema(column: str, formatters: Mapping[str, str]) -> dict[str, object]:
     """JSON Schema of one partition value: its date-formatter's shape, else a safe string."""
-    if column in formatters:
-        pattern, width = formatter_regex(formatters[column])
-        return {"type": "string", "pattern": pattern, "maxLength": width}
-    return {"type": "string", "pattern": SAFE_VALUE_PATTERN, "minLength": 1}
+    pattern = formatter_regex(formatters[column]) if column in formatters else SAFE_VALUE_PATTERN
+    return {"type": "string", "pattern": pattern}
 
 
 def formatter_example(column: str, formatters: Mapping[str, str]) -> str | None:

@@ -268,6 +268,8 @@ def test_form_order_and_optional_objects() -> None:
         ("ds", "2024-13-01", False),
         ("ds", "2024-01-32", False),
         ("ds", "2024-01-03\n", False),
+        ("ds", "2024-01-033", False),
+        ("scheduleTime", "2024-01-02 00:00:00", True),
         ("ds", "2024-01-03'; DROP", False),
         ("ds", "", False),
         ("region", "eu-west", True),
@@ -300,16 +302,17 @@ def test_date_formatter_patterns() -> None:
     from airflow_provider_staged.materialized.partitions import formatter_regex, java_to_strftime
 
     assert formatter_regex(java_to_strftime("yyyy-MM-dd")) == (
-        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", 10
+        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\n)"
     )
-    pattern, width = formatter_regex(java_to_strftime("yyyy/MM/dd HH.mm:ss"))
-    assert width == 19 and pattern.startswith(r"^\d{4}\/") and r"\.[0-5][0-9]:[0-5][0-9]$" in pattern
-    # Every value strftime writes for the formatter matches its pattern, and has its width.
+    pattern = formatter_regex(java_to_strftime("yyyy/MM/dd HH.mm:ss"))
+    assert pattern.startswith(r"^\d{4}\/") and r"\.[0-5][0-9]:[0-5][0-9]$" in pattern
+    # Every value strftime writes for the formatter matches its pattern; one more character does not.
     import re
 
     for java in ("yyyy-MM-dd", "yyyyMMdd", "yyyy-MM-dd HH:mm:ss", "HH", "yyyy_MM", "dd.MM.yyyy"):
         directive = java_to_strftime(java)
-        pattern, width = formatter_regex(directive)
+        pattern = formatter_regex(directive)
         for moment in (datetime(1000, 1, 1), datetime(2024, 2, 29, 23, 59, 59), datetime(9999, 12, 31, 9, 5)):
             text = moment.strftime(directive)
-            assert re.search(pattern, text) and len(text) == width, (java, text)
+            assert re.search(pattern, text), (java, text)
+            assert not re.search(pattern, text + "\n") and not re.search(pattern, text + "0"), (java, text)
