@@ -115,9 +115,11 @@ def metastore_command(
     warehouse: Path,
     database: Mapping[str, str] | None = None,
     classpath: Sequence[Path] = (),
+    loopback: bool = True,
 ) -> list[str]:
     """The server's command line; ``database`` (hiveconf settings) replaces the embedded Derby,
-    ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``."""
+    ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``;
+    ``loopback=False`` listens on every interface (Hive's own main, e.g. in a container)."""
     java = _jdk_tool("java") or "java"
     database_args = [
         arg for key, value in (derby_conf(home) if database is None else database).items()
@@ -130,8 +132,13 @@ def metastore_command(
         "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
         f"-Dderby.system.home={home}",
         "-cp",
-        os.pathsep.join([str(launcher_classes()), f"{spark_home() / 'jars'}/*", *map(str, classpath)]),
-        LAUNCHER_CLASS,  # HiveMetaStore's main on a 127.0.0.1 socket
+        os.pathsep.join([
+            *([str(launcher_classes())] if loopback else []),
+            f"{spark_home() / 'jars'}/*",
+            *map(str, classpath),
+        ]),
+        # HiveMetaStore's main on a 127.0.0.1 socket, or Hive's own on every interface.
+        LAUNCHER_CLASS if loopback else "org.apache.hadoop.hive.metastore.HiveMetaStore",
         "-p",
         str(port),
         *database_args,

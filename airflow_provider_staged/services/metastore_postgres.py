@@ -173,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands.add_parser("init-schema", help="create the transaction tables the lock API needs")
     serve = commands.add_parser("serve", help="run the Thrift server in the foreground")
     serve.add_argument("--port", type=int, default=9083)
+    serve.add_argument(
+        "--host", choices=("127.0.0.1", "0.0.0.0"), default="127.0.0.1",
+        help="listen on loopback only, or on every interface (Hive 2.3 binds no single address)",
+    )
     serve.add_argument("--warehouse", type=Path, required=True)
     serve.add_argument("--home", type=Path, default=Path("/var/lib/staged-metastore"))
     args = parser.parse_args(argv)
@@ -183,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     home = args.home.resolve()
     settings, classpath = server_settings(database, home)
-    command = metastore_command(args.port, home, args.warehouse, settings, classpath)
+    loopback = args.host == "127.0.0.1"
+    command = metastore_command(args.port, home, args.warehouse, settings, classpath, loopback)
     os.execvp(command[0], command)
 
 

@@ -23,6 +23,7 @@ files the metastore points at.
 from __future__ import annotations
 
 import concurrent.futures
+import ipaddress
 import json
 import os
 import shlex
@@ -38,6 +39,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+import psutil
 import psycopg
 import pyarrow.parquet as pq
 import pytest
@@ -106,6 +108,9 @@ def test_airflow_services_share_one_environment_and_its_secrets() -> None:
     for key in SHARED_SECRETS:
         assert "/run/staged-secrets/" in base[key], key
     assert not any(key in base for key in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY"))
+    # Tasks' Spark drivers run in the scheduler container; executors reach them by its name.
+    spark_conf = json.loads(base["AIRFLOW_CONN_STAGED_DEFAULT"])["extra"]["spark_conf"]
+    assert spark_conf["spark.driver.host"] == found["airflow-scheduler"]["hostname"]
 
 
 def test_services_start_in_order_and_are_watched() -> None:
@@ -131,7 +136,12 @@ def test_services_start_in_order_and_are_watched() -> None:
     for name in set(LONG_RUNNING) - {"spark-worker"}:
         assert found[name]["healthcheck"]["test"][0] == "CMD", name
     assert "pgdata:/var/lib/postgresql/data" in found["postgres"]["volumes"]
-    assert found["airflow-api-server"]["ports"] == ["127.0.0.1:8080:8080"]
+    # Published: the UI and REST API only, on the host's loopback. Inside its container the
+    # metastore must listen beyond loopback for the other containers to reach it.
+    assert {name: found[name]["ports"] for name in found if "ports" in found[name]} == {
+        "airflow-api-server": ["127.0.0.1:8080:8080"]
+    }
+    assert "--host 0.0.0.0" in found["metastore"]["command"]
 
 
 def compose_tool() -> Path:
@@ -176,11 +186,12 @@ def test_docker_compose_validates_the_file(tmp_path: Path) -> None:
 @dataclass
 class Loopback:
     """Maps the compose network onto this machine: ``service:port`` addresses to 127.0.0.1 and
-    free ports, host names to 127.0.0.1, container paths to directories under ``root``."""
+    free ports, host names and "every interface" to 127.0.0.1, container paths to directories
+    under ``root``."""
 
     root: Path
     addresses: dict[str, int] = field(default_factory=dict)
-    hosts: tuple[str, ...] = ("airflow-scheduler",)
+    hosts: tuple[str, ...] = ("airflow-scheduler", "0.0.0.0")
     paths: tuple[str, ...] = ("/run/staged-secrets", "/warehouse", "/var/lib/staged-metastore")
 
     def path(self, container_path: str) -> Path:
@@ -201,6 +212,8 @@ class Loopback:
         scheme, _, host = conn["host"].rpartition("://")
         conn["port"] = self.addresses[f"{host}:{conn['port']}"]
         conn["host"] = f"{scheme}://127.0.0.1" if scheme else "127.0.0.1"
+        spark_conf = conn.get("extra", {}).get("spark_conf", {})
+        spark_conf.update({key: self.value(value) for key, value in spark_conf.items()})
         return json.dumps(conn)
 
     def env(self, environment: Mapping[str, Any]) -> dict[str, str]:
@@ -292,8 +305,11 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             run_checked(loop.command(shlex.join(found["secrets"]["command"])), tool_env({}))
 
             metastore_env = tool_env(loop.env(found["metastore"]["environment"]))
-            created = run_checked(loop.command(found["metastore-schema"]["command"]), metastore_env)
+            schema_command = loop.command(found["metastore-schema"]["command"])
+            created = run_checked(schema_command, metastore_env)
             assert "hive_locks" in created, created
+            # A restarted one-shot service changes nothing.
+            assert "none (all present)" in run_checked(schema_command, metastore_env)
             home = loop.path("/var/lib/staged-metastore")
             port = loop.addresses["metastore:9083"] = free_port()
             log_file = home / "logs" / "metastore.log"
@@ -416,3 +432,15 @@ def test_ctas_and_refresh_on_the_at_scale_topology(topology: Topology) -> None:
     assert states == [("mt__analytics__orders_daily", "success"), ("staged_spark_submit", "success")]
     apps = {app["name"] for app in master_apps(topology.cluster)["completedapps"]}
     assert {"staged-write", "staged"} <= apps, apps
+
+    # The metastore's server: loopback only here, the lock reaper on, Derby's test mode off, and
+    # the database password on no command line.
+    server = psutil.Process(topology.metastore.pid)
+    command_line = " ".join(server.cmdline())
+    assert "hive.compactor.initiator.on=true" in command_line and "hive.txn.timeout=" in command_line
+    assert "hive.in.test" not in command_line and topology.postgres.password not in command_line
+    listening = [c.laddr.ip for c in server.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    addresses = [ipaddress.ip_address(ip) for ip in listening]  # Java may bind ::ffff:127.0.0.1
+    assert addresses and all(
+        (getattr(address, "ipv4_mapped", None) or address).is_loopback for address in addresses
+    ), listening
