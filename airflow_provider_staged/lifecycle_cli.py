@@ -76,14 +76,12 @@ def expire(
         plans = report.plans
         if report.failures:
             raise StagingError(f"expiry failed for {report.failures}")
-    out = Table("table", "partition", "location")
-    for plan in plans:
-        for name, location in sorted(plan.expired.items()):
-            out.add_row(plan.target, name, location)
     verb = "would drop" if dry_run else "dropped"
-    console.print(out if out.row_count else f"no expired partitions ({verb} nothing)")
-    if out.row_count:
-        console.print(f"{verb} {out.row_count} partition(s)")
+    lines = [f"{verb} {plan.target} {name} ({location})" for plan in plans
+             for name, location in sorted(plan.expired.items())]
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)  # never cut when piped
+    console.print(f"{verb} {len(lines)} partition(s)")
 
 
 def maintain(

@@ -55,6 +55,13 @@ def test_maintenance_dag_drops_what_a_refresh_dag_stored_with_its_ttl(
         assert table.parameters["partition.timestamp-formatter"] == "yyyy-MM-dd"  # from the date-formatter
         assert len(client.partitions(db, "events")) == 2
 
+    dry = airflow_cli.staged("expire", f"{db}.events", "--dry-run", env=env)
+    assert dry.returncode == 0, dry
+    assert f"would drop {db}.events ds=2020-01-01 (" in dry.stdout
+    assert "would drop 1 partition(s)" in dry.stdout
+    with MetastoreClient(metastore.uri) as client:
+        assert len(client.partitions(db, "events")) == 2  # a dry run changes nothing
+
     result = airflow_cli.run("dags", "test", "staged_maintenance", env=env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
