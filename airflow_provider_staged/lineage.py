@@ -26,6 +26,7 @@ CREATE, OVERWRITE, DROP = "CREATE", "OVERWRITE", "DROP"
 IDENTITY, TRANSFORMATION, AGGREGATION = "IDENTITY", "TRANSFORMATION", "AGGREGATION"
 # Spark's current database when a query names a table without one.
 DEFAULT_DATABASE = "default"
+SESSION_CATALOG = "spark_catalog"
 
 
 @dataclass(frozen=True)
@@ -84,28 +85,42 @@ class QueryLineage:
     columns: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)
 
 
-def query_lineage(sql: str, namespace: str) -> QueryLineage:
-    """Input tables and column origins of a Spark SQL query; empty when sqlglot cannot parse it."""
-    import sqlglot  # deferred: ~0.25 s to import, paid only by a lineage-reporting task
+def source_tables(sql: str) -> tuple[str, ...]:
+    """``db.table`` (lower case) of every table in Spark's session catalog the query reads;
+    CTEs, table functions and other catalogs' tables are left out; empty if unparseable."""
+    import sqlglot  # deferred: ~0.25 s to import, paid only where lineage is wanted
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
-    from sqlglot.lineage import lineage
     from sqlglot.optimizer.scope import traverse_scope
 
     try:
         query = sqlglot.parse_one(sql, read="spark")
         if not isinstance(query, exp.Query):
-            return QueryLineage()
+            return ()
         names = {}
         for scope in traverse_scope(query):
             for source in scope.sources.values():
                 if _is_table(source, exp):
                     names[_table_name(source)] = None
-        inputs = tuple(DatasetName(namespace, name) for name in names)
-        nodes = lineage(None, query, {}, dialect="spark")
+    except (SqlglotError, ValueError, KeyError) as err:
+        log.info("no source tables derived from the query: %s", err)
+        return ()
+    return tuple(names)
+
+
+def query_lineage(sql: str, namespace: str) -> QueryLineage:
+    """Input tables and column origins of a Spark SQL query; empty when sqlglot cannot parse it."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+    from sqlglot.lineage import lineage
+
+    inputs = tuple(DatasetName(namespace, name) for name in source_tables(sql))
+    try:
+        nodes = lineage(None, sqlglot.parse_one(sql, read="spark"), {}, dialect="spark")
     except (SqlglotError, ValueError, KeyError) as err:  # lineage() raises plain errors too
-        log.info("no lineage derived from the query: %s", err)
-        return QueryLineage()
+        log.info("no column lineage derived from the query: %s", err)
+        return QueryLineage(inputs)
     columns = {}
     for column, node in nodes.items():
         origins = _origins(node, namespace, exp)
@@ -115,8 +130,10 @@ def query_lineage(sql: str, namespace: str) -> QueryLineage:
 
 
 def _is_table(source: Any, exp: Any) -> bool:
-    """A catalog table, not a CTE's query or a table function such as ``range(10)``."""
-    return isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)
+    """A table of the session catalog, not a CTE's query, a table function such as
+    ``range(10)`` or a table of another catalog (``cat.db.t``)."""
+    return (isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)
+            and source.catalog.lower() in ("", SESSION_CATALOG))
 
 
 def _table_name(table: Any) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_staged.engine.runners import EmbeddedEngine, Engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.identifiers import quote_name
+from airflow_provider_staged.lineage import source_tables
 from airflow_provider_staged.materialized.catalog_status import workflow_options
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.params import (
@@ -23,6 +24,7 @@ from airflow_provider_staged.materialized.params import (
     execution_conf,
     writer_options,
 )
+from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.partition_ttl import materialized_table_options
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
@@ -83,6 +85,30 @@ def staged_refresh(
     )
 
 
+class SourceTableNotFoundError(RuntimeError):
+    """A table the definition's query reads does not exist."""
+
+
+def check_sources(definition: MaterializedTableDefinition, metastore_uri: str) -> None:
+    """Fail before any attempt begins or Spark starts when a source table is missing.
+
+    A missing upstream table is the commonest refresh failure: this turns a JVM start and
+    Spark's analysis error (half a minute) into one metastore read per source table. Only a
+    table whose database exists is checked: ``parquet.`/path``` or ``global_temp.v`` are not
+    metastore tables, and Spark decides about them.
+    """
+    tables = source_tables(definition.query)
+    if not tables:
+        return
+    with MetastoreClient(metastore_uri) as client:
+        for name in tables:
+            database, table = name.split(".", 1)
+            if client.get_table(database, table) is None and database in client.thrift.get_all_databases():
+                raise SourceTableNotFoundError(
+                    f"[TABLE_OR_VIEW_NOT_FOUND] table {name}, read by {definition.identifier}, does not exist"
+                )
+
+
 def run_refresh(
     definition: MaterializedTableDefinition,
     request: RefreshRequest,
@@ -100,6 +126,7 @@ def run_refresh(
     default_options, default_conf = workflow_options(definition.source_path)
     options = writer_options({**default_options, **request.dynamic_options})
     sql_conf = execution_conf({**default_conf, **request.execution_config})
+    check_sources(definition, settings.metastore_uri)
     manifest = execute_staged(
         staged,
         engine or EmbeddedEngine(settings),

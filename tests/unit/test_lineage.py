@@ -119,3 +119,19 @@ def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
     assert (output.dataset, output.lifecycle) == (ds("db.t"), "DROP")
     assert output.partitions == ({"ds": "2024-01-01", "h": "3"}, {"ds": "2024/01", "h": "4"})
     assert lineage.inputs == ()
+
+
+def test_without_the_provider_nothing_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from airflow_provider_staged.openlineage_report import LineageReporting, operator_lineage
+
+    monkeypatch.setitem(sys.modules, "airflow.providers.openlineage.extractors", None)  # import fails
+    lineage = attempt_lineage("SELECT a FROM raw.s", NS, ds("db.t"), record(AttemptState.COMMITTED, None))
+    assert operator_lineage(lineage) is None
+
+    class Reporter(LineageReporting):
+        def lineage_report(self, succeeded: bool):
+            return lineage
+
+    assert Reporter().get_openlineage_facets_on_complete(None) is None
