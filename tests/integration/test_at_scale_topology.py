@@ -9,7 +9,7 @@ addresses become loopback ports, container paths temporary directories):
 - the ``secrets`` service's script, which generates the secrets every Airflow process shares;
 - the ``metastore-schema`` and ``metastore`` commands: the Hive Metastore on PostgreSQL;
 - a Spark standalone master and worker (``tests/fixtures/spark_standalone.py``);
-- Airflow (``services/airflow_local.py``: api-server, scheduler, dag-processor) with the
+- Airflow (``services/airflow_local.py``: api-server, scheduler, dag-processor, triggerer) with the
   environment of the compose file's Airflow services: LocalExecutor on PostgreSQL, the shared
   secrets (their ``_CMD`` commands run here, as Airflow would run them), the connections, the
   cluster as the refresh tasks' Spark master; the DAGs folder is the project's ``dags/``, as the
@@ -349,8 +349,6 @@ def _with_airflow(
         "STAGED_TEST_PURPOSE": "create",
         "STAGED_TEST_SPARK_CONN_ID": "spark_default",
         "STAGED_TEST_SPARK_CONF": json.dumps({"spark.ui.enabled": "false"}),
-        # Here only: no fixed port that another Airflow on this machine may hold.
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
     }
     cleanups.append(lambda: stop_airflow(home))
     airflow = start_airflow(home, dags, port=port, extra_env=env, timeout=400)
