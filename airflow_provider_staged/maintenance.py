@@ -21,7 +21,9 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID
+from airflow_provider_staged.lineage import Lineage, expiry_lineage
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB
+from airflow_provider_staged.openlineage_report import LineageReporting
 from airflow_provider_staged.partition_ttl import (
     DEFAULT_CHECK_INTERVAL_SECONDS,
     EXPIRATION_TIME,
@@ -55,7 +57,16 @@ def check_interval_of(definitions_dir: str | Path | None) -> timedelta:
     return timedelta(seconds=min(seconds, default=DEFAULT_CHECK_INTERVAL_SECONDS))
 
 
-def _step(step: str, conn_id: str) -> list[str]:
+class MaintenanceStepOperator(LineageReporting, PythonOperator):
+    """One maintenance step; the expiry reports DROP of the partitions it dropped (OpenLineage)."""
+
+    lineage: Lineage | None = None
+
+    def lineage_report(self, succeeded: bool) -> Lineage | None:
+        return self.lineage
+
+
+def _step(step: str, conn_id: str, **context: Any) -> list[str]:
     """Run one maintenance step on ``conn_id``'s catalog; log and return what it did."""
     # Imported when the task runs: parsing the DAG file must stay cheap.
     from airflow_provider_staged.callbacks import airflow_task_state
@@ -74,6 +85,10 @@ def _step(step: str, conn_id: str) -> list[str]:
         report.reconciled = reconcile(settings, airflow_task_state)
     elif step == "expire_partitions":
         report.expiry = sweep_expiry(settings, conn_id=conn_id)
+        if isinstance(context.get("task"), MaintenanceStepOperator):
+            context["task"].lineage = expiry_lineage(
+                settings.metastore_uri, {p.target: list(p.expired) for p in report.expiry.plans if p.expired}
+            )
     else:
         report.versions = sweep_all_versions(settings)
     lines = [line for line in report.lines() if step == "expire_partitions" or not line.startswith("expiry:")]
@@ -103,7 +118,7 @@ def build_maintenance_dag(
     )
     previous = None
     for step in ("reconcile", "expire_partitions", "sweep_versions"):
-        task = PythonOperator(task_id=step, python_callable=_step, op_args=[step, conn_id], dag=dag)
+        task = MaintenanceStepOperator(task_id=step, python_callable=_step, op_args=[step, conn_id], dag=dag)
         if previous is not None:
             previous >> task
         previous = task
