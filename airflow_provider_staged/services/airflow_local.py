@@ -218,12 +218,37 @@ def start_airflow(
         info = AirflowInfo(str(home), port, str(dags_folder), pids, env)
         wait_for_port(info.log_server_port, pids["log-server"], timeout, _log_file(home, "log-server"))
         wait_for_health(info, timeout)
+        register_scheduler_connection(info)
     except BaseException:
         for pid in pids.values():
             stop_pid(pid)
         raise
     _state_file(home).write_text(json.dumps(asdict(info)))
     return info
+
+
+def register_scheduler_connection(info: AirflowInfo) -> None:
+    """Give refresh tasks the REST login that auto-suspend pauses their DAG with, as the admin.
+
+    A task holds only an execution-API token, which cannot pause a DAG; without this connection
+    auto-suspend could not act on the local Airflow. Stored in Airflow's database (through the
+    REST API), not in the state file, which is not private.
+    """
+    from airflow_provider_staged.materialized.auto_suspend import SCHEDULER_CONN_ID
+
+    user, password = info.credentials("admin")
+    body = {"connection_id": SCHEDULER_CONN_ID, "conn_type": "http", "host": info.endpoint,
+            "login": user, "password": password}
+    headers = {"Authorization": f"Bearer {info.token()}"}
+    connections = f"{info.endpoint}/api/v2/connections"
+    response = httpx.post(connections, json=body, headers=headers, timeout=60)
+    if response.status_code == 409:  # a restart of the same home: the password is the same
+        response = httpx.patch(f"{connections}/{SCHEDULER_CONN_ID}", json=body, headers=headers, timeout=60)
+    if response.status_code >= 400:
+        raise ServiceError(
+            f"cannot register connection {SCHEDULER_CONN_ID} in the local Airflow: "
+            f"HTTP {response.status_code} {response.text[:300]}"
+        )
 
 
 def _migrate(home: Path, env: dict[str, str]) -> None:

@@ -169,6 +169,10 @@ def test_up_mt_without_flags_down_leaves_nothing(home: Path, tmp_path: Path) -> 
         refused = httpx.post(f"{api}/mt__stack__orders_daily/dagRuns", headers=viewer, timeout=30,
                              json={"logical_date": None, "conf": {}})
         assert refused.status_code == 403
+        # Refresh tasks can auto-suspend their DAG: the stack registered the admin's REST login.
+        connection = httpx.get(f"{ui}/api/v2/connections/staged_workflow_scheduler", headers=admin,
+                               timeout=30).json()
+        assert (connection["host"], connection["login"]) == (ui, "admin")
 
         out = staged(home, "mt", "refresh", "stack.orders_daily", "--partition", "ds=2024-01-02",
                      "--wait", "600")
