@@ -36,7 +36,7 @@ def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, 
     return airflow_cli.run("dags", "test", "staged_operator", env=env)
 
 
-def test_lineage_of_a_commit_and_none_for_an_aborted_output(airflow_cli, spark, metastore, tmp_path):
+def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli, spark, metastore, tmp_path):
     database = "ol_" + uuid.uuid4().hex[:8]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(database, metastore.warehouse)
@@ -77,3 +77,10 @@ def test_lineage_of_a_commit_and_none_for_an_aborted_output(airflow_cli, spark, 
     (fail,) = [e for e in events(events_file) if e["eventType"] == "FAIL"]
     assert [d["name"] for d in fail["inputs"]] == [f"{database}.src"]
     assert fail["outputs"] == []
+
+    # A second successful build replaces the committed table: its COMPLETE event says OVERWRITE.
+    result = run_build(airflow_cli, metastore, journal_dir, target, sql, events_file)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    changes = [[o["facets"]["lifecycleStateChange"]["lifecycleStateChange"] for o in e["outputs"]]
+               for e in events(events_file) if e["eventType"] == "COMPLETE"]
+    assert changes == [["CREATE"], ["OVERWRITE"]]
