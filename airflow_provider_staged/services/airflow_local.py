@@ -69,8 +69,10 @@ class AirflowInfo:
 
     @property
     def passwords_file(self) -> Path:
-        """Where the passwords of :data:`USERS` are kept (JSON ``{user: password}``)."""
-        return passwords_file(Path(self.home))
+        """Where the passwords of :data:`USERS` are kept (JSON ``{user: password}``): the file
+        this Airflow reads, which an ``extra_env`` (e.g. the compose topology's) may move."""
+        configured = self.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+        return Path(configured) if configured else passwords_file(Path(self.home))
 
     def credentials(self, user: str = "admin") -> tuple[str, str]:
         """``(user, password)`` of one of :data:`USERS` for logging in to this Airflow."""
