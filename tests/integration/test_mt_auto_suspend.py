@@ -46,17 +46,13 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> A
 
 @pytest.fixture
 def api(airflow_server: AirflowInfo) -> Iterator[httpx.Client]:
-    """REST API v2 as the admin; the refresh tasks log in with the connection made here."""
-    user, password = airflow_server.credentials("admin")
+    """REST API v2 as the admin. The refresh tasks log in with the connection that
+    ``start_airflow`` registered (checked here: auto-suspend depends on it)."""
     client = httpx.Client(base_url=airflow_server.endpoint + "/api/v2", timeout=HTTP_TIMEOUT,
                           headers={"Authorization": f"Bearer {airflow_server.token()}"})
-    client.delete(f"/connections/{SCHEDULER_CONN_ID}")
-    client.post("/connections", json={
-        "connection_id": SCHEDULER_CONN_ID, "conn_type": "http", "host": airflow_server.endpoint,
-        "login": user, "password": password,
-    }).raise_for_status()
+    connection = client.get(f"/connections/{SCHEDULER_CONN_ID}").raise_for_status().json()
+    assert (connection["host"], connection["login"]) == (airflow_server.endpoint, "admin")
     yield client
-    client.delete(f"/connections/{SCHEDULER_CONN_ID}")
     client.close()
 
 
