@@ -1,0 +1,1 @@
+"""The SQL client's pure parts: statement splitting, materialized-table statements, properties."""
