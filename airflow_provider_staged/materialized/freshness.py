@@ -25,7 +25,7 @@ class RefreshMode(str, enum.Enum):
 
 
 _UNIT_SECONDS = {TimeUnit.SECOND: 1, TimeUnit.MINUTE: 60, TimeUnit.HOUR: 3600, TimeUnit.DAY: 86400}
-# The value must divide the next larger unit so that refreshes line up with wall-clock boundaries.
+# FULL refresh: the value must divide the next larger unit (see ``check_full_refresh``).
 _UNIT_PERIOD = {TimeUnit.SECOND: 60, TimeUnit.MINUTE: 60, TimeUnit.HOUR: 24, TimeUnit.DAY: 1}
 
 DEFAULT_FRESHNESS_THRESHOLD = timedelta(minutes=30)
@@ -33,7 +33,7 @@ DEFAULT_FRESHNESS_THRESHOLD = timedelta(minutes=30)
 
 @dataclass(frozen=True)
 class Freshness:
-    """``FRESHNESS = INTERVAL 'value' unit``, validated as Flink does."""
+    """``FRESHNESS = INTERVAL 'value' unit``: any positive interval (FULL mode checks more)."""
 
     value: int
     unit: TimeUnit
@@ -48,14 +48,6 @@ class Freshness:
         object.__setattr__(self, "unit", unit)
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value <= 0:
             raise FreshnessError(f"invalid freshness {self}: the interval must be a positive integer")
-        period = _UNIT_PERIOD[unit]
-        if unit is TimeUnit.DAY and self.value != 1:
-            raise FreshnessError(f"invalid freshness {self}: a DAY freshness must be exactly 1")
-        if unit is not TimeUnit.DAY and (self.value >= period or period % self.value):
-            raise FreshnessError(
-                f"invalid freshness {self}: a {unit.value} freshness must be less than {period} "
-                f"and divide {period} evenly"
-            )
 
     def __str__(self) -> str:
         return f"INTERVAL '{self.value}' {self.unit.value}"
@@ -63,19 +55,40 @@ class Freshness:
     def as_timedelta(self) -> timedelta:
         return timedelta(seconds=self.value * _UNIT_SECONDS[self.unit])
 
+    def check_full_refresh(self) -> None:
+        """Flink's FULL-mode limits (``validateFreshnessForCron``): the interval must divide the
+        next larger unit (60 seconds, 60 minutes, 24 hours) so that refreshes line up with
+        wall-clock boundaries, and a DAY freshness must be exactly 1 (months differ in length).
+        CONTINUOUS tables accept any positive interval."""
+        if self.unit is TimeUnit.DAY:
+            if self.value != 1:
+                raise FreshnessError(
+                    f"invalid freshness {self}: in FULL refresh mode a DAY freshness must be exactly 1"
+                )
+            return
+        period = _UNIT_PERIOD[self.unit]
+        if self.value >= period or period % self.value:
+            raise FreshnessError(
+                f"invalid freshness {self}: in FULL refresh mode a {self.unit.value} freshness must "
+                f"be less than {period} and divide {period} evenly"
+            )
+
     def to_cron(self) -> str:
-        """A five-field cron expression that fires once per freshness interval."""
+        """The cron of a FULL refresh, as Flink's ``convertFreshnessToCron``; checks the limits.
+
+        Minutes and up are five-field crons. A SECOND freshness is croniter's six-field form
+        with seconds last (``* * * * * */10``: every 10 s aligned to the minute, Flink's
+        ``0/10 * * * * ? *``), which Airflow's ``CronTriggerTimetable`` schedules to the second.
+        """
+        self.check_full_refresh()
         step = "*" if self.value == 1 else f"*/{self.value}"
+        if self.unit is TimeUnit.SECOND:
+            return f"* * * * * {step}"
         if self.unit is TimeUnit.MINUTE:
             return f"{step} * * * *"
         if self.unit is TimeUnit.HOUR:
             return f"0 {step} * * *"
-        if self.unit is TimeUnit.DAY:
-            return "0 0 * * *"
-        raise FreshnessError(
-            f"freshness {self} cannot be scheduled in FULL refresh mode: Airflow cron has no "
-            "seconds; use a freshness of at least INTERVAL '1' MINUTE"
-        )
+        return "0 0 * * *"
 
 
 def derive_refresh_mode(

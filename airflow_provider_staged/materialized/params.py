@@ -287,7 +287,8 @@ def parse_refresh_request(
         )
     if is_periodic:
         spec = periodic_partition(
-            schedule_time, definition.freshness, definition.partition_formatters
+            schedule_time, definition.freshness, definition.partition_formatters, zone,
+            definition.schedule,
         )
     else:
         spec = partitions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime, tzinfo
+from datetime import datetime, timezone, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -127,14 +127,18 @@ def parse_schedule_time(text: object) -> datetime:
 
 
 def local_schedule_time(moment: datetime, zone: str | tzinfo = "UTC") -> datetime:
-    """Wall-clock time of ``moment`` in ``zone`` (naive datetimes are already wall-clock)."""
+    """Wall-clock time of ``moment`` in ``zone`` (naive datetimes are already wall-clock).
+
+    A plain ``datetime`` (not pendulum's) whose ``fold`` tells the two 01:00 of autumn apart.
+    """
     what = f"run time '{moment.isoformat(sep=' ')}'"
     if moment.tzinfo is not None:
         try:
-            moment = moment.astimezone(time_zone(zone)).replace(tzinfo=None)
+            moment = moment.astimezone(time_zone(zone))
         except OverflowError:
             raise PartitionError(f"{what} is out of range in time zone {zone}") from None
-    return _in_range(moment.replace(microsecond=0), what)
+    wall = datetime(*moment.timetuple()[:6], fold=moment.fold)
+    return _in_range(wall, what)
 
 
 def _in_range(moment: datetime, what: str) -> datetime:
@@ -151,24 +155,80 @@ def format_schedule_time(moment: datetime) -> str:
     return moment.strftime(_SCHEDULE_TIME_FORMAT)
 
 
+class PartitionNotEndedError(PartitionError):
+    """A periodic run whose partition is still being written (the hour repeated when DST ends)."""
+
+
 def periodic_partition(
     schedule_time: str | datetime,
     freshness: Freshness,
     formatters: Mapping[str, str],
     zone: str | tzinfo = "UTC",
+    schedule: str | None = None,
 ) -> dict[str, str]:
-    """The partition a periodic run refreshes: ``format(scheduleTime - freshness)`` per column.
+    """The partition a periodic run refreshes: the one that starts at the schedule's previous
+    fire time, per column.
 
-    ``formatters`` maps partition columns to strftime patterns. As in Flink, the arithmetic is
-    on the wall-clock time in ``zone`` (a run fired 2024-01-02 00:00:00 with a 1-day freshness
-    owns ds='2024-01-01' whatever daylight saving does in between).
+    ``formatters`` maps partition columns to strftime patterns; ``schedule`` is the table's cron
+    (None: ``scheduleTime - freshness`` on the wall clock in ``zone``). Previous fire times
+    follow Airflow's ``CronTriggerTimetable``, so every partition is refreshed exactly once
+    across daylight saving: the run at 03:00 PDT on 2024-03-10 refreshes hour 01 (02:00 never
+    existed), and of the two runs at 01:00 on 2024-11-03 the second (01:00 PST) raises
+    :class:`PartitionNotEndedError`: hour 01 is still being written, the 02:00 run refreshes it.
     """
     if isinstance(schedule_time, str):
         local = parse_schedule_time(schedule_time)
     else:
         local = local_schedule_time(schedule_time, zone)
-    start = local - freshness.as_timedelta()
+    if schedule is None:
+        start = local - freshness.as_timedelta()
+    else:
+        zone_info = time_zone(zone)
+        start = previous_fire_time(schedule, _aware(local, zone_info), zone_info).replace(tzinfo=None)
+        if start.replace(fold=0) >= local.replace(fold=0):  # the wall clock went back
+            spec = ", ".join(f"{c}={start.strftime(p)}" for c, p in formatters.items())
+            raise PartitionNotEndedError(
+                f"partition {spec or '(whole table)'} of schedule time {format_schedule_time(local)} "
+                f"has not ended: the clock went back at the end of daylight saving in {zone}; the "
+                "next run refreshes it"
+            )
     return {column: start.strftime(pattern) for column, pattern in formatters.items()}
+
+
+def previous_fire_time(cron: str, fired: datetime, zone: tzinfo) -> datetime:
+    """The fire time of ``cron`` before ``fired`` (aware), in ``zone``, as Airflow computes it.
+
+    A ``fired`` off the schedule (a scheduleTime typed by hand) is first moved back onto it,
+    as Airflow's ``_align_to_prev`` does, so the partition is always one that has ended.
+    """
+    last = _cron_step(cron, fired, zone, forward=False)
+    if _cron_step(cron, last, zone, forward=True) != fired:
+        last = _cron_step(cron, last, zone, forward=False)
+    return last
+
+
+def _cron_step(cron: str, current: datetime, zone: tzinfo, forward: bool) -> datetime:
+    """Airflow's ``CronMixin._get_next`` / ``_get_prev``: a cron that fires every hour steps by
+    the wall-clock distance in absolute time (the repeated hour of autumn gets its own run);
+    any other cron's wall-clock time is localized (the later of two repeated times, a skipped
+    one moved forward)."""
+    from croniter import croniter  # deferred: only periodic refreshes pay for it
+
+    naive = current.astimezone(zone).replace(tzinfo=None, fold=0)
+    cron_iter = croniter(cron, start_time=naive)
+    scheduled = cron_iter.get_next(datetime) if forward else cron_iter.get_prev(datetime)
+    if cron_iter.expanded[1] == ["*"]:  # Airflow's _covers_every_hour
+        return (current.astimezone(timezone.utc) + (scheduled - naive)).astimezone(zone)
+    return _aware(scheduled.replace(fold=1), zone)
+
+
+def _aware(local: datetime, zone: tzinfo) -> datetime:
+    """Wall-clock ``local`` in ``zone``; its ``fold`` picks a repeated time, a skipped one
+    moves forward by the gap (what pendulum does for Airflow's ``make_aware``)."""
+    aware = local.replace(tzinfo=zone)
+    if aware.astimezone(timezone.utc).astimezone(zone).replace(tzinfo=None) == local.replace(fold=0):
+        return aware
+    return local.replace(fold=0, tzinfo=zone).astimezone(timezone.utc).astimezone(zone)
 
 
 def validate_static_partitions(

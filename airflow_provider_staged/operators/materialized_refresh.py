@@ -11,12 +11,14 @@ import functools
 from typing import Any
 
 from airflow.sdk import Asset, Context
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_staged.callbacks import task_ref
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.materialized.auto_suspend import SCHEDULER_CONN_ID
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.params import parse_refresh_request
+from airflow_provider_staged.materialized.partitions import PartitionNotEndedError
 from airflow_provider_staged.operators.staged_attempt import StagedAttemptOperator
 
 
@@ -58,7 +60,10 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
 
         run_time = context.get("logical_date") or context["dag_run"].run_after
-        request = parse_refresh_request(context["params"], self.definition, run_time, self.zone)
+        try:
+            request = parse_refresh_request(context["params"], self.definition, run_time, self.zone)
+        except PartitionNotEndedError as err:  # the repeated hour of autumn: the next run has it
+            raise AirflowSkipException(str(err)) from None
         settings = StagedTableHook(self.staged_conn_id).get_settings()
         self._engine = EmbeddedEngine(settings)
         task = task_ref(context)

@@ -13,30 +13,42 @@ from airflow_provider_staged.materialized.freshness import (
     parse_duration,
 )
 
-ALLOWED = [
+FULL_ALLOWED = [
     *((n, "SECOND") for n in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)),
     *((n, "MINUTE") for n in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)),
     *((n, "HOUR") for n in (1, 2, 3, 4, 6, 8, 12)),
     (1, "DAY"),
 ]
-FORBIDDEN = [
-    *((n, "SECOND") for n in (0, 7, 9, 45, 59, 60, 120)),
-    *((n, "MINUTE") for n in (0, 7, 8, 25, 40, 60, 90)),
-    *((n, "HOUR") for n in (0, 5, 7, 9, 10, 16, 24, 48)),
-    *((n, "DAY") for n in (0, 2, 7, 30)),
+# Flink's validateFreshnessForCron: refused in FULL mode, fine for CONTINUOUS.
+FULL_FORBIDDEN = [
+    *((n, "SECOND") for n in (7, 9, 45, 59, 60, 120)),
+    *((n, "MINUTE") for n in (7, 8, 25, 40, 60, 90)),
+    *((n, "HOUR") for n in (5, 7, 9, 10, 16, 24, 48)),
+    *((n, "DAY") for n in (2, 3, 7, 30)),
 ]
 
 
-@pytest.mark.parametrize(("value", "unit"), ALLOWED)
-def test_allowed_freshness(value: int, unit: str) -> None:
+@pytest.mark.parametrize(("value", "unit"), FULL_ALLOWED + FULL_FORBIDDEN)
+def test_any_positive_interval_is_a_freshness(value: int, unit: str) -> None:
     freshness = Freshness(value, unit)
     assert freshness.unit is TimeUnit(unit)
     assert freshness.as_timedelta() == timedelta(**{unit.lower() + "s": value})
 
 
-@pytest.mark.parametrize(("value", "unit"), FORBIDDEN)
-def test_forbidden_freshness_names_the_value(value: int, unit: str) -> None:
-    with pytest.raises(FreshnessError, match=rf"INTERVAL '{value}' {unit}"):
+@pytest.mark.parametrize(("value", "unit"), FULL_ALLOWED)
+def test_full_mode_allows(value: int, unit: str) -> None:
+    Freshness(value, unit).check_full_refresh()
+
+
+@pytest.mark.parametrize(("value", "unit"), FULL_FORBIDDEN)
+def test_full_mode_limits_name_the_value(value: int, unit: str) -> None:
+    with pytest.raises(FreshnessError, match=rf"INTERVAL '{value}' {unit}.*FULL refresh mode"):
+        Freshness(value, unit).to_cron()
+
+
+@pytest.mark.parametrize(("value", "unit"), [(0, "SECOND"), (0, "MINUTE"), (0, "HOUR"), (0, "DAY")])
+def test_zero_is_no_freshness(value: int, unit: str) -> None:
+    with pytest.raises(FreshnessError, match=rf"INTERVAL '{value}' {unit}.*positive integer"):
         Freshness(value, unit)
 
 
@@ -66,9 +78,12 @@ def test_to_cron(value: int, unit: str, cron: str) -> None:
     assert Freshness(value, unit).to_cron() == cron
 
 
-def test_sub_minute_freshness_has_no_cron() -> None:
-    with pytest.raises(FreshnessError, match=r"INTERVAL '30' SECOND.*no seconds"):
-        Freshness(30, "SECOND").to_cron()
+@pytest.mark.parametrize(
+    ("value", "cron"), [(1, "* * * * * *"), (10, "* * * * * */10"), (30, "* * * * * */30")]
+)
+def test_second_freshness_is_a_six_field_cron(value: int, cron: str) -> None:
+    """Flink's ``0/n * * * * ? *`` in croniter's form (seconds last)."""
+    assert Freshness(value, "SECOND").to_cron() == cron
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,8 @@ def test_create_rejects_bad_definitions_before_touching_anything(tmp_path: Path)
     scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
     identifier = TableIdentifier("analytics", "orders_daily")
     cases = [
-        (DEFINITION.replace("'1' DAY", "'7' MINUTE"), "analytics__orders_daily.sql:6: FRESHNESS"),
+        (DEFINITION.replace("'1' DAY", "'7' MINUTE\nREFRESH_MODE = FULL"),
+         "analytics__orders_daily.sql:6: FRESHNESS"),
         (DEFINITION.replace("'owner'", "'ownr'"), "unknown option 'ownr'"),
         (DEFINITION.replace("FROM raw.orders", "FROM raw.orders WHERE ("), "invalid query"),
         (DEFINITION.replace("FRESHNESS = INTERVAL '1' DAY", "FRESHNESS = INTERVAL '1' DAY\n"
