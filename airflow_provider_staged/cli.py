@@ -36,6 +36,8 @@ from airflow_provider_staged.services.metastore import (
     stop_metastore,
 )
 from airflow_provider_staged.services.processes import ServiceError
+from airflow_provider_staged.sql.client import HELP as SQL_HELP
+from airflow_provider_staged.sql.client import sql as sql_command
 from airflow_provider_staged.staging.errors import StagingError
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ services = typer.Typer(help="The local Hive Metastore alone (`staged up` starts 
 app.add_typer(services, name="services")
 app.add_typer(materialized_app, name="mt", help="Materialized tables.")
 register_lifecycle(app)  # versions, rollback, expire, maintain (lifecycle_cli.py)
+app.command("sql", help=SQL_HELP)(sql_command)  # the SQL client (sql/client.py)
 
 ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
 

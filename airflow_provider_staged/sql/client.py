@@ -1,0 +1,360 @@
+"""``staged sql``: the SQL client (FLIP-24) in embedded or gateway mode.
+
+Thin over :mod:`.session`: it builds the Spark session of the mode, runs ``-i``, ``-e``, ``-f``
+or the interactive prompt, and prints results (:mod:`.output`). Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import pydoc
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from airflow_provider_staged.services.metastore import metastore_status, staged_home
+from airflow_provider_staged.sql.output import RENDERERS, ResultSet
+from airflow_provider_staged.sql.properties import (
+    RESULT_MODE,
+    SessionProperties,
+    Source,
+)
+from airflow_provider_staged.sql.splitting import SplitError, Statement, is_complete, split_statements
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.materialized.manager import MaterializedTables
+    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.sql.session import SqlSession
+
+PROMPT = "staged-sql> "
+HISTORY_FILE = "sql_history"
+GATEWAY_ENV = "STAGED_GATEWAY_URL"
+# `staged mt`'s scheduler options as environment variables (its configure callback reads the same).
+_MT_ENV = {
+    "endpoint": "STAGED_AIRFLOW_ENDPOINT",
+    "definitions_dir": "STAGED_MT_DEFINITIONS_DIR",
+    "username": "STAGED_AIRFLOW_USERNAME",
+    "password": "STAGED_AIRFLOW_PASSWORD",
+    "metastore_uri": "STAGED_METASTORE_URI",
+}
+_EXIT_WORDS = {"quit", "exit", "quit;", "exit;"}
+# Statements after which the completion's table names are read again.
+_DDL_WORDS = ("CREATE", "DROP", "ALTER", "REPLACE", "USE")
+
+HELP = """Run SQL on Spark + the Hive Metastore: interactively, or from -e / -f.
+
+CREATE TABLE t AS SELECT (also IF NOT EXISTS, REPLACE TABLE, CREATE OR REPLACE TABLE) builds the \
+table atomically through the staged tables. Materialized-table statements (CREATE MATERIALIZED \
+TABLE, ALTER MATERIALIZED TABLE t SUSPEND | RESUME | REFRESH [PARTITION (k = 'v')], DROP, \
+DESCRIBE, SHOW MATERIALIZED TABLES) drive their refresh DAGs in Airflow. Everything else is \
+Spark SQL.
+
+\b
+Examples:
+  staged sql                                  # interactive; end a statement with ;
+  staged sql -e "SHOW TABLES; SELECT 1 AS x"
+  staged sql -f build.sql -i session.sql      # stops at the first error: file:line:column
+  staged sql -e "SELECT * FROM db.t" --output csv > t.csv
+  staged sql --gateway sc://127.0.0.1:15002/ -e "SELECT 1"
+  staged sql --conf spark.sql.shuffle.partitions=8 --conf table.ctas.atomicity-enabled=false
+
+\b
+Session properties (defaults < --conf < -i file < SET):
+  SET;                                        list every property with its value and source
+  SET 'sql-client.execution.result-mode' = 'tableau';   tableau | table | changelog
+  SET 'sql-client.execution.max-table-result.rows' = '100';
+  SET 'table.ctas.atomicity-enabled' = 'false';         Spark's plain CTAS path
+  SET 'spark.sql.shuffle.partitions' = '8';             any other key is Spark conf
+  RESET 'spark.sql.shuffle.partitions';  RESET;
+"""
+
+
+class Mode(str, enum.Enum):
+    embedded = "embedded"
+    gateway = "gateway"
+
+
+class ScriptOutput(str, enum.Enum):
+    tableau = "tableau"
+    csv = "csv"
+    json = "json"
+
+
+class Printer:
+    """Prints results as the result mode (or ``--output``) says; messages never pollute csv/json."""
+
+    def __init__(self, properties: SessionProperties, output: ScriptOutput | None, interactive: bool) -> None:
+        self.properties = properties
+        self.output = output
+        self.interactive = interactive
+
+    def __call__(self, result: ResultSet) -> None:
+        if self.output in (ScriptOutput.csv, ScriptOutput.json):
+            text = RENDERERS[self.output.value](result)
+            if text:
+                typer.echo(text)
+            elif result.message:
+                typer.echo(result.message, err=True)
+            return
+        mode = "tableau" if self.output is ScriptOutput.tableau else self.properties.result_mode
+        text = RENDERERS[mode](result)
+        if mode == "table" and self.interactive and text.count("\n") + 2 > shutil.get_terminal_size().lines:
+            pydoc.pager(text)  # a scrollable view ($PAGER, else less)
+        else:
+            typer.echo(text)
+
+
+def report(message: str, where: str) -> None:
+    from airflow_provider_staged.cli import one_line
+
+    typer.echo(f"error: {where}{one_line(message)}", err=True)
+
+
+def run_text(
+    session: SqlSession, text: str, source: str, printer: Callable[[ResultSet], None], keep_going: bool
+) -> int:
+    """Run every statement of ``text``; return how many failed (stop at the first unless ``keep_going``).
+
+    The whole text is split first: a splitting error runs nothing.
+    """
+    try:
+        statements = split_statements(text)
+    except SplitError as err:
+        report(str(err).split(": ", 1)[1], f"{source}:{err.line}:{err.column}: ")
+        return 1
+    failures = 0
+    for statement in statements:
+        if not run_statement(session, statement, source, printer):
+            failures += 1
+            if not keep_going:
+                break
+    return failures
+
+
+def run_statement(
+    session: SqlSession, statement: Statement, source: str, printer: Callable[[ResultSet], None]
+) -> bool:
+    from airflow_provider_staged.sql.session import StatementError
+
+    try:
+        result = session.execute(statement)
+    except StatementError as err:
+        report(err.message, f"{source}:{err.line}:{err.column}: ")
+        return False
+    printer(result)
+    return True
+
+
+# -- the mode's Spark session and settings ---------------------------------------------------
+
+
+def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
+    """The staged catalog: ``--conn`` (an Airflow connection), ``STAGED_METASTORE_URI``, or the
+    local metastore under $STAGED_HOME (started when ``start_local`` and none runs)."""
+    from airflow_provider_staged.settings import StagedSettings
+
+    if conn:
+        from airflow_provider_staged.cli import _settings
+
+        return _settings(conn)
+    uri = os.environ.get(_MT_ENV["metastore_uri"])
+    if uri:
+        host, _, port = uri.removeprefix("thrift://").rpartition(":")
+        return StagedSettings.from_fields(host, int(port) if port.isdigit() else None, {}, staged_home())
+    info = metastore_status()
+    if info is None:
+        if not start_local:
+            raise ValueError(f"no metastore configured: pass --conn, set STAGED_METASTORE_URI, or run "
+                             f"`staged services up` (none runs under {staged_home()})")
+        from airflow_provider_staged.services.metastore import start_metastore
+
+        typer.echo(f"starting the local metastore under {staged_home()} (`staged services down` stops it)",
+                   err=True)
+        info = start_metastore()
+    return StagedSettings.from_fields(info.host, info.port, {"warehouse": info.warehouse}, staged_home())
+
+
+def embedded_spark(settings: StagedSettings, master: str, spark_conf: Mapping[str, str]) -> Any:
+    from airflow_provider_staged.engine.session import build_session, jvm_log
+
+    jvm_log.setLevel(logging.CRITICAL)  # Spark's log lines are not the client's output
+    spark = build_session(settings.metastore_uri, settings.warehouse, master, "staged-sql",
+                          {**settings.spark_conf, **spark_conf})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def gateway_spark(url: str) -> Any:
+    if not url.startswith("sc://"):
+        raise ValueError(f"invalid gateway URL {url!r}: expected sc://host:port/[;token=...]")
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
+@contextmanager
+def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
+    """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
+    and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
+    from airflow_provider_staged.materialized import cli as mt_cli
+
+    holder = SimpleNamespace(obj=None)  # configure() and _tables() use only the context's obj
+    given = {name: os.environ.get(variable) for name, variable in _MT_ENV.items()}
+    mt_cli.configure(
+        holder,  # type: ignore[arg-type]
+        conf=[f"{key}={value}" for key, value in options.items()],
+        definitions_dir=Path(given.pop("definitions_dir")) if given["definitions_dir"] else None,
+        **given,
+    )
+    with mt_cli._tables(holder) as tables:  # type: ignore[arg-type]
+        yield tables
+
+
+def make_session(
+    spark: Any, properties: SessionProperties, settings: Callable[[], StagedSettings]
+) -> SqlSession:
+    from airflow_provider_staged.sql.session import SqlSession
+
+    return SqlSession(spark, properties, settings, open_tables)
+
+
+# -- interactive ---------------------------------------------------------------------------------
+
+
+def _keywords() -> list[str]:
+    from sqlglot.dialects.spark import Spark
+
+    words = {word for word in Spark.Tokenizer.KEYWORDS if word.isalpha()}
+    words |= {"MATERIALIZED", "FRESHNESS", "REFRESH_MODE", "SUSPEND", "RESUME", "REFRESH", "SHOW", "TABLES"}
+    return sorted(words)
+
+
+def _catalog_names(spark: Any) -> list[str]:
+    """Databases, and tables of the current database (bare and qualified), for completion."""
+    try:
+        database = spark.catalog.currentDatabase()
+        tables = [row[1] for row in spark.sql("SHOW TABLES").collect()]
+        databases = [row[0] for row in spark.sql("SHOW DATABASES").collect()]
+    except Exception:  # completion is a convenience: never let it break the prompt
+        return []
+    return sorted({*databases, *tables, *(f"{database}.{table}" for table in tables)})
+
+
+def interactive(session: SqlSession, printer: Printer) -> None:
+    """Multi-line input ending at ``;``, persistent history, completion of keywords and tables."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import WordCompleter
+    from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keywords = _keywords()
+    words = [*keywords, *_catalog_names(session.spark)]
+    bindings = KeyBindings()
+
+    @bindings.add("enter")
+    def _enter(event: Any) -> None:
+        buffer = event.current_buffer
+        text = buffer.text.strip()
+        if not text or text.lower() in _EXIT_WORDS or is_complete(buffer.text):
+            buffer.validate_and_handle()
+        else:
+            buffer.insert_text("\n")
+
+    home = staged_home()
+    home.mkdir(parents=True, exist_ok=True)
+    prompt = PromptSession(
+        history=FileHistory(str(home / HISTORY_FILE)),
+        completer=WordCompleter(lambda: words, ignore_case=True, WORD=True),
+        multiline=True,
+        key_bindings=bindings,
+        prompt_continuation=lambda width, line_number, soft_wrap: "-> ".rjust(width),
+    )
+    typer.echo("staged SQL client: end statements with ;  (help: `staged sql --help`, quit: exit; or Ctrl-D)")
+    while True:
+        try:
+            text = prompt.prompt(PROMPT)
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            break
+        if text.strip().lower() in _EXIT_WORDS:
+            break
+        run_text(session, text, "input", printer, keep_going=False)
+        if text.lstrip().upper().startswith(_DDL_WORDS):
+            words = [*keywords, *_catalog_names(session.spark)]
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def _pairs(values: list[str] | None) -> dict[str, str]:
+    pairs = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--conf {item!r}: expected KEY=VALUE")
+        pairs[key.strip()] = value
+    return pairs
+
+
+def sql(
+    execute: Annotated[str | None, typer.Option(
+        "--execute", "-e", metavar="STATEMENTS", help="run these statements and exit")] = None,
+    file: Annotated[Path | None, typer.Option(
+        "--file", "-f", exists=True, dir_okay=False, help="run a script and exit (stops at the first error)")
+    ] = None,
+    init: Annotated[Path | None, typer.Option(
+        "--init", "-i", exists=True, dir_okay=False, help="statements (e.g. SET) run first, quietly")] = None,
+    continue_on_error: Annotated[bool, typer.Option(
+        help="with -e/-f: run the remaining statements after a failure (exit code still 1)")] = False,
+    mode: Annotated[Mode | None, typer.Option(
+        help="embedded: Spark in this process; gateway: a Spark Connect server [default: gateway "
+             "when --gateway is given]")] = None,
+    gateway: Annotated[str | None, typer.Option(
+        envvar=GATEWAY_ENV, metavar="sc://HOST:PORT/", help="Spark Connect URL (gateway mode)")] = None,
+    conf: Annotated[list[str] | None, typer.Option(
+        "--conf", metavar="KEY=VALUE", help="a session property's default (repeatable)")] = None,
+    conn: Annotated[str | None, typer.Option(
+        help="staged_hive connection id [default: the local metastore, or STAGED_METASTORE_URI]")] = None,
+    master: Annotated[str, typer.Option(help="Spark master of embedded mode")] = "local[*]",
+    output: Annotated[ScriptOutput | None, typer.Option(
+        "--output", "-o", help="tableau, or csv / json: results only on stdout (for scripts)")] = None,
+) -> None:
+    if execute is not None and file is not None:
+        raise typer.BadParameter("give -e or -f, not both")
+    interactive_mode = execute is None and file is None
+    defaults = {RESULT_MODE: "table"} if interactive_mode else {}
+    properties = SessionProperties(defaults)
+    for key, value in _pairs(conf).items():
+        properties.put(*properties.checked(key, value), layer=Source.CONFIG)
+    mode = mode or (Mode.gateway if gateway else Mode.embedded)
+    if mode is Mode.gateway:
+        if not gateway:
+            raise ValueError(f"gateway mode needs --gateway sc://host:port/ (or {GATEWAY_ENV})")
+        spark = gateway_spark(gateway)
+        session = make_session(spark, properties, lambda: resolve_settings(conn, start_local=False))
+    else:
+        settings = resolve_settings(conn, start_local=True)
+        spark = embedded_spark(settings, master, properties.spark_values())
+        session = make_session(spark, properties, lambda: settings)
+    printer = Printer(properties, output, interactive_mode)
+    if init is not None:
+        properties.layer = Source.INIT
+        failed = run_text(session, init.read_text(encoding="utf-8"), str(init), lambda result: None, False)
+        properties.layer = Source.SESSION
+        if failed:
+            raise typer.Exit(1)
+    if interactive_mode:
+        interactive(session, printer)
+        return
+    text = execute if execute is not None else file.read_text(encoding="utf-8")  # type: ignore[union-attr]
+    source = str(file) if file is not None else "-e"
+    if run_text(session, text, source, printer, continue_on_error):
+        raise typer.Exit(1)

@@ -1,0 +1,140 @@
+"""How the SQL client prints a result: Flink's ``tableau`` box, ``changelog`` rows, CSV, JSON.
+
+Pure: a :class:`ResultSet` in, text out. ``table`` mode is the tableau text in a pager (client).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from wcwidth import wcswidth
+
+NULL = "<NULL>"
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    """A statement's rows (plain Python values) or, with no columns, just its ``message``."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    truncated: bool = False  # more rows existed than the max-rows setting let through
+    message: str | None = None
+
+    @classmethod
+    def info(cls, message: str) -> ResultSet:
+        return cls([], message=message)
+
+    @classmethod
+    def of_dicts(cls, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> ResultSet:
+        return cls(list(columns), [tuple(row.get(column) for column in columns) for row in rows])
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return NULL
+    if isinstance(value, bool):
+        return str(value).upper()
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)
+
+
+def _width(text: str) -> int:
+    width = wcswidth(text)
+    return width if width >= 0 else len(text)  # control characters: count them as one each
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    fill = " " * (width - _width(text))
+    return fill + text if right else text + fill
+
+
+def _footer(result: ResultSet) -> str:
+    count = len(result.rows)
+    if result.truncated:
+        return f"{count} rows shown (more rows exist: raise 'sql-client.execution.max-table-result.rows')"
+    return "Empty set" if count == 0 else f"{count} row{'s' if count != 1 else ''} in set"
+
+
+def render_tableau(result: ResultSet) -> str:
+    """Flink's tableau: a boxed table, numbers right-aligned, ``<NULL>`` for nulls, a row count."""
+    if not result.columns:
+        return f"[INFO] {result.message or 'Execute statement succeeded.'}"
+    cells = [[_text(value) for value in row] for row in result.rows]
+    widths = [max([_width(column), *(_width(row[i]) for row in cells)])
+              for i, column in enumerate(result.columns)]
+    numeric = [
+        bool(result.rows) and all(isinstance(row[i], (int, float, Decimal)) and not isinstance(row[i], bool)
+                                  for row in result.rows if row[i] is not None)
+        for i in range(len(result.columns))
+    ]
+    rule = "+" + "+".join("-" * (width + 2) for width in widths) + "+"
+    header = "| " + " | ".join(_pad(c, w, False) for c, w in zip(result.columns, widths, strict=True)) + " |"
+    lines = [rule, header, rule]
+    lines += ["| " + " | ".join(_pad(c, w, r) for c, w, r in zip(row, widths, numeric, strict=True)) + " |"
+              for row in cells]
+    if cells:
+        lines.append(rule)
+    lines.append(_footer(result))
+    return "\n".join(lines)
+
+
+def render_changelog(result: ResultSet) -> str:
+    """Each row with its change kind, as Flink's changelog mode (a batch result is all inserts)."""
+    if not result.columns:
+        return render_tableau(result)
+    head = "op | " + " | ".join(result.columns)
+    return "\n".join([head, *("+I | " + " | ".join(_text(value) for value in row) for row in result.rows),
+                      _footer(result)])
+
+
+def render_csv(result: ResultSet) -> str:
+    """Header and rows (nulls empty); a statement without rows prints nothing."""
+    if not result.columns:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(result.columns)
+    writer.writerows([["" if value is None else _csv_value(value) for value in row] for row in result.rows])
+    return buffer.getvalue().rstrip("\n")
+
+
+def _csv_value(value: Any) -> Any:
+    return json.dumps(value, default=str) if isinstance(value, (dict, list, tuple)) else _json_scalar(value)
+
+
+def _json_scalar(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def render_json(result: ResultSet) -> str:
+    """One JSON document on one line: the list of row objects (nothing for a statement without rows)."""
+    if not result.columns:
+        return ""
+    rows = [{column: _json_value(value) for column, value in zip(result.columns, row, strict=True)}
+            for row in result.rows]
+    return json.dumps(rows, default=str, ensure_ascii=False)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    return _json_scalar(value)
+
+
+RENDERERS = {"tableau": render_tableau, "table": render_tableau, "changelog": render_changelog,
+             "csv": render_csv, "json": render_json}

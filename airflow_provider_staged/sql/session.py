@@ -1,0 +1,298 @@
+"""One SQL client session: runs statements on a Spark session (in-process or Spark Connect).
+
+What each statement becomes:
+
+- ``SET`` / ``RESET``: session properties (:mod:`.properties`); Spark keys also go to Spark.
+- materialized-table statements: the workflow scheduler through ``MaterializedTables``.
+- CTAS / RTAS (:mod:`.ctas`): the staged tables' one journaled commit path (atomic), unless
+  ``table.ctas.atomicity-enabled`` is false.
+- anything else: ``spark.sql`` as it is.
+
+A failing statement raises :class:`StatementError` (one line, with its line and column).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_staged.engine import spark_job
+from airflow_provider_staged.engine.runners import Engine
+from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.sql import materialized_statements as mts
+from airflow_provider_staged.sql.ctas import CtasPlan, is_ctas, plan_ctas
+from airflow_provider_staged.sql.output import ResultSet
+from airflow_provider_staged.sql.properties import (
+    WORKFLOW_PREFIX,
+    PropertyCommand,
+    ResetProperty,
+    SessionProperties,
+    SetProperty,
+    ShowProperties,
+    is_client_key,
+    parse_property_command,
+)
+from airflow_provider_staged.sql.splitting import SplitError, Statement, tokenize
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.materialized.manager import MaterializedTables
+    from airflow_provider_staged.settings import StagedSettings
+
+# Where Spark's messages locate an error inside the statement ("line 1, pos 7", "line 1 pos 7").
+_SPARK_POSITION = re.compile(r"\bline (\d+),? pos(?:ition)? (\d+)")
+TablesOpener = Callable[[Mapping[str, str]], AbstractContextManager["MaterializedTables"]]
+
+
+class StatementError(Exception):
+    """A statement failed; ``line``/``column`` are positions in the whole input (1-based)."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+class SessionEngine(Engine):
+    """The staged write job on the client's own Spark session (classic or Connect).
+
+    The staging, the journal and the commit stay in the client process (the one commit path);
+    only the query and the Parquet write run in Spark.
+    """
+
+    def __init__(self, settings: StagedSettings, spark: Any) -> None:
+        super().__init__(settings)
+        self.spark = spark
+
+    def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        if env:  # a kind with secrets for the driver (JDBC): not a target of the SQL client
+            raise ValueError(f"staged write to {spec.get('location')!r} needs driver secrets; "
+                             "use the operator for it")
+        return spark_job.run_staged_write(self.spark, sql, spec)
+
+    def cancel(self) -> None:
+        self.spark.interruptAll()
+
+
+class SqlSession:
+    """Executes statements; ``settings`` and ``open_tables`` are called only when needed."""
+
+    def __init__(
+        self,
+        spark: Any,
+        properties: SessionProperties,
+        settings: Callable[[], StagedSettings],
+        open_tables: TablesOpener,
+    ) -> None:
+        self.spark = spark
+        self.properties = properties
+        self._settings_factory = settings
+        self._settings: StagedSettings | None = None
+        self._open_tables = open_tables
+        for key, value in properties.spark_values().items():
+            spark.conf.set(key, value)
+
+    @property
+    def settings(self) -> StagedSettings:
+        if self._settings is None:
+            self._settings = self._settings_factory()
+        return self._settings
+
+    def execute(self, statement: Statement) -> ResultSet:
+        """Run one statement; any failure becomes a :class:`StatementError` at its position."""
+        try:
+            return self._execute(statement)
+        except StatementError:
+            raise
+        except (SplitError, mts.MaterializedStatementError) as err:
+            line, column = _absolute(statement, err.line, err.column - 1)
+            raise StatementError(getattr(err, "message", str(err)), line, column) from err
+        except Exception as err:  # Spark, the metastore, Airflow: one line at the best position
+            text = _first_line(err)
+            found = _SPARK_POSITION.search(text)
+            line, column = (_absolute(statement, int(found.group(1)), int(found.group(2)))
+                            if found else (statement.line, statement.column))
+            raise StatementError(text, line, column) from err
+
+    def _execute(self, statement: Statement) -> ResultSet:
+        tokens = tokenize(statement.text)
+        command = parse_property_command(statement.text, tokens)
+        if command is not None:
+            return self._property(command)
+        materialized = mts.parse_materialized_statement(statement.text)
+        if materialized is not None:
+            return self._materialized(materialized)
+        if is_ctas(tokens) and self.properties.atomic:
+            plan = plan_ctas(statement.text, tokens, self.spark.catalog.currentDatabase())
+            return self._atomic_ctas(plan)
+        return self._collect(self.spark.sql(statement.text))
+
+    def _collect(self, frame: Any) -> ResultSet:
+        columns = list(frame.columns)
+        if not columns:
+            return ResultSet.info("Execute statement succeeded.")
+        limit = self.properties.max_rows
+        rows = frame.limit(limit + 1).collect()
+        return ResultSet(columns, [_plain_row(row) for row in rows[:limit]], truncated=len(rows) > limit)
+
+    # -- SET / RESET ----------------------------------------------------------------------
+
+    def _property(self, command: PropertyCommand) -> ResultSet:
+        if isinstance(command, ShowProperties):
+            rows = self.properties.rows()
+            if command.key is not None:
+                value = self.properties.get(command.key)
+                if value is None and not is_client_key(command.key):
+                    value = self.spark.conf.get(command.key, None)
+                return ResultSet(["key", "value"], [(command.key, value)])
+            return ResultSet(["key", "value", "source"], [(r.key, r.value, r.source.value) for r in rows])
+        if isinstance(command, SetProperty):
+            key, value = self.properties.checked(command.key, command.value)
+            if not is_client_key(key):
+                self.spark.conf.set(key, value)  # Spark refuses first (e.g. a static key): nothing changes
+            self.properties.put(key, value)
+            return ResultSet.info(f"Session property has been set: {key} = {value}")
+        assert isinstance(command, ResetProperty)
+        keys = [command.key] if command.key is not None else self.properties.clear()
+        if command.key is not None:
+            self.properties.remove(command.key)
+        for key in keys:
+            self._sync_spark(key)
+        return ResultSet.info(f"Session property has been reset: {command.key}" if command.key
+                              else "All session properties have been reset.")
+
+    def _sync_spark(self, key: str) -> None:
+        """Spark gets the value that shows again after a RESET (or loses the key)."""
+        if is_client_key(key):
+            return
+        value = self.properties.get(key)
+        if value is None:
+            self.spark.conf.unset(key)
+        else:
+            self.spark.conf.set(key, value)
+
+    # -- atomic CTAS ----------------------------------------------------------------------
+
+    def _atomic_ctas(self, plan: CtasPlan) -> ResultSet:
+        from airflow_provider_staged.execution import execute_staged
+        from airflow_provider_staged.staging.api import StagingContext
+        from airflow_provider_staged.targets import resolve_sink
+
+        settings = self.settings
+        staged = resolve_sink(plan.target.name, settings, None).apply_staging(StagingContext(plan.purpose))
+        spec = {"partition_by": list(plan.partition_by), "options": plan.options}
+        manifest = execute_staged(staged, SessionEngine(settings, self.spark), plan.query, spec,
+                                  settings.attempt_ttl_seconds)
+        if manifest is None:
+            return ResultSet.info(f"Table {plan.target} exists: nothing done (IF NOT EXISTS).")
+        # The commit changed the metastore behind Spark's back: drop its cached relation.
+        self.spark.catalog.refreshTable(plan.target.quoted)
+        return ResultSet(["table", "version", "rows", "files", "atomic"],
+                         [(plan.target.name, staged.attempt_id, manifest.rows, len(manifest.files), True)])
+
+    # -- materialized tables --------------------------------------------------------------
+
+    def _materialized(self, statement: mts.MaterializedTableStatement) -> ResultSet:
+        with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
+            return _MATERIALIZED[type(statement)](tables, statement)
+
+
+def _create(tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
+    handler = tables.create(statement.definition.text)
+    return ResultSet.info(f"Materialized table {statement.definition.identifier} created: "
+                          f"{handler.as_summary_string()} (ACTIVATED)")
+
+
+def _suspend(tables: MaterializedTables, statement: mts.SuspendMaterializedTable) -> ResultSet:
+    tables.suspend(statement.table)
+    return ResultSet.info(f"Materialized table {statement.table} suspended.")
+
+
+def _resume(tables: MaterializedTables, statement: mts.ResumeMaterializedTable) -> ResultSet:
+    from airflow_provider_staged.materialized.params import writer_options
+
+    tables.resume(statement.table, writer_options(statement.options))
+    return ResultSet.info(f"Materialized table {statement.table} resumed.")
+
+
+def _refresh(tables: MaterializedTables, statement: mts.RefreshMaterializedTable) -> ResultSet:
+    from airflow_provider_staged.materialized.scheduler import RefreshTrigger
+
+    trigger = RefreshTrigger(is_periodic=False, schedule_time=None, dynamic_options={},
+                             static_partitions=dict(statement.partition), execution_config={})
+    run_id = tables.refresh(statement.table, trigger)
+    row = (statement.table.name, dag_id_for(statement.table), run_id)
+    return ResultSet(["table", "dag_id", "run_id"], [row])
+
+
+def _drop(tables: MaterializedTables, statement: mts.DropMaterializedTable) -> ResultSet:
+    if statement.if_exists and tables.scheduler.definition_file(dag_id_for(statement.table)) is None:
+        return ResultSet.info(f"No materialized table {statement.table}: nothing dropped.")
+    tables.drop(statement.table)
+    return ResultSet.info(f"Materialized table {statement.table} dropped (its data stays in the catalog).")
+
+
+def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTable) -> ResultSet:
+    info = tables.describe(statement.table, runs=1)
+    last = info.last_runs[0] if info.last_runs else None
+    facts = [
+        ("table", f"{info.identifier} ({'exists' if info.table_exists else 'not refreshed yet'})"),
+        ("definition", str(info.definition_path)),
+        ("freshness", info.freshness),
+        ("schedule", info.schedule or "DAG not found in Airflow"),
+        ("refresh status", info.status.status_text()),
+        ("paused", str(info.paused)),
+        ("refresh handler", info.status.refresh_handler or "-"),
+        ("last refresh", f"{last['run_id']}: {last['state']}" if last else "-"),
+        ("partitions", ", ".join(info.partitions) or "-"),
+        ("query", info.definition),
+    ]
+    return ResultSet(["property", "value"], facts)
+
+
+def _show(tables: MaterializedTables, statement: mts.ShowMaterializedTables) -> ResultSet:
+    return ResultSet(["materialized table", "definition"],
+                     [(identifier.name, path.name) for identifier, path in tables.list()])
+
+
+_MATERIALIZED: dict[type, Callable[[Any, Any], ResultSet]] = {
+    mts.CreateMaterializedTable: _create,
+    mts.SuspendMaterializedTable: _suspend,
+    mts.ResumeMaterializedTable: _resume,
+    mts.RefreshMaterializedTable: _refresh,
+    mts.DropMaterializedTable: _drop,
+    mts.DescribeMaterializedTable: _describe,
+    mts.ShowMaterializedTables: _show,
+}
+
+
+def _absolute(statement: Statement, line: int, offset: int) -> tuple[int, int]:
+    """The input's line and column of 0-based ``offset`` on 1-based ``line`` of ``statement``."""
+    if line <= 1:
+        return statement.line, statement.column + offset
+    return statement.line + line - 1, offset + 1
+
+
+def _first_line(err: BaseException) -> str:
+    for line in str(err).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(err).__name__
+
+
+def _plain(value: Any) -> Any:
+    as_dict = getattr(value, "asDict", None)
+    if callable(as_dict):  # a struct
+        return {key: _plain(item) for key, item in as_dict().items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def _plain_row(row: Any) -> tuple[Any, ...]:
+    return tuple(_plain(value) for value in row)
+
