@@ -23,6 +23,8 @@ _BUILTIN = {
     "jdbc_table": "airflow_provider_staged.staging.kinds.jdbc_table:JdbcStagedTable",
     "hive_expire": "airflow_provider_staged.staging.expiry:HivePartitionExpiry",
     "hive_rollback": "airflow_provider_staged.staging.rollback:HiveRollback",
+    "hive_append": "airflow_provider_staged.staging.kinds.hive_sink:HiveAppendStagedTable",
+    "hive_overwrite": "airflow_provider_staged.staging.kinds.hive_sink:HiveOverwriteStagedTable",
 }
 _REGISTERED: dict[str, type[JournaledStagedTable]] = {}
 

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Kinds whose attempts are (or, for a rollback, point at) version directories under one
 # table root: the sweep reads them all.
-HIVE_KINDS = ("hive_table", "hive_partitions", "hive_rollback")
+HIVE_KINDS = ("hive_table", "hive_partitions", "hive_rollback", "hive_overwrite")
 
 
 class HiveStagedTable(JournaledStagedTable):

@@ -1,0 +1,370 @@
+"""The built-in Hive sink: appends or overwrites a Hive Metastore Parquet table, exactly once.
+
+Writers stage Parquet files per task attempt under ``<table root>/_staging/<write id>/tasks/``;
+the committer moves the committed attempts' files to ``…/ready/``; the global committer
+publishes ``ready/`` through the journaled commit path (``staging.kinds.hive_sink``: one
+metastore call records the data and the streaming query's batch), then sweeps the write's
+staging area (failed and speculative attempts' files). ``write_native`` is the same write with
+Spark's own Parquet writer into ``ready/`` (Spark's commit protocol keeps only committed task
+attempts): the runtime uses it for batch writes and ``foreachBatch`` streams.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_staged.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.sink.api import (
+    Committer,
+    GlobalCommitter,
+    Sink,
+    SinkWriter,
+    WriterContext,
+    check_mode,
+)
+from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.kinds import from_record
+from airflow_provider_staged.staging.kinds.hive_sink import (
+    READY_DIR,
+    STAGING_DIR,
+    HiveAppendStagedTable,
+    HiveOverwriteStagedTable,
+    _SinkCommit,
+    staging_dir,
+)
+from airflow_provider_staged.staging.manifest import DataFile, Manifest
+from airflow_provider_staged.staging.partition_paths import partition_path
+from airflow_provider_staged.storage import delete_dir, list_dir, normalize_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from airflow_provider_staged.settings import StagedSettings
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+@dataclass(frozen=True)
+class HiveFilesCommittable:
+    """Parquet files one task attempt (or Spark's native writer) staged for one write.
+
+    ``files`` are relative to ``source`` (a task attempt's directory) — or to ``ready/`` when
+    ``source`` is None (already there).
+    """
+
+    write_id: str
+    query_id: str
+    batch_id: int
+    streaming: bool
+    mode: str
+    schema_json: str
+    staging: str
+    source: str | None
+    files: tuple[DataFile, ...]
+
+
+@dataclass(frozen=True)
+class HiveWriteCommittable:
+    """One whole write: its files in ``ready/`` and the batch it is."""
+
+    write_id: str
+    query_id: str
+    batch_id: int
+    streaming: bool
+    mode: str
+    schema_json: str
+    staging: str
+    files: tuple[DataFile, ...]
+
+
+def _local(location: str) -> str:
+    return normalize_location(location).removeprefix("file:")
+
+
+class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
+    """Appends to (``mode="append"``) or replaces (``"overwrite"``) ``table``, partitioned by
+    ``partition_by`` (the table's partition columns, when it exists)."""
+
+    def __init__(
+        self,
+        table: TableIdentifier | str,
+        settings: StagedSettings,
+        mode: str = "append",
+        partition_by: Sequence[str] = (),
+        native: bool = True,
+    ) -> None:
+        self.table = table if isinstance(table, TableIdentifier) else TableIdentifier.parse(table)
+        self.settings = settings
+        self.mode = check_mode(mode)
+        if isinstance(partition_by, str):
+            raise ValueError(f"invalid partition_by {partition_by!r}: expected a list of column names")
+        self.partition_by = [validate_name(column, "partition column") for column in partition_by]
+        # Spark's own Parquet writer (batch writes, foreachBatch streams); False: the Arrow writers.
+        self.native = native
+        self._root: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    def _mode(self, context_mode: str) -> str:
+        return "overwrite" if "overwrite" in (self.mode, context_mode) else "append"
+
+    def root(self) -> str:
+        """The table's root directory (its version directories and ``_staging``)."""
+        if self._root is None:
+            self._root = self.commit_table("root", "root", 0, False, "append").table_root_resolved
+        return self._root
+
+    def commit_table(
+        self, write_id: str, query_id: str, batch_id: int, streaming: bool, mode: str
+    ) -> _SinkCommit:
+        """The journaled commit of one write (the staged kind of its mode)."""
+        kind = HiveOverwriteStagedTable if mode == "overwrite" else HiveAppendStagedTable
+        return kind(
+            self.table, self.settings.journal, self.settings.metastore_uri, query_id=query_id,
+            batch_id=batch_id, streaming=streaming, retention=self.settings.retention, attempt_id=write_id,
+            root=self._root,
+        )
+
+    def _committable(
+        self, context: WriterContext, source: str | None, files: list[DataFile]
+    ) -> HiveFilesCommittable:
+        return HiveFilesCommittable(
+            context.write_id, context.query_id, context.batch_id, context.streaming,
+            self._mode(context.mode), _ordered_schema(context.schema_json, self.partition_by),
+            staging_dir(self.root(), context.write_id), source, tuple(files),
+        )
+
+    def create_writer(self, context: WriterContext) -> SinkWriter[HiveFilesCommittable]:
+        staging = staging_dir(self.root(), context.write_id)
+        return _ParquetTaskWriter(self, context, f"{staging}/tasks/{context.task_key}")
+
+    def write_native(self, df: DataFrame, context: WriterContext) -> list[HiveFilesCommittable]:
+        """Spark's Parquet writer into ``ready/`` (its commit protocol drops failed attempts)."""
+        from airflow_provider_staged.engine.spark_job import data_files
+
+        missing = [column for column in self.partition_by if column not in df.columns]
+        if missing:
+            raise ValueError(f"the rows have no partition column(s) {missing} (columns: {df.columns})")
+        ready = f"{staging_dir(self.root(), context.write_id)}/{READY_DIR}"
+        writer = df.write.format("parquet").mode("errorifexists")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        try:
+            writer.save(ready)
+        except BaseException:
+            delete_dir(staging_dir(self.root(), context.write_id))
+            raise
+        files = [DataFile(**item) for item in data_files(_path(ready))]
+        return [self._committable(context, None, files)]
+
+    def create_committer(self) -> Committer[HiveFilesCommittable]:
+        return _ReadyCommitter()
+
+    def create_global_committer(self) -> GlobalCommitter[HiveFilesCommittable, HiveWriteCommittable]:
+        return _HiveGlobalCommitter(self)
+
+
+def _path(location: str) -> Any:
+    from pathlib import Path
+
+    return Path(_local(location))
+
+
+def _ordered_schema(schema_json: str, partition_by: Sequence[str]) -> str:
+    """The rows' schema with the partition columns last (the table's column order)."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(schema_json))
+    missing = [column for column in partition_by if column not in schema.fieldNames()]
+    if missing:
+        raise ValueError(f"the rows have no partition column(s) {missing} (columns: {schema.fieldNames()})")
+    data = [f for f in schema.fields if f.name not in partition_by]
+    parts = [schema[column] for column in partition_by]
+    return StructType(data + parts).json()
+
+
+class _ParquetTaskWriter(SinkWriter[HiveFilesCommittable]):
+    """One task attempt's Parquet files, one per partition, in Hive's directory layout."""
+
+    def __init__(self, sink: HiveSink, context: WriterContext, task_dir: str) -> None:
+        self.sink = sink
+        self.context = context
+        self.task_dir = _local(task_dir)
+        self.writers: dict[str, pq.ParquetWriter] = {}
+        self.rows: dict[str, int] = {}
+
+    def _write(self, relative: str, table: pyarrow.Table) -> None:
+        writer = self.writers.get(relative)
+        if writer is None:
+            path = os.path.join(self.task_dir, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            writer = self.writers[relative] = pq.ParquetWriter(path, table.schema)
+        writer.write_table(table)
+        self.rows[relative] = self.rows.get(relative, 0) + table.num_rows
+
+    def write(self, batch: pyarrow.RecordBatch) -> None:
+        columns = self.sink.partition_by
+        table = pyarrow.Table.from_batches([batch])
+        if not columns:
+            self._write("part-00000.parquet", table)
+            return
+        keys = table.select(columns).group_by(columns).aggregate([]).to_pylist()
+        for key in keys:
+            mask = None
+            for column in columns:
+                value = key[column]
+                test = pc.is_null(table[column]) if value is None else pc.equal(table[column], value)
+                mask = test if mask is None else pc.and_(mask, test)
+            values = [HIVE_DEFAULT_PARTITION if key[c] is None else str(key[c]) for c in columns]
+            relative = f"{partition_path(columns, values)}/part-00000.parquet"
+            self._write(relative, table.filter(mask).drop(columns))
+
+    def prepare_commit(self, flush: bool) -> list[HiveFilesCommittable]:
+        self.close()
+        files = [
+            DataFile(relative, rows, os.path.getsize(os.path.join(self.task_dir, relative)))
+            for relative, rows in sorted(self.rows.items())
+        ]
+        return [self.sink._committable(self.context, self.task_dir, files)]
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+        self.writers.clear()
+
+
+class _ReadyCommitter(Committer[HiveFilesCommittable]):
+    """Moves committed task attempts' files into ``ready/`` (a file already there is skipped)."""
+
+    def commit(self, committables: list[HiveFilesCommittable]) -> list[HiveFilesCommittable]:
+        for committable in committables:
+            if committable.source is None:
+                continue
+            ready = os.path.join(_local(committable.staging), READY_DIR)
+            for item in committable.files:
+                target = os.path.join(ready, _task_relative(committable, item.path))
+                source = os.path.join(committable.source, item.path)
+                if os.path.exists(source) and not os.path.exists(target):
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    os.rename(source, target)
+        return []
+
+
+def _task_relative(committable: HiveFilesCommittable, relative: str) -> str:
+    """The file's name in ``ready/``: unique across the write's task attempts."""
+    directory, _, name = relative.rpartition("/")
+    source = os.path.basename(committable.source or "")
+    return "/".join(part for part in (directory, f"{source}-{name}") if part)
+
+
+class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommittable]):
+    def __init__(self, sink: HiveSink) -> None:
+        self.sink = sink
+
+    def combine(self, committables: list[HiveFilesCommittable]) -> HiveWriteCommittable:
+        if not committables:
+            raise ValueError(f"sink {self.sink.name}: a write needs at least one committable")
+        first = committables[0]
+        files = tuple(
+            DataFile(item.path if c.source is None else _task_relative(c, item.path), item.rows, item.bytes)
+            for c in committables
+            for item in c.files
+        )
+        return HiveWriteCommittable(
+            first.write_id, first.query_id, first.batch_id, first.streaming, first.mode, first.schema_json,
+            first.staging, files,
+        )
+
+    def _staged(self, write: HiveWriteCommittable) -> _SinkCommit:
+        self.sink._root = normalize_location(write.staging).rsplit(f"/{STAGING_DIR}/", 1)[0]
+        return self.sink.commit_table(
+            write.write_id, write.query_id, write.batch_id, write.streaming, write.mode
+        )
+
+    def filter_recovered_committables(
+        self, global_committables: list[HiveWriteCommittable]
+    ) -> list[HiveWriteCommittable]:
+        return [write for write in global_committables if not self._recovered(write)]
+
+    def _recovered(self, write: HiveWriteCommittable) -> bool:
+        """Whether an earlier run of this micro-batch is published (settling any it left open)."""
+        if not write.streaming:
+            return False
+        staged = self._staged(write)
+        with staged._client() as client:
+            if staged.recorded(client.get_table(self.sink.table.database, self.sink.table.table)):
+                self._sweep_runs(write)
+                return True
+        published = False
+        journal = self.sink.settings.journal
+        for path in glob.glob(os.path.join(journal.root, f"{write.query_id}-b{write.batch_id}-*.json")):
+            record = journal.get(os.path.basename(path)[: -len(".json")])
+            if record is None or record.attempt_id == write.write_id:
+                continue
+            earlier = from_record(record, self.sink.settings)
+            if record.state is AttemptState.COMMITTED:
+                published = True
+            elif not record.state.ended and earlier.is_published(record):
+                commit_written(earlier)  # roll forward what a crash cut short
+                published = True
+            elif not record.state.ended:
+                abort_attempt(earlier, "a later run of the micro-batch replaces it")
+        self._sweep_runs(write)
+        return published
+
+    def _sweep_runs(self, write: HiveWriteCommittable) -> None:
+        """Delete earlier runs' staging of this micro-batch that no journal record owns (a crash
+        before their commit began)."""
+        journal = self.sink.settings.journal
+        parent = normalize_location(write.staging).rsplit("/", 1)[0]
+        for entry in list_dir(parent):
+            if entry.name.startswith(f"{write.query_id}-b{write.batch_id}-") and entry.name != write.write_id:
+                record = journal.get(entry.name)
+                if record is None or record.state.ended:
+                    delete_dir(entry.location)
+
+    def commit(self, global_committables: list[HiveWriteCommittable]) -> list[HiveWriteCommittable]:
+        for write in global_committables:
+            staged = self._staged(write)
+            record = staged.journal.get(staged.attempt_id)
+            if record is not None and record.state.ended:
+                continue
+            if record is None:
+                staged.begin()
+            if isinstance(staged, HiveOverwriteStagedTable):
+                staged.promote()
+            commit_written(staged, _manifest(write, staged.location, self.sink.partition_by))
+        return []
+
+    def abort(self, global_committables: list[HiveWriteCommittable]) -> None:
+        for write in global_committables:
+            staged = self._staged(write)
+            if staged.journal.get(staged.attempt_id) is not None:
+                abort_attempt(staged, "the write failed or was already committed")
+            delete_dir(write.staging)
+
+
+def _manifest(write: HiveWriteCommittable, location: str, partition_by: list[str]) -> Manifest:
+    from pyspark.sql.types import StructType
+
+    from airflow_provider_staged.engine.spark_job import hive_columns
+
+    return Manifest(
+        location=location,
+        schema_json=write.schema_json,
+        columns=hive_columns(StructType.fromJson(json.loads(write.schema_json))),
+        partition_columns=partition_by,
+        files=list(write.files),
+    )

@@ -1,0 +1,311 @@
+"""The unified sink's runtime on PySpark: batch writes, streaming queries and staged builds.
+
+Python sinks run on the Python Data Source write API (Arrow writers): each Spark task attempt
+gets its own ``SinkWriter``; its committables travel in the task's commit message; Spark calls
+``commit`` (or ``abort``) once, in a fresh Python worker, where the committer and the global
+committer run (``api.run_commit``). Failed and speculative attempts' messages never arrive:
+sinks stage per task attempt and sweep their write's staging area at commit and abort.
+
+A sink that also implements ``NativeWriteSink`` (the built-in Hive sink) is written by Spark's
+own writer instead — ``df.write`` for a batch, ``foreachBatch`` for a stream — and committed
+by the very same committers: same API, same guarantees, the native writer's speed.
+
+Streaming: the sink's query id is derived from the checkpoint location (stable across
+restarts, unlike Spark's run id, and known in the commit worker); each micro-batch's write id
+is ``<query id>-b<batch id>-<run>``, so a replayed batch stages apart from its first run and
+the global committer's ``filter_recovered_committables`` decides which one is published.
+
+Nothing here needs an in-process session: the data source travels to a Spark Connect server
+as well (the sink is pickled into the write's options).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pyspark import cloudpickle
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from airflow_provider_staged.sink.api import Sink, WriterContext, check_mode, fault_point, run_commit
+from airflow_provider_staged.storage import normalize_location
+
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "staged_sink"
+_SINK_OPTION = "sink"
+_QUERY_OPTION = "query_id"
+_MODE_OPTION = "mode"
+_OUTPUT_MODES = ("append", "complete", "update")
+
+
+@runtime_checkable
+class NativeWriteSink(Protocol):
+    """A sink whose writers Spark's own writer can replace (returns the committables itself);
+    ``native`` False makes the runtime use its Python writers instead."""
+
+    native: bool
+
+    def write_native(self, df: DataFrame, context: WriterContext) -> list[Any]:
+        """Write ``df`` with Spark's writer, staged under ``context.write_id``; its committables."""
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """The committables of one task attempt."""
+
+    committables: list[Any] = field(default_factory=list)
+
+
+def _native(sink: Sink[Any, Any]) -> bool:
+    return isinstance(sink, NativeWriteSink) and bool(sink.native)
+
+
+def encode_sink(sink: Sink[Any, Any]) -> str:
+    """The sink as an option value (pickled: Spark ships options, not objects)."""
+    return base64.b64encode(cloudpickle.dumps(sink)).decode("ascii")
+
+
+def decode_sink(text: str) -> Sink[Any, Any]:
+    return cloudpickle.loads(base64.b64decode(text))
+
+
+def stream_query_id(checkpoint_location: str) -> str:
+    """The sink's id of a streaming query: the same for every restart from its checkpoint."""
+    return "q" + hashlib.sha256(normalize_location(checkpoint_location).encode()).hexdigest()[:16]
+
+
+def new_write_id() -> str:
+    return "w" + secrets.token_hex(8)
+
+
+def _task_context(context: WriterContext) -> WriterContext:
+    """``context`` completed with the running Spark task's ids."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    if task is None:
+        return context
+    return replace(
+        context,
+        partition_id=task.partitionId(),
+        attempt_number=task.attemptNumber(),
+        task_attempt_id=task.taskAttemptId(),
+    )
+
+
+def _write_task(
+    sink: Sink[Any, Any], context: WriterContext, batches: Iterator[pyarrow.RecordBatch]
+) -> list[Any]:
+    """Run one writer over a task's batches; its committables."""
+    writer = sink.create_writer(context)
+    try:
+        for batch in batches:
+            writer.write(batch)
+            fault_point("write")
+        return list(writer.prepare_commit(True))
+    finally:
+        writer.close()
+
+
+def _committables(
+    sink: Sink[Any, Any], context: WriterContext, messages: list[WriterCommitMessage | None]
+) -> list[Any]:
+    """The committables of the successful tasks; a write without tasks runs one empty writer
+    here, so that the committers still learn the write's id and schema."""
+    found = [c for m in messages if isinstance(m, SinkCommitMessage) for c in m.committables]
+    if found or any(isinstance(m, SinkCommitMessage) for m in messages):
+        return found
+    return _write_task(sink, context, iter(()))
+
+
+def commit_write(sink: Sink[Any, Any], context: WriterContext, committables: list[Any]) -> bool:
+    """Commit one write; a bounded one also gets ``end_of_input``. Whether it was published now."""
+    fault_point("after_writers")
+    published = run_commit(sink, committables)
+    fault_point("after_commit")  # published, not yet in Spark's checkpoint: the replay case
+    if not context.streaming:
+        global_committer = sink.create_global_committer()
+        if global_committer is not None:
+            global_committer.end_of_input()
+    log.info("sink %s: write %s %s", sink.name, context.write_id,
+             "committed" if published else "was already committed (replay dropped)")
+    return published
+
+
+def abort_write(sink: Sink[Any, Any], committables: list[Any]) -> None:
+    """Let the global committer delete what a failed write staged."""
+    global_committer = sink.create_global_committer()
+    if global_committer is not None:
+        global_committer.abort([global_committer.combine(committables)])
+
+
+class _BatchWriter(DataSourceArrowWriter):
+    def __init__(self, sink: Sink[Any, Any], context: WriterContext) -> None:
+        self.sink = sink
+        self.context = context
+
+    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> SinkCommitMessage:
+        return SinkCommitMessage(_write_task(self.sink, _task_context(self.context), iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_write(self.sink, self.context, _committables(self.sink, self.context, messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_write(self.sink, _committables(self.sink, self.context, messages))
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, sink: Sink[Any, Any], context: WriterContext) -> None:
+        self.sink = sink
+        # Pickled with the writer into every task and commit of this query run.
+        self.context = context
+
+    def _batch(self, batch_id: int) -> WriterContext:
+        write_id = f"{self.context.query_id}-b{batch_id}-{self.context.write_id}"
+        return replace(self.context, batch_id=batch_id, write_id=write_id)
+
+    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> SinkCommitMessage:
+        from pyspark import TaskContext
+
+        batch_id = int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
+        return SinkCommitMessage(_write_task(self.sink, _task_context(self._batch(batch_id)), iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        context = self._batch(batchId)
+        commit_write(self.sink, context, _committables(self.sink, context, messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        context = self._batch(batchId)
+        abort_write(self.sink, _committables(self.sink, context, messages))
+
+
+class StagedSinkDataSource(DataSource):
+    """The Python data source ``staged_sink``: writes a DataFrame through a pickled ``Sink``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def _context(self, schema: StructType, overwrite: bool, streaming: bool) -> WriterContext:
+        mode = "overwrite" if overwrite else self.options.get(_MODE_OPTION, "append")
+        run = new_write_id()
+        return WriterContext(
+            write_id=run,
+            query_id=self.options.get(_QUERY_OPTION) or run,
+            batch_id=0,
+            mode=check_mode(mode),
+            schema_json=schema.json(),
+            streaming=streaming,
+        )
+
+    def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
+        return _BatchWriter(decode_sink(self.options[_SINK_OPTION]), self._context(schema, overwrite, False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
+        return _StreamWriter(decode_sink(self.options[_SINK_OPTION]), self._context(schema, overwrite, True))
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``staged_sink`` data source in ``spark`` (idempotent)."""
+    spark.dataSource.register(StagedSinkDataSource)
+
+
+def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> None:
+    """Write ``df`` through ``sink`` exactly once: all of it is published, or nothing."""
+    check_mode(mode)
+    if _native(sink):
+        write_id = new_write_id()
+        context = WriterContext(write_id, write_id, 0, mode, df.schema.json())
+        committables: list[Any] = []
+        try:
+            committables = sink.write_native(df, context)
+            commit_write(sink, context, committables)
+        except BaseException:
+            abort_write(sink, committables)
+            raise
+        return
+    register(df.sparkSession)
+    writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(sink)).option(_MODE_OPTION, mode)
+    # Spark passes overwrite=True to the data source for mode("overwrite").
+    writer.mode(mode).save()
+
+
+def write_stream(
+    df: DataFrame,
+    sink: Sink[Any, Any],
+    *,
+    checkpoint_location: str,
+    trigger_interval: str,
+    query_name: str | None = None,
+    output_mode: str = "append",
+) -> StreamingQuery:
+    """Start a streaming query that writes ``df`` through ``sink``, exactly once per micro-batch.
+
+    ``trigger_interval`` is Spark's processing-time trigger (``"30 seconds"``); ``complete``
+    output mode makes every micro-batch an overwrite.
+    """
+    if output_mode not in _OUTPUT_MODES:
+        raise ValueError(f"invalid output mode {output_mode!r}: expected one of {', '.join(_OUTPUT_MODES)}")
+    if not isinstance(trigger_interval, str) or not trigger_interval.strip():
+        raise ValueError(f"invalid trigger interval {trigger_interval!r}: expected e.g. '30 seconds'")
+    if not isinstance(checkpoint_location, str) or not checkpoint_location.strip():
+        raise ValueError(f"invalid checkpoint location {checkpoint_location!r}")
+    query_id = stream_query_id(checkpoint_location)
+    mode = "overwrite" if output_mode == "complete" else "append"
+    writer = (
+        df.writeStream.outputMode(output_mode)
+        .option("checkpointLocation", checkpoint_location)
+        .trigger(processingTime=trigger_interval)
+    )
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    if _native(sink):
+        return writer.foreachBatch(_NativeBatch(sink, query_id, mode, new_write_id())).start()
+    register(df.sparkSession)
+    return (
+        writer.format(FORMAT_NAME)
+        .option(_SINK_OPTION, encode_sink(sink))
+        .option(_QUERY_OPTION, query_id)
+        .option(_MODE_OPTION, mode)
+        .start()
+    )
+
+
+@dataclass(frozen=True)
+class _NativeBatch:
+    """The ``foreachBatch`` function of a native-writer sink: write, then the same commit path."""
+
+    sink: Any
+    query_id: str
+    mode: str
+    run: str
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        context = WriterContext(
+            f"{self.query_id}-b{batch_id}-{self.run}", self.query_id, batch_id, self.mode, df.schema.json(),
+            streaming=True,
+        )
+        committables: list[Any] = []
+        try:
+            committables = self.sink.write_native(df, context)
+            commit_write(self.sink, context, committables)
+        except BaseException:
+            abort_write(self.sink, committables)
+            raise
