@@ -1,0 +1,98 @@
+"""Which CTAS/RTAS statements the client runs atomically, and what it refuses (naming why)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.sql.ctas import CtasError, CtasPlan, is_ctas, plan_ctas
+from airflow_provider_staged.sql.splitting import tokenize
+from airflow_provider_staged.staging.api import StagingPurpose as P
+
+
+def plan(sql: str) -> CtasPlan:
+    tokens = tokenize(sql)
+    assert is_ctas(tokens)
+    return plan_ctas(sql, tokens, "cur")
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (
+            "CREATE TABLE t AS SELECT 1 AS a",
+            CtasPlan(TableIdentifier("cur", "t"), P.CREATE_TABLE_AS, "SELECT 1 AS a"),
+        ),
+        (
+            "create table if not exists db.t as select 1",
+            CtasPlan(TableIdentifier("db", "t"), P.CREATE_TABLE_AS_IF_NOT_EXISTS, "select 1"),
+        ),
+        (
+            "REPLACE TABLE `db`.`T` AS SELECT 1",
+            CtasPlan(TableIdentifier("db", "t"), P.REPLACE_TABLE_AS, "SELECT 1"),
+        ),
+        (
+            "CREATE OR REPLACE TABLE spark_catalog.db.t AS (SELECT 1)",
+            CtasPlan(TableIdentifier("db", "t"), P.CREATE_OR_REPLACE_TABLE_AS, "(SELECT 1)"),
+        ),
+        (
+            "CREATE TABLE t USING parquet PARTITIONED BY (ds, h) OPTIONS ('compression' = 'zstd') AS\n"
+            "WITH x AS (SELECT 1 AS a, 'd' AS ds, 0 AS h) SELECT * FROM x",
+            CtasPlan(
+                TableIdentifier("cur", "t"),
+                P.CREATE_TABLE_AS,
+                "WITH x AS (SELECT 1 AS a, 'd' AS ds, 0 AS h) SELECT * FROM x",
+                ("ds", "h"),
+                {"compression": "zstd"},
+            ),
+        ),
+        # the query keeps its text: a string with ';' and Spark-only syntax is not regenerated
+        (
+            "CREATE TABLE t AS SELECT 'a;b' AS s, CAST(1 AS INT) AS i",
+            CtasPlan(
+                TableIdentifier("cur", "t"), P.CREATE_TABLE_AS, "SELECT 'a;b' AS s, CAST(1 AS INT) AS i"
+            ),
+        ),
+    ],
+)
+def test_plans(sql: str, expected: CtasPlan) -> None:
+    assert plan(sql) == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE t (a INT) USING parquet",
+        "CREATE TABLE t LIKE s",
+        "SELECT 1 AS a",
+        "CREATE VIEW v AS SELECT 1",
+        "CREATE TEMPORARY VIEW v AS SELECT 1",
+        "INSERT INTO t SELECT 1",
+    ],
+)
+def test_not_ctas(sql: str) -> None:
+    assert not is_ctas(tokenize(sql))
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("CREATE TABLE t STORED AS ORC AS SELECT 1", "unsupported clause 'STORED AS ORC'"),
+        ("CREATE TABLE t USING delta AS SELECT 1", "unsupported clause 'USING DELTA'"),
+        ("CREATE TABLE t LOCATION '/tmp/x' AS SELECT 1", "unsupported clause"),
+        ("CREATE TABLE t TBLPROPERTIES ('a' = 'b') AS SELECT 1", "unsupported clause"),
+        (
+            "CREATE TABLE t USING parquet CLUSTERED BY (a) INTO 4 BUCKETS AS SELECT 1 AS a",
+            "unsupported clause",
+        ),
+        ("CREATE TABLE t (a INT) AS SELECT 1", "column list"),
+        ("CREATE TABLE other.db.t AS SELECT 1", "catalog 'other'"),
+        ("CREATE TABLE `x-y` AS SELECT 1", "invalid table name 'x-y'"),
+        ("CREATE TABLE t PARTITIONED BY (`a b`) AS SELECT 1", "invalid partition column 'a b'"),
+    ],
+)
+def test_refused_with_a_reason(sql: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")) as caught:
+        plan(sql)
+    if isinstance(caught.value, CtasError) and "catalog" not in message:
+        assert "table.ctas.atomicity-enabled" in str(caught.value)  # the way to the plain path
