@@ -1,25 +1,36 @@
-"""Parser for ``CREATE MATERIALIZED TABLE`` definition files (Flink's DDL, one table per file).
+"""Parser for ``CREATE MATERIALIZED TABLE`` (Flink's DDL): definition files and SQL statements.
 
-Only the outer DDL is parsed here, by a small tokenizer and a fixed-order grammar; the query
-after ``AS`` is kept as text (``check_query`` parses it with sqlglot on demand, which is too
-slow for the DAG-parsing hot path).
+One grammar, two entry points: :func:`parse_definition` (a file, one table; errors name the
+file, line and clause) and the SQL client's ``CREATE`` statements
+(:mod:`airflow_provider_staged.sql.materialized_statements`). Only the outer DDL is parsed
+here; the query after ``AS`` is kept as text (``check_query`` parses it with sqlglot on demand,
+which is too slow for the DAG-parsing hot path).
+
+Clauses, in Flink's order, all optional but ``AS``::
+
+    CREATE [OR ALTER] MATERIALIZED TABLE [spark_catalog.][db.]name
+      [( column [type [NOT NULL] [PRIMARY KEY NOT ENFORCED] [COMMENT '...']], ...,
+         [CONSTRAINT c] PRIMARY KEY (a, ...) NOT ENFORCED )]
+      [COMMENT '...'] [PARTITIONED BY (a, ...)] [WITH ('key' = 'value', ...)]
+      [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY] [REFRESH_MODE = FULL|CONTINUOUS]
+      AS query
+
+Flink forms the project cannot honour (``DISTRIBUTED BY``, ``START_MODE``, watermarks,
+computed and metadata columns, ``UNIQUE`` and enforced keys, unknown options) are errors that
+say so, never silently ignored.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
 
-from airflow_provider_staged.identifiers import (
-    InvalidIdentifierError,
-    TableIdentifier,
-    validate_name,
-)
+from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.failure_streak import (
     DEFAULT_SUSPEND_AFTER,
     SUSPEND_OPTION,
@@ -35,49 +46,27 @@ from airflow_provider_staged.materialized.freshness import (
 )
 from airflow_provider_staged.materialized.partitions import PartitionError, java_to_strftime
 from airflow_provider_staged.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
+from airflow_provider_staged.sql.materialized_grammar import Cursor, ErrorFactory, Token
+
+CREATE = "CREATE MATERIALIZED TABLE"
 
 
 class DefinitionError(ValueError):
     """A definition file that cannot be used; names the file, the line and the clause."""
 
-    def __init__(self, path: str, line: int, clause: str, message: str) -> None:
+    def __init__(self, path: str, line: int, clause: str, message: str, column: int = 1) -> None:
         super().__init__(f"{path}:{line}: {clause}: {message}")
         self.path = path
         self.line = line
         self.clause = clause
         self.message = message
+        self.column = column
 
 
-class _Token(NamedTuple):
-    kind: str  # word, string, ident (backticked), number, punct, end
-    text: str  # raw text; for strings and idents the unescaped value
-    pos: int
-
-
-_SPACE = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.DOTALL)
-# Whitespace and comments are consumed as the prefix of every token: half the regex calls.
-_HEADER_TOKEN = re.compile(
-    r"""(?:\s+|--[^\n]*|/\*.*?\*/)*
-      (?:(?P<string>'(?:[^']|'')*')
-      |(?P<ident>`(?:[^`]|``)*`)
-      |(?P<word>[A-Za-z_][A-Za-z0-9_]*)
-      |(?P<number>[0-9]+)
-      |(?P<punct>[(),=.;])
-      |(?P<end>\Z))""",
-    re.DOTALL | re.VERBOSE,
-)
-# The query is Spark SQL: strings may use either quote and backslash escapes. We only need to
-# find statement separators and the end of the last statement, so everything else is "other".
-_QUERY_TOKEN = re.compile(
-    r"""(?P<skip>\s+|--[^\n]*|/\*.*?\*/)
-      |(?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`(?:[^`]|``)*`)
-      |(?P<semicolon>;)
-      |(?P<other>[^\s'"`;/-]+|[/-])
-      |(?P<bad>.)""",
-    re.DOTALL | re.VERBOSE,
-)
-
+# The WITH options the project honours: the one place to add one (and, when it needs a typed
+# value, an accessor in ``_Options``). Anything else is rejected with this list.
 KNOWN_OPTIONS = (
+    "format",
     "partition.fields.<col>.date-formatter",
     "refresh-mode.freshness-threshold",
     "schedule.cron",
@@ -89,9 +78,34 @@ KNOWN_OPTIONS = (
     SUSPEND_OPTION,
     *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
 )
+# Refreshes write Parquet through the staged commit path; no other format is honoured.
+FORMATS = ("parquet",)
+# Optional clauses between the column list and AS, in the only order Flink accepts.
+_CLAUSES = ("COMMENT", "DISTRIBUTED", "PARTITIONED", "WITH", "FRESHNESS", "REFRESH_MODE", "START_MODE")
 _CLAUSE_ORDER = "COMMENT, PARTITIONED BY, WITH, FRESHNESS, REFRESH_MODE, AS"
+# Flink's defaults when FRESHNESS is omitted (materialized-table.default-freshness.continuous
+# and .full); without REFRESH_MODE the continuous default applies and the mode is derived.
+DEFAULT_FRESHNESS = {
+    RefreshMode.CONTINUOUS: Freshness(3, "MINUTE"),
+    RefreshMode.FULL: Freshness(1, "HOUR"),
+}
+_UNITS = {"SECOND": "SECOND", "MINUTE": "MINUTE", "HOUR": "HOUR", "DAY": "DAY"}
+_UNITS.update({f"{unit}S": unit for unit in list(_UNITS)})  # Flink accepts MINUTES, DAYS, ...
+_INTERVAL_ONLY = ("MATERIALIZED TABLE only supports define interval type FRESHNESS, please refer "
+                  "to the materialized table document")  # Flink's wording
+_TYPE_END = ("NOT", "NULL", "COMMENT", "PRIMARY", "CONSTRAINT", "METADATA")
 _FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
 _START_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the optional column list: a name alone, or a name with its type as written."""
+
+    name: str
+    data_type: str | None = None
+    nullable: bool = True
+    comment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,151 +133,107 @@ class MaterializedTableDefinition:
     suspend_after_failures: int = DEFAULT_SUSPEND_AFTER
     # Clause -> line number, for errors found after parsing (e.g. an unsupported mode).
     lines: Mapping[str, int] = field(default_factory=dict, hash=False, repr=False)
+    # The optional column list and PRIMARY KEY ... NOT ENFORCED (informational, as in Flink).
+    columns: tuple[Column, ...] = ()
+    primary_key: tuple[str, ...] = ()
+    primary_key_name: str | None = None
 
 
 class _Parser:
-    def __init__(self, text: str, path: str) -> None:
+    def __init__(self, text: str, path: str, error: ErrorFactory | None = None, unit: str = "file") -> None:
         self.text = text
         self.path = path
-        self.tokens = self._tokenize()
-        self.current = next(self.tokens)
+        self.cursor = Cursor(text, error or self._file_error, unit)
 
-    # -- tokens -----------------------------------------------------------------------------
-    def _tokenize(self) -> Iterator[_Token]:
-        text, pos = self.text, 0
-        while True:
-            match = _HEADER_TOKEN.match(text, pos)
-            if match is None:
-                bad = _SPACE.match(text, pos).end()
-                self._fail_at(bad, "syntax", self._bad_character(bad))
-            kind = match.lastgroup
-            if kind == "end":
-                break
-            value = match.group(kind)
-            if kind == "string":
-                value = value[1:-1].replace("''", "'")
-            elif kind == "ident":
-                value = value[1:-1].replace("``", "`")
-            yield _Token(kind, value, match.start(kind))
-            pos = match.end()
-        while True:
-            yield _Token("end", "", len(text))
+    def _file_error(self, line: int, column: int, clause: str, message: str) -> DefinitionError:
+        return DefinitionError(self.path, line, clause, message, column)
 
-    def _bad_character(self, pos: int) -> str:
-        char = self.text[pos]
-        if char in "'\"":
-            return "unterminated string literal"
-        if char == "`":
-            return "unterminated backticked identifier"
-        if self.text.startswith("/*", pos):
-            return "unterminated /* comment"
-        return f"unexpected character {char!r}"
+    def fail(self, clause: str, message: str, token: Token | None = None) -> NoReturn:
+        self.cursor.fail(clause, message, token)
 
-    def line_of(self, pos: int) -> int:
-        return self.text.count("\n", 0, pos) + 1
-
-    def _fail_at(self, pos: int, clause: str, message: str) -> NoReturn:
-        raise DefinitionError(self.path, self.line_of(pos), clause, message)
-
-    def fail(self, clause: str, message: str, token: _Token | None = None) -> NoReturn:
-        self._fail_at((token or self.current).pos, clause, message)
-
-    def advance(self) -> _Token:
-        token, self.current = self.current, next(self.tokens)
-        return token
-
-    def at_keyword(self, *words: str) -> bool:
-        return self.current.kind == "word" and self.current.text.upper() in words
-
-    def describe(self, token: _Token) -> str:
-        return "the end of the file" if token.kind == "end" else repr(self.text[token.pos:][:20])
-
-    def expect_keyword(self, clause: str, *words: str) -> _Token:
-        if not self.at_keyword(words[0]):
-            self.fail(clause, f"expected {' '.join(words)}, found {self.describe(self.current)}")
-        for word in words:
-            if not self.at_keyword(word):
-                self.fail(clause, f"expected {word}, found {self.describe(self.current)}")
-            token = self.advance()
-        return token
-
-    def expect(self, clause: str, kind: str, what: str, text: str | None = None) -> _Token:
-        token = self.current
-        if token.kind != kind or (text is not None and token.text != text):
-            self.fail(clause, f"expected {what}, found {self.describe(token)}")
-        return self.advance()
-
-    def name(self, clause: str) -> _Token:
-        if self.current.kind not in ("word", "ident"):
-            self.fail(clause, f"expected a name, found {self.describe(self.current)}")
-        return self.advance()
-
-    def parenthesized(self, clause: str, item: Callable[[], None]) -> None:
-        self.expect(clause, "punct", "'('", "(")
-        item()
-        while self.current.text == "," and self.current.kind == "punct":
-            self.advance()
-            item()
-        self.expect(clause, "punct", "',' or ')'", ")")
+    def line_of(self, token: Token) -> int:
+        return self.cursor.line_of(token.pos)
 
     # -- grammar ----------------------------------------------------------------------------
+    def create(self) -> bool:
+        """``CREATE [OR ALTER] MATERIALIZED TABLE``; True for OR ALTER. Flink's rejections."""
+        c = self.cursor
+        c.expect_keyword(CREATE, "CREATE")
+        or_alter = False
+        if c.at_keyword("OR"):
+            c.advance()
+            if c.at_keyword("REPLACE"):
+                c.advance()
+                if c.at_keyword("MATERIALIZED"):
+                    self.fail(CREATE, "REPLACE MATERIALIZED TABLE is not supported; "
+                              "use CREATE OR ALTER MATERIALIZED TABLE")
+            else:
+                c.expect_keyword(CREATE, "ALTER")
+                or_alter = True
+        elif c.at_keyword("TEMPORARY"):
+            c.advance()
+            if c.at_keyword("MATERIALIZED"):
+                self.fail(CREATE, "CREATE TEMPORARY MATERIALIZED TABLE is not supported")
+        c.expect_keyword(CREATE, "MATERIALIZED", "TABLE")
+        return or_alter
+
     def identifier(self) -> TableIdentifier:
-        clause = "CREATE MATERIALIZED TABLE"
-        self.expect_keyword(clause, "CREATE", "MATERIALIZED", "TABLE")
-        start = self.current
-        parts = [self.name(clause).text]
-        while self.current.kind == "punct" and self.current.text == ".":
-            self.advance()
-            parts.append(self.name(clause).text)
-        if len(parts) > 2:
-            self.fail(clause, f"expected [db.]name, found {'.'.join(parts)!r}", start)
-        try:
-            if len(parts) == 1:
-                return TableIdentifier("default", parts[0])
-            return TableIdentifier(parts[0], parts[1])
-        except InvalidIdentifierError as err:
-            self.fail(clause, str(err), start)
+        self.create()
+        return self.cursor.table_identifier(CREATE)
 
     def definition(self) -> MaterializedTableDefinition:
-        lines = {"CREATE MATERIALIZED TABLE": self.line_of(self.current.pos)}
-        identifier = self.identifier()
-        comment = None
-        if self.at_keyword("COMMENT"):
-            self.advance()
-            comment = self.expect("COMMENT", "string", "a quoted comment").text
-        partition_by: list[str] = []
-        if self.at_keyword("PARTITIONED"):
-            self.expect_keyword("PARTITIONED BY", "PARTITIONED", "BY")
-            self.parenthesized("PARTITIONED BY", lambda: self._partition_column(partition_by))
-        options: dict[str, str] = {}
-        option_lines: dict[str, _Token] = {}
-        if self.at_keyword("WITH"):
-            self.advance()
-            self.parenthesized("WITH", lambda: self._option(options, option_lines))
-        if not self.at_keyword("FRESHNESS"):
-            self.fail("FRESHNESS", f"expected FRESHNESS, found {self.describe(self.current)} "
-                      f"(clauses go in the order {_CLAUSE_ORDER})")
-        freshness_token = self.advance()
-        lines["FRESHNESS"] = self.line_of(freshness_token.pos)
-        freshness = self._freshness()
-        explicit_mode = None
-        if self.at_keyword("REFRESH_MODE"):
-            lines["REFRESH_MODE"] = self.line_of(self.advance().pos)
-            self.expect("REFRESH_MODE", "punct", "'='", "=")
-            mode_token = self.current
-            if not self.at_keyword(*RefreshMode.__members__):
-                self.fail("REFRESH_MODE", f"expected FULL or CONTINUOUS, found "
-                          f"{self.describe(mode_token)}")
-            explicit_mode = RefreshMode(self.advance().text.upper())
-        as_token = self.current
-        if not self.at_keyword("AS"):
-            expected = "AS" if explicit_mode else "REFRESH_MODE or AS"
-            self.fail("AS", f"expected {expected}, found {self.describe(as_token)}")
-        lines["AS"] = self.line_of(as_token.pos)
-        query = self._query(as_token.pos + 2)
-        lines["query"] = self.line_of(self.text.index(query, as_token.pos + 2))
+        return self.statement()[0]
 
-        settings = _Options(self, options, option_lines, partition_by)
+    def statement(self) -> tuple[MaterializedTableDefinition, bool]:
+        """The definition and whether it was ``CREATE OR ALTER``."""
+        c = self.cursor
+        lines = {CREATE: self.line_of(c.current)}
+        or_alter = self.create()
+        identifier = c.table_identifier(CREATE)
+        columns: tuple[Column, ...] = ()
+        key: tuple[tuple[str, ...], str | None] = ((), None)
+        if c.at_punct("("):
+            columns, key = _Elements(self).parse()
+        comment = None
+        partition_by: tuple[str, ...] = ()
+        options: dict[str, str] = {}
+        option_tokens: dict[str, Token] = {}
+        freshness_token: Token | None = None
+        freshness = explicit_mode = None
+        remaining = _CLAUSES
+        while not c.at_keyword("AS"):
+            word = c.current.text.upper() if c.current.kind == "word" else None
+            if word not in remaining:
+                self._misplaced(word, remaining)
+            remaining = remaining[remaining.index(word) + 1:]
+            token = c.advance()
+            lines[word] = self.line_of(token)
+            if word == "COMMENT":
+                comment = c.expect(word, "string", "a quoted comment").text
+            elif word == "PARTITIONED":
+                c.expect_keyword("PARTITIONED BY", "BY")
+                partition_by = c.column_list("PARTITIONED BY", "partition column")
+            elif word == "WITH":
+                options, option_tokens = c.string_options(word)
+            elif word == "FRESHNESS":
+                freshness_token, freshness = token, self._freshness()
+            elif word == "REFRESH_MODE":
+                c.expect_punct(word, "=")
+                if not c.at_keyword(*RefreshMode.__members__):
+                    self.fail(word, f"expected FULL or CONTINUOUS, found {c.describe(c.current)}")
+                explicit_mode = RefreshMode(c.advance().text.upper())
+            else:  # DISTRIBUTED, START_MODE: Flink clauses with nothing to honour here
+                self.fail(word, _UNSUPPORTED_CLAUSES[word], token)
+        as_token = c.current
+        lines["AS"] = self.line_of(as_token)
+        # The query is Spark SQL: read from the text, never through the DDL tokenizer.
+        query = c.query(as_token.end, "AS")
+        lines["query"] = c.line_of(self.text.index(query, as_token.end))
+        if freshness is None:
+            freshness = DEFAULT_FRESHNESS[explicit_mode or RefreshMode.CONTINUOUS]
+            lines["FRESHNESS"] = lines[CREATE]  # where the default applies, for later errors
+
+        settings = _Options(self, options, option_tokens, partition_by)
         threshold = settings.threshold()
         refresh_mode = derive_refresh_mode(freshness, explicit_mode, threshold)
         schedule = settings.cron()
@@ -271,9 +241,9 @@ class _Parser:
             try:
                 derived = freshness.to_cron()
             except FreshnessError as err:
-                self.fail("FRESHNESS", str(err), freshness_token)
+                self.fail("FRESHNESS", str(err), freshness_token or as_token)
             schedule = schedule or derived
-        return MaterializedTableDefinition(
+        definition = MaterializedTableDefinition(
             identifier=identifier,
             freshness=freshness,
             refresh_mode=refresh_mode,
@@ -281,7 +251,7 @@ class _Parser:
             source_path=self.path,
             text=self.text,
             comment=comment,
-            partition_by=tuple(partition_by),
+            partition_by=partition_by,
             options=MappingProxyType(options),
             partition_formatters=MappingProxyType(settings.formatters()),
             schedule=schedule,
@@ -292,64 +262,182 @@ class _Parser:
             start_date=settings.start_date(),
             suspend_after_failures=settings.suspend_after(),
             lines=MappingProxyType(lines),
+            columns=columns,
+            primary_key=key[0],
+            primary_key_name=key[1],
         )
+        return definition, or_alter
 
-    def _partition_column(self, columns: list[str]) -> None:
-        token = self.name("PARTITIONED BY")
-        try:
-            column = validate_name(token.text, "partition column")
-        except InvalidIdentifierError as err:
-            self.fail("PARTITIONED BY", str(err), token)
-        if column in columns:
-            self.fail("PARTITIONED BY", f"duplicate partition column {token.text!r}", token)
-        columns.append(column)
-
-    def _option(self, options: dict[str, str], lines: dict[str, _Token]) -> None:
-        key = self.expect("WITH", "string", "a quoted option key such as 'owner'")
-        self.expect("WITH", "punct", "'='", "=")
-        value = self.expect("WITH", "string", f"a quoted value for option {key.text!r}")
-        if key.text in options:
-            self.fail("WITH", f"duplicate option {key.text!r}", key)
-        options[key.text] = value.text
-        lines[key.text] = key
+    def _misplaced(self, word: str | None, remaining: tuple[str, ...]) -> NoReturn:
+        expected = [*(_CLAUSE_NAMES[clause] for clause in remaining if clause in _CLAUSE_NAMES), "AS"]
+        listed = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])} or AS"
+        found = self.cursor.describe(self.cursor.current)
+        clause = _CLAUSE_NAMES.get(word or "", "AS")
+        why = f" (clauses go in the order {_CLAUSE_ORDER})" if word in _CLAUSES else ""
+        self.fail(clause, f"expected {listed}, found {found}{why}")
 
     def _freshness(self) -> Freshness:
-        self.expect("FRESHNESS", "punct", "'='", "=")
-        self.expect_keyword("FRESHNESS", "INTERVAL")
-        value = self.expect("FRESHNESS", "string", "a quoted interval value such as '1'")
-        unit = self.current
-        if not self.at_keyword("SECOND", "MINUTE", "HOUR", "DAY"):
-            self.fail("FRESHNESS", f"expected SECOND, MINUTE, HOUR or DAY, found "
-                      f"{self.describe(unit)}")
-        self.advance()
-        interval = f"INTERVAL '{value.text}' {unit.text.upper()}"
-        if not value.text.strip().isdigit():
-            self.fail("FRESHNESS", f"invalid freshness {interval}: the value must be a "
-                      "positive integer", value)
+        c = self.cursor
+        c.expect_punct("FRESHNESS", "=")
+        if not c.at_keyword("INTERVAL"):
+            self.fail("FRESHNESS", f"{_INTERVAL_ONLY}: found {c.describe(c.current)}, expected "
+                      "INTERVAL 'n' SECOND|MINUTE|HOUR|DAY")
+        c.advance()
+        sign = c.advance() if c.at_punct("-") else None
+        value = c.current
+        if value.kind != "string":
+            if value.kind == "number":
+                c.advance()  # Flink points at what follows an unquoted number (its unit)
+            self.fail("FRESHNESS", f"{_INTERVAL_ONLY}: the interval value must be quoted, as in "
+                      f"INTERVAL '1' HOUR, found {c.describe(value)}")
+        c.advance()
+        unit = c.current
+        if not c.at_keyword(*_UNITS):
+            self.fail("FRESHNESS", f"unsupported freshness unit {c.describe(unit)}: materialized table "
+                      "freshness only supports SECOND, MINUTE, HOUR, DAY as the time unit")
+        c.advance()
+        if c.at_keyword("TO"):
+            self.fail("FRESHNESS", f"unsupported freshness unit {unit.text.upper()} TO ...: materialized "
+                      "table freshness only supports SECOND, MINUTE, HOUR, DAY as the time unit")
+        interval = f"INTERVAL {'-' if sign else ''}'{value.text}' {unit.text.upper()}"
+        if sign or not value.text.strip().isdigit():
+            shown = f"-{value.text}" if sign else value.text
+            self.fail("FRESHNESS", f"invalid freshness {interval}: the freshness interval only "
+                      f"supports positive integer values, but was: {shown}", sign or value)
         try:
-            return Freshness(int(value.text), unit.text.upper())
+            return Freshness(int(value.text), _UNITS[unit.text.upper()])
         except FreshnessError as err:
             self.fail("FRESHNESS", str(err), value)
 
-    def _query(self, start: int) -> str:
-        """The text after AS up to an optional trailing ';' (comments kept, one statement)."""
-        end = None  # end of the last significant token
-        separator = False
-        for match in _QUERY_TOKEN.finditer(self.text, start):
-            kind = match.lastgroup
-            if kind == "skip":
-                continue
-            if kind == "bad":
-                self._fail_at(match.start(), "AS", self._bad_character(match.start()))
-            if separator:
-                self._fail_at(match.start(), "AS", "only one statement per definition file")
-            if kind == "semicolon":
-                separator = True
-            else:
-                end = match.end()
-        if end is None:
-            self._fail_at(start, "AS", "missing query after AS")
-        return self.text[start:end].strip()
+
+_CLAUSE_NAMES = {
+    "COMMENT": "COMMENT",
+    "PARTITIONED": "PARTITIONED BY",
+    "WITH": "WITH",
+    "FRESHNESS": "FRESHNESS",
+    "REFRESH_MODE": "REFRESH_MODE",
+}
+_UNSUPPORTED_CLAUSES = {
+    "DISTRIBUTED": "DISTRIBUTED BY/INTO is not supported: refreshes write Parquet files per "
+                   "partition, without buckets; remove the clause",
+    "START_MODE": "START_MODE is not supported: a CONTINUOUS table starts from the current "
+                  "content of its sources and resumes from its checkpoint; remove the clause",
+}
+
+
+class _Elements:
+    """The column list: columns (names alone or typed) and PRIMARY KEY ... NOT ENFORCED."""
+
+    clause = "columns"
+
+    def __init__(self, parser: _Parser) -> None:
+        self.parser = parser
+        self.cursor = parser.cursor
+        self.columns: list[Column] = []
+        self.names_only: bool | None = None  # decided by the first column, as Flink's parser
+        self.key: tuple[str, ...] = ()
+        self.key_name: str | None = None
+
+    def parse(self) -> tuple[tuple[Column, ...], tuple[tuple[str, ...], str | None]]:
+        self.cursor.parenthesized(self.clause, self.element)
+        return tuple(self.columns), (self.key, self.key_name)
+
+    def element(self) -> None:
+        c = self.cursor
+        if c.at_keyword("CONSTRAINT", "PRIMARY", "UNIQUE"):
+            self.constraint(None)
+        elif c.at_keyword("WATERMARK"):
+            self.parser.fail(self.clause, "WATERMARK is not supported: refreshes read their sources "
+                             "as batches or micro-batches, without event time")
+        else:
+            self.column()
+
+    def column(self) -> None:
+        c = self.cursor
+        name, token = c.column(self.clause, "column")
+        if name in (column.name for column in self.columns):
+            self.parser.fail(self.clause, f"duplicate column {token.text!r}", token)
+        if c.at_keyword("AS"):
+            self.parser.fail(self.clause, f"computed column {token.text!r} is not supported: compute "
+                             "it in the query after AS")
+        bare = c.at_punct(",") or c.at_punct(")")
+        if self.names_only is None:
+            self.names_only = bare
+        if self.names_only or bare:
+            if not bare:  # a type in a list of names: Flink's parser fails at the type too
+                c.expect(self.clause, "punct", "',' or ')'", ")")
+            if not self.names_only:
+                self.parser.fail(self.clause, f"expected a type for column {token.text!r}, found "
+                                 f"{c.describe(c.current)}")
+            self.columns.append(Column(name))
+            return
+        data_type = self.data_type(token)
+        nullable = True
+        if c.at_keyword("NOT"):
+            c.advance()
+            c.expect_keyword(self.clause, "NULL")
+            nullable = False
+        elif c.at_keyword("NULL"):
+            c.advance()
+        if c.at_keyword("METADATA"):
+            self.parser.fail(self.clause, f"metadata column {token.text!r} is not supported: "
+                             "select the value in the query after AS")
+        if c.at_keyword("CONSTRAINT", "PRIMARY", "UNIQUE"):
+            self.constraint(name)
+        comment = None
+        if c.at_keyword("COMMENT"):
+            c.advance()
+            comment = c.expect(self.clause, "string", "a quoted column comment").text
+        self.columns.append(Column(name, data_type, nullable, comment))
+
+    def data_type(self, column: Token) -> str:
+        """The type as written (``DECIMAL(10, 2)``, ``ARRAY<ROW(a INT)>``): Spark checks it."""
+        c = self.cursor
+        first = c.current
+        if first.kind != "word":
+            self.parser.fail(self.clause, f"expected a type for column {column.text!r}, found "
+                             f"{c.describe(first)}")
+        depth, last = 0, first
+        while c.current.kind != "end":
+            token = c.current
+            if depth == 0 and ((token.kind == "punct" and token.text in ",)") or c.at_keyword(*_TYPE_END)):
+                break
+            if token.kind == "punct" and token.text in "(<":
+                depth += 1
+            elif token.kind == "punct" and token.text in ")>":
+                depth -= 1
+            last = c.advance()
+        return self.parser.text[first.pos:last.end]
+
+    def constraint(self, column: str | None) -> None:
+        """``[CONSTRAINT c] PRIMARY KEY [(a, ...)] NOT ENFORCED``; UNIQUE and ENFORCED rejected."""
+        c = self.cursor
+        start = c.current
+        name = None
+        if c.at_keyword("CONSTRAINT"):
+            c.advance()
+            name = c.name(self.clause, "a constraint name").text
+        if c.at_keyword("UNIQUE"):
+            self.parser.fail(self.clause, "UNIQUE constraint is not supported yet (as in Flink): "
+                             "use PRIMARY KEY (...) NOT ENFORCED", start)
+        c.expect_keyword(self.clause, "PRIMARY", "KEY")
+        columns = (column,) if column else c.column_list(self.clause, "primary key column")
+        enforced = True
+        if c.at_keyword("NOT"):
+            c.advance()
+            c.expect_keyword(self.clause, "ENFORCED")
+            enforced = False
+        elif c.at_keyword("ENFORCED"):
+            c.advance()
+        if enforced:
+            # Flink's rule and reason: the table's data is written by refreshes, not checked.
+            self.parser.fail(self.clause, "PRIMARY KEY must be NOT ENFORCED: ENFORCED/NOT ENFORCED "
+                             "controls if the constraint checks are performed on the incoming/"
+                             "outgoing data; the data is not owned here, so the only supported "
+                             "mode is NOT ENFORCED", start)
+        if self.key:
+            self.parser.fail(self.clause, "duplicate primary key definition", start)
+        self.key, self.key_name = columns, name
 
 
 class _Options:
@@ -359,8 +447,8 @@ class _Options:
         self,
         parser: _Parser,
         options: dict[str, str],
-        tokens: dict[str, _Token],
-        partition_by: list[str],
+        tokens: dict[str, Token],
+        partition_by: tuple[str, ...],
     ) -> None:
         self.parser = parser
         self.options = options
@@ -368,7 +456,11 @@ class _Options:
         self.partition_by = partition_by
         for key in options:
             if not (key in KNOWN_OPTIONS or _FORMATTER_KEY.match(key)):
-                self.fail(key, f"unknown option {key!r}; known options: {', '.join(KNOWN_OPTIONS)}")
+                self.fail(key, f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}")
+        value = self.get("format")
+        if value is not None and value.lower() not in FORMATS:
+            self.fail("format", f"option 'format' = {value!r} is not supported: refreshes write "
+                      f"{', '.join(FORMATS)} (supported: {', '.join(map(repr, FORMATS))})")
         try:
             materialized_table_options(options, partition_by)
         except TtlError as err:
@@ -465,6 +557,12 @@ class _Options:
 def parse_definition(text: str, path: str | Path = "<string>") -> MaterializedTableDefinition:
     """Parse one definition; raises :class:`DefinitionError` naming the file, line and clause."""
     return _Parser(text, str(path)).definition()
+
+
+def parse_create_statement(text: str, error: ErrorFactory) -> tuple[MaterializedTableDefinition, bool]:
+    """The SQL client's entry point: one ``CREATE [OR ALTER] MATERIALIZED TABLE`` statement
+    (the definition, and whether it is OR ALTER); ``error`` builds the exception to raise."""
+    return _Parser(text, "<statement>", error, "statement").statement()
 
 
 def _read(path: Path) -> str:

@@ -20,11 +20,18 @@ column of the offending token. ``CREATE`` uses the definition files' parser
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NoReturn
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
+from airflow_provider_staged.materialized.definition import (
+    MaterializedTableDefinition,
+    parse_create_statement,
+)
+from airflow_provider_staged.sql.materialized_grammar import SESSION_CATALOG, Cursor
 
 
 class MaterializedStatementError(ValueError):
@@ -40,6 +47,7 @@ class MaterializedStatementError(ValueError):
 @dataclass(frozen=True)
 class CreateMaterializedTable:
     definition: MaterializedTableDefinition
+    or_alter: bool = False  # CREATE OR ALTER: replace the definition of an existing table
 
     @property
     def table(self) -> TableIdentifier:
@@ -78,7 +86,11 @@ class DescribeMaterializedTable:
 
 @dataclass(frozen=True)
 class ShowMaterializedTables:
-    pass
+    """``SHOW MATERIALIZED TABLES [FROM|IN db] [[NOT] LIKE 'pattern']`` (Flink 2.2)."""
+
+    database: str | None = None  # None: every database
+    like: str | None = None  # SQL LIKE pattern on the table name
+    not_like: bool = False
 
 
 MaterializedTableStatement = (
@@ -91,7 +103,160 @@ MaterializedTableStatement = (
     | ShowMaterializedTables
 )
 
+_GAP = r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)+"  # whitespace and comments between keywords
+# Decided on the text, not on tokens: other statements are Spark SQL and never meet this
+# tokenizer. DESCRIBE needs TABLE too: ``DESCRIBE materialized`` describes a table of that name.
+_DETECT = re.compile(
+    rf"""(?:{_GAP})?(?:
+        (?P<create>CREATE){_GAP}(?:OR{_GAP}(?:ALTER|REPLACE){_GAP}|TEMPORARY{_GAP})?MATERIALIZED\b
+      | (?:ALTER|SHOW){_GAP}MATERIALIZED\b
+      | DROP{_GAP}(?:TEMPORARY{_GAP})?MATERIALIZED\b
+      | DESC(?:RIBE)?{_GAP}MATERIALIZED{_GAP}TABLE\b)""",
+    re.IGNORECASE | re.DOTALL | re.VERBOSE,
+)
+_ALTER = "ALTER MATERIALIZED TABLE"
+_SUPPORTED_ALTER = "SUSPEND, RESUME [WITH (...)] or REFRESH [PARTITION (...)]"
+# Flink's other ALTER forms: the definition (file or CREATE OR ALTER) is where they belong here.
+_OTHER_ALTER = ("SET", "RESET", "AS", "ADD", "MODIFY", "DROP", "RENAME")
+
+
+def _error(line: int, column: int, clause: str, message: str) -> MaterializedStatementError:
+    return MaterializedStatementError(line, column, f"{clause}: {message}")
+
 
 def parse_materialized_statement(text: str) -> MaterializedTableStatement | None:
-    """Parse one statement; ``None`` when it is not a materialized-table statement."""
-    raise NotImplementedError("materialized-table statements: being implemented")
+    """Parse one statement; ``None`` when it is not a materialized-table statement.
+
+    Raises :class:`MaterializedStatementError` for a malformed one, at the offending token;
+    only an optional ``;`` and comments may follow the statement.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"expected the statement text as str, not {type(text).__name__}")
+    match = _DETECT.match(text)
+    if match is None:
+        return None
+    if match.group("create"):
+        return CreateMaterializedTable(*parse_create_statement(text, _error))
+    return _Statements(Cursor(text, _error)).parse()
+
+
+class _Statements:
+    def __init__(self, cursor: Cursor) -> None:
+        self.c = cursor
+
+    def fail(self, clause: str, message: str) -> NoReturn:
+        self.c.fail(clause, message)
+
+    def parse(self) -> MaterializedTableStatement:
+        c = self.c
+        word = c.current.text.upper()
+        statement: MaterializedTableStatement
+        if word == "ALTER":
+            clause, statement = _ALTER, self.alter()
+        elif word == "DROP":
+            clause, statement = "DROP MATERIALIZED TABLE", self.drop()
+        elif word in ("DESCRIBE", "DESC"):
+            clause = "DESCRIBE MATERIALIZED TABLE"
+            c.advance()
+            c.expect_keyword(clause, "MATERIALIZED", "TABLE")
+            statement = DescribeMaterializedTable(c.table_identifier(clause))
+        else:
+            clause, statement = "SHOW MATERIALIZED TABLES", self.show()
+        c.finish(clause)
+        return statement
+
+    def alter(self) -> MaterializedTableStatement:
+        c = self.c
+        c.expect_keyword(_ALTER, "ALTER", "MATERIALIZED", "TABLE")
+        table = c.table_identifier(_ALTER)
+        if c.at_keyword("SUSPEND"):
+            c.advance()
+            return SuspendMaterializedTable(table)
+        if c.at_keyword("RESUME"):
+            c.advance()
+            options: dict[str, str] = {}
+            if c.at_keyword("WITH"):
+                c.advance()
+                options = c.string_options(f"{_ALTER} RESUME WITH")[0]
+            return ResumeMaterializedTable(table, MappingProxyType(options))
+        if c.at_keyword("REFRESH"):
+            c.advance()
+            partition: dict[str, str] = {}
+            if c.at_keyword("PARTITION"):
+                c.advance()
+                partition = self.partition_spec()
+            return RefreshMaterializedTable(table, MappingProxyType(partition))
+        found = c.describe(c.current)
+        if c.at_keyword(*_OTHER_ALTER):
+            self.fail(_ALTER, f"{c.current.text.upper()} is not supported here: change the definition "
+                      "(its file, or CREATE OR ALTER MATERIALIZED TABLE) instead; supported: "
+                      f"{_SUPPORTED_ALTER}")
+        self.fail(_ALTER, f"expected {_SUPPORTED_ALTER}, found {found}")
+
+    def partition_spec(self) -> dict[str, str]:
+        """``(k = 'v', ...)``: validated keys, values decoded to plain strings (never SQL)."""
+        c = self.c
+        clause = f"{_ALTER} REFRESH PARTITION"
+        spec: dict[str, str] = {}
+
+        def item() -> None:
+            key, token = c.column(clause, "partition column")
+            if key in spec:
+                c.fail(clause, f"duplicate partition column {token.text!r}", token)
+            c.expect_punct(clause, "=")
+            value = c.current
+            # Flink's parser also takes numbers (``part1 = 2023``); the value is their text.
+            if value.kind not in ("string", "number"):
+                self.fail(clause, f"expected a quoted value for partition column {token.text!r}, "
+                          f"found {c.describe(value)}")
+            spec[key] = c.advance().text
+
+        c.parenthesized(clause, item)
+        return spec
+
+    def drop(self) -> DropMaterializedTable:
+        c = self.c
+        clause = "DROP MATERIALIZED TABLE"
+        c.expect_keyword(clause, "DROP")
+        if c.at_keyword("TEMPORARY"):
+            c.advance()
+            self.fail(clause, "DROP TEMPORARY MATERIALIZED TABLE is not supported")
+        c.expect_keyword(clause, "MATERIALIZED", "TABLE")
+        if_exists = False
+        if c.at_keyword("IF"):
+            c.advance()
+            c.expect_keyword(clause, "EXISTS")
+            if_exists = True
+        return DropMaterializedTable(c.table_identifier(clause), if_exists)
+
+    def show(self) -> ShowMaterializedTables:
+        c = self.c
+        clause = "SHOW MATERIALIZED TABLES"
+        c.expect_keyword(clause, "SHOW", "MATERIALIZED", "TABLES")
+        database = None
+        if c.at_keyword("FROM", "IN"):
+            c.advance()
+            database = self.database(clause)
+        not_like = c.at_keyword("NOT")
+        if not_like:
+            c.advance()
+            if not c.at_keyword("LIKE"):
+                self.fail(clause, f"expected LIKE, found {c.describe(c.current)}")
+        like = None
+        if c.at_keyword("LIKE"):
+            c.advance()
+            like = c.expect(clause, "string", "a quoted LIKE pattern").text
+        return ShowMaterializedTables(database, like, not_like)
+
+    def database(self, clause: str) -> str:
+        """``[spark_catalog.]db``, validated, as the metastore stores it."""
+        c = self.c
+        parts = c.qualified_name(clause, "a database name")
+        names = [part.text for part in parts]
+        if len(parts) > 2 or (len(parts) == 2 and names[0].lower() != SESSION_CATALOG):
+            c.fail(clause, f"expected a database name (or {SESSION_CATALOG}.db), found "
+                   f"{'.'.join(names)!r}", parts[0])
+        try:
+            return validate_name(names[-1], "database name")
+        except InvalidIdentifierError as err:
+            c.fail(clause, str(err), parts[-1])
