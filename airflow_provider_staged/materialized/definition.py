@@ -144,6 +144,9 @@ class _Parser:
         self.text = text
         self.path = path
         self.cursor = Cursor(text, error or self._file_error, unit)
+        # Forms Flink's parser accepts and its validation rejects (or that we cannot honour):
+        # reported after the whole statement parsed, so a syntax error is found first, as in Flink.
+        self.deferred: list[tuple[str, str, Token]] = []
 
     def _file_error(self, line: int, column: int, clause: str, message: str) -> DefinitionError:
         return DefinitionError(self.path, line, clause, message, column)
@@ -153,6 +156,9 @@ class _Parser:
 
     def line_of(self, token: Token) -> int:
         return self.cursor.line_of(token.pos)
+
+    def defer(self, clause: str, message: str, token: Token) -> None:
+        self.deferred.append((clause, message, token))
 
     # -- grammar ----------------------------------------------------------------------------
     def create(self) -> bool:
@@ -223,12 +229,15 @@ class _Parser:
                     self.fail(word, f"expected FULL or CONTINUOUS, found {c.describe(c.current)}")
                 explicit_mode = RefreshMode(c.advance().text.upper())
             else:  # DISTRIBUTED, START_MODE: Flink clauses with nothing to honour here
-                self.fail(word, _UNSUPPORTED_CLAUSES[word], token)
+                self.defer(word, _UNSUPPORTED_CLAUSES[word], token)
+                c.skip(lambda: c.at_keyword(*_CLAUSES, "AS"))
         as_token = c.current
         lines["AS"] = self.line_of(as_token)
         # The query is Spark SQL: read from the text, never through the DDL tokenizer.
         query = c.query(as_token.end, "AS")
         lines["query"] = c.line_of(self.text.index(query, as_token.end))
+        if self.deferred:
+            self.fail(*self.deferred[0])
         if freshness is None:
             freshness = DEFAULT_FRESHNESS[explicit_mode or RefreshMode.CONTINUOUS]
             lines["FRESHNESS"] = lines[CREATE]  # where the default applies, for later errors
@@ -347,8 +356,8 @@ class _Elements:
         if c.at_keyword("CONSTRAINT", "PRIMARY", "UNIQUE"):
             self.constraint(None)
         elif c.at_keyword("WATERMARK"):
-            self.parser.fail(self.clause, "WATERMARK is not supported: refreshes read their sources "
-                             "as batches or micro-batches, without event time")
+            self.unsupported("WATERMARK is not supported: refreshes read their sources as batches "
+                             "or micro-batches, without event time", c.current)
         else:
             self.column()
 
@@ -358,8 +367,9 @@ class _Elements:
         if name in (column.name for column in self.columns):
             self.parser.fail(self.clause, f"duplicate column {token.text!r}", token)
         if c.at_keyword("AS"):
-            self.parser.fail(self.clause, f"computed column {token.text!r} is not supported: compute "
-                             "it in the query after AS")
+            self.unsupported(f"computed column {token.text!r} is not supported: compute it in the "
+                             "query after AS", c.current)
+            return
         bare = c.at_punct(",") or c.at_punct(")")
         if self.names_only is None:
             self.names_only = bare
@@ -380,8 +390,9 @@ class _Elements:
         elif c.at_keyword("NULL"):
             c.advance()
         if c.at_keyword("METADATA"):
-            self.parser.fail(self.clause, f"metadata column {token.text!r} is not supported: "
-                             "select the value in the query after AS")
+            self.unsupported(f"metadata column {token.text!r} is not supported: select the value "
+                             "in the query after AS", c.current)
+            return
         if c.at_keyword("CONSTRAINT", "PRIMARY", "UNIQUE"):
             self.constraint(name)
         comment = None
@@ -389,6 +400,11 @@ class _Elements:
             c.advance()
             comment = c.expect(self.clause, "string", "a quoted column comment").text
         self.columns.append(Column(name, data_type, nullable, comment))
+
+    def unsupported(self, message: str, token: Token) -> None:
+        """Defer the error and skip the rest of the element (Flink parses it; we cannot honour it)."""
+        self.parser.defer(self.clause, message, token)
+        self.cursor.skip(lambda: self.cursor.at_punct(",") or self.cursor.at_punct(")"))
 
     def data_type(self, column: Token) -> str:
         """The type as written (``DECIMAL(10, 2)``, ``ARRAY<ROW(a INT)>``): Spark checks it."""
@@ -418,8 +434,9 @@ class _Elements:
             c.advance()
             name = c.name(self.clause, "a constraint name").text
         if c.at_keyword("UNIQUE"):
-            self.parser.fail(self.clause, "UNIQUE constraint is not supported yet (as in Flink): "
-                             "use PRIMARY KEY (...) NOT ENFORCED", start)
+            self.unsupported("UNIQUE constraint is not supported yet (as in Flink): use PRIMARY KEY "
+                             "(...) NOT ENFORCED", start)
+            return
         c.expect_keyword(self.clause, "PRIMARY", "KEY")
         columns = (column,) if column else c.column_list(self.clause, "primary key column")
         enforced = True
@@ -431,10 +448,10 @@ class _Elements:
             c.advance()
         if enforced:
             # Flink's rule and reason: the table's data is written by refreshes, not checked.
-            self.parser.fail(self.clause, "PRIMARY KEY must be NOT ENFORCED: ENFORCED/NOT ENFORCED "
-                             "controls if the constraint checks are performed on the incoming/"
-                             "outgoing data; the data is not owned here, so the only supported "
-                             "mode is NOT ENFORCED", start)
+            self.parser.defer(self.clause, "PRIMARY KEY must be NOT ENFORCED: ENFORCED/NOT ENFORCED "
+                              "controls if the constraint checks are performed on the incoming/"
+                              "outgoing data; the data is not owned here, so the only supported "
+                              "mode is NOT ENFORCED", start)
         if self.key:
             self.parser.fail(self.clause, "duplicate primary key definition", start)
         self.key, self.key_name = columns, name

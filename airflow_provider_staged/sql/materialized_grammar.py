@@ -124,6 +124,16 @@ class Cursor:
     def at_punct(self, text: str) -> bool:
         return self.current.kind == "punct" and self.current.text == text
 
+    def skip(self, stop: Callable[[], bool]) -> None:
+        """Pass over tokens, balancing parentheses, until ``stop()`` holds outside them."""
+        depth = 0
+        while self.current.kind != "end" and (depth or not stop()):
+            if self.at_punct("("):
+                depth += 1
+            elif self.at_punct(")"):
+                depth -= 1
+            self.advance()
+
     def expect_keyword(self, clause: str, *words: str) -> Token:
         for word in words:
             if not self.at_keyword(word):
