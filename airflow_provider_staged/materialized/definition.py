@@ -382,13 +382,7 @@ class _Elements:
             self.columns.append(Column(name))
             return
         data_type = self.data_type(token)
-        nullable = True
-        if c.at_keyword("NOT"):
-            c.advance()
-            c.expect_keyword(self.clause, "NULL")
-            nullable = False
-        elif c.at_keyword("NULL"):
-            c.advance()
+        nullable = c.negation(self.clause, "NULL") is not True
         if c.at_keyword("METADATA"):
             self.unsupported(f"metadata column {token.text!r} is not supported: select the value "
                              "in the query after AS", c.current)
@@ -439,14 +433,7 @@ class _Elements:
             return
         c.expect_keyword(self.clause, "PRIMARY", "KEY")
         columns = (column,) if column else c.column_list(self.clause, "primary key column")
-        enforced = True
-        if c.at_keyword("NOT"):
-            c.advance()
-            c.expect_keyword(self.clause, "ENFORCED")
-            enforced = False
-        elif c.at_keyword("ENFORCED"):
-            c.advance()
-        if enforced:
+        if c.negation(self.clause, "ENFORCED") is not True:  # ENFORCED, or nothing said
             # Flink's rule and reason: the table's data is written by refreshes, not checked.
             self.parser.defer(self.clause, "PRIMARY KEY must be NOT ENFORCED: ENFORCED/NOT ENFORCED "
                               "controls if the constraint checks are performed on the incoming/"

@@ -188,29 +188,41 @@ class Cursor:
         return tuple(columns)
 
     # -- shared grammar ---------------------------------------------------------------------
-    def qualified_name(self, clause: str, what: str) -> list[Token]:
-        """``a[.b[...]]``: the name tokens."""
-        parts = [self.name(clause, what)]
+    def qualified_name(self, clause: str, expected: str, shape: str) -> tuple[list[str], Token]:
+        """``a[.b...]`` with at most ``shape``'s parts after an optional ``spark_catalog.``."""
+        start = self.current
+        parts = [self.name(clause, expected)]
         while self.at_punct("."):
             self.advance()
             parts.append(self.name(clause, "a name after '.'"))
-        return parts
+        names = [part.text for part in parts]
+        size = shape.count(".") + 1
+        if len(names) == size + 1 and names[0].lower() == SESSION_CATALOG:
+            names = names[1:]
+        if len(names) > size:
+            # Only Spark's session catalog is backed by the metastore the project commits to.
+            self.fail(clause, f"expected {expected} (or {SESSION_CATALOG}.{shape}), found "
+                      f"{'.'.join(part.text for part in parts)!r}", start)
+        return names, start
 
     def table_identifier(self, clause: str) -> TableIdentifier:
         """``[spark_catalog.][db.]name`` as a validated identifier (``default`` database)."""
-        start = self.current
-        parts = self.qualified_name(clause, "a table name")
-        names = [part.text for part in parts]
-        if len(parts) > 3 or (len(parts) == 3 and names[0].lower() != SESSION_CATALOG):
-            # Only Spark's session catalog is backed by the metastore the project commits to.
-            self.fail(clause, f"expected [db.]name (or {SESSION_CATALOG}.db.name), found "
-                      f"{'.'.join(names)!r}", start)
+        names, start = self.qualified_name(clause, "[db.]name", "db.name")
         try:
-            if len(parts) == 1:
-                return TableIdentifier("default", names[0])
-            return TableIdentifier(names[-2], names[-1])
+            return TableIdentifier(*(["default", *names][-2:]))
         except InvalidIdentifierError as err:
             self.fail(clause, str(err), start)
+
+    def negation(self, clause: str, word: str) -> bool | None:
+        """``NOT word``: True; ``word``: False; neither: None."""
+        if self.at_keyword("NOT"):
+            self.advance()
+            self.expect_keyword(clause, word)
+            return True
+        if self.at_keyword(word):
+            self.advance()
+            return False
+        return None
 
     def string_options(self, clause: str, empty: bool = False) -> tuple[dict[str, str], dict[str, Token]]:
         """``('key' = 'value', ...)``: the values as written, and each key's token for errors."""

@@ -31,7 +31,7 @@ from airflow_provider_staged.materialized.definition import (
     MaterializedTableDefinition,
     parse_create_statement,
 )
-from airflow_provider_staged.sql.materialized_grammar import SESSION_CATALOG, Cursor
+from airflow_provider_staged.sql.materialized_grammar import Cursor
 
 
 class MaterializedStatementError(ValueError):
@@ -250,13 +250,8 @@ class _Statements:
 
     def database(self, clause: str) -> str:
         """``[spark_catalog.]db``, validated, as the metastore stores it."""
-        c = self.c
-        parts = c.qualified_name(clause, "a database name")
-        names = [part.text for part in parts]
-        if len(parts) > 2 or (len(parts) == 2 and names[0].lower() != SESSION_CATALOG):
-            c.fail(clause, f"expected a database name (or {SESSION_CATALOG}.db), found "
-                   f"{'.'.join(names)!r}", parts[0])
+        names, start = self.c.qualified_name(clause, "a database name", "db")
         try:
-            return validate_name(names[-1], "database name")
+            return validate_name(names[0], "database name")
         except InvalidIdentifierError as err:
-            c.fail(clause, str(err), parts[-1])
+            self.c.fail(clause, str(err), start)

@@ -37,6 +37,14 @@ def error(text: str) -> MaterializedStatementError:
     return info.value
 
 
+def assert_error(text: str, line: int, column: int, match: str) -> None:
+    """The error is at (line, column), its text says where and matches ``match``."""
+    err = error(text)
+    assert (err.line, err.column) == (line, column), str(err)
+    assert str(err).startswith(f"line {line}, column {column}: ")
+    assert re.search(match, err.message), err.message
+
+
 def create(text: str) -> CreateMaterializedTable:
     statement = parse(text)
     assert isinstance(statement, CreateMaterializedTable)
@@ -129,11 +137,8 @@ FLINK_CREATE_HEAD = (
     ],
 )
 def test_flink_parser_errors_at_flink_positions(text: str, line: int, column: int, match: str) -> None:
-    err = error(text)
-    assert (err.line, err.column) == (line, column), str(err)
-    assert str(err).startswith(f"line {line}, column {column}: ")
-    assert isinstance(err, ValueError)
-    assert re.search(match, err.message), err.message
+    assert_error(text, line, column, match)
+    assert isinstance(error(text), ValueError)
 
 
 # -- deliberate deviations from Flink -------------------------------------------------------
@@ -165,9 +170,7 @@ def test_flink_parser_errors_at_flink_positions(text: str, line: int, column: in
     ],
 )
 def test_deviations(text: str, column: int, match: str) -> None:
-    err = error(text)
-    assert (err.line, err.column) == (1, column), str(err)
-    assert re.search(match, err.message), err.message
+    assert_error(text, 1, column, match)
 
 
 # -- CREATE: Flink's vectors ----------------------------------------------------------------
@@ -290,9 +293,7 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
     ],
 )
 def test_create_errors(text: str, line: int, column: int, match: str) -> None:
-    err = error(text)
-    assert (err.line, err.column) == (line, column), str(err)
-    assert re.search(match, err.message), err.message
+    assert_error(text, line, column, match)
 
 
 def test_flink_full_examples_are_refused_naming_the_first_unsupported_part() -> None:
@@ -413,9 +414,7 @@ def test_issue_injection_example_is_data() -> None:
     ],
 )
 def test_injection_is_rejected(text: str, column: int, match: str) -> None:
-    err = error(text)
-    assert (err.line, err.column) == (1, column), str(err)
-    assert re.search(match, err.message), err.message
+    assert_error(text, 1, column, match)
 
 
 # -- one parser, two entry points -----------------------------------------------------------
