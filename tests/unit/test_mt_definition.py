@@ -220,3 +220,22 @@ def test_files(tmp_path: Path) -> None:
     (tmp_path / "latin1.sql").write_bytes(b"CREATE MATERIALIZED TABLE t COMMENT '\xe9'")
     with pytest.raises(DefinitionError, match=r"latin1.sql:1: file: cannot read"):
         load_definition(tmp_path / "latin1.sql")
+
+
+def test_flink_forms_in_a_file_and_error_columns() -> None:
+    """The file parser is the statement parser: Flink's column list, key and OR ALTER read."""
+    d = parse(
+        "CREATE OR ALTER MATERIALIZED TABLE spark_catalog.sales.t (\n"
+        "  ds STRING NOT NULL COMMENT 'day', n BIGINT,\n"
+        "  CONSTRAINT pk PRIMARY KEY (ds) NOT ENFORCED)\n"
+        "PARTITIONED BY (ds) WITH ('format' = 'parquet') REFRESH_MODE = FULL\n"
+        "AS SELECT ds, count(*) AS n FROM s GROUP BY ds"
+    )
+    assert d.identifier == TableIdentifier("sales", "t")
+    assert [(c.name, c.data_type, c.nullable, c.comment) for c in d.columns] == [
+        ("ds", "STRING", False, "day"), ("n", "BIGINT", True, None)]
+    assert (d.primary_key, d.primary_key_name) == (("ds",), "pk")
+    assert (d.freshness, d.schedule) == (Freshness(1, "HOUR"), "0 * * * *")  # Flink's FULL default
+    err = error("CREATE MATERIALIZED TABLE t\nWITH ('connector' = 'kafka')\nAS SELECT 1")
+    assert (err.line, err.column, err.clause) == (2, 7, "WITH")
+    assert "supported options: format, partition.fields.<col>.date-formatter" in err.message
