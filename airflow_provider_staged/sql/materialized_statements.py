@@ -105,13 +105,14 @@ MaterializedTableStatement = (
 
 _GAP = r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)+"  # whitespace and comments between keywords
 # Decided on the text, not on tokens: other statements are Spark SQL and never meet this
-# tokenizer. DESCRIBE needs TABLE too: ``DESCRIBE materialized`` describes a table of that name.
+# tokenizer. Only statements on MATERIALIZED TABLEs are ours: ``DESCRIBE materialized``
+# describes a table of that name, ``CREATE MATERIALIZED VIEW`` is Spark's (its pipelines).
 _DETECT = re.compile(
     rf"""(?:{_GAP})?(?:
-        (?P<create>CREATE){_GAP}(?:OR{_GAP}(?:ALTER|REPLACE){_GAP}|TEMPORARY{_GAP})?MATERIALIZED\b
-      | (?:ALTER|SHOW){_GAP}MATERIALIZED\b
-      | DROP{_GAP}(?:TEMPORARY{_GAP})?MATERIALIZED\b
-      | DESC(?:RIBE)?{_GAP}MATERIALIZED{_GAP}TABLE\b)""",
+        (?P<create>CREATE){_GAP}(?:OR{_GAP}(?:ALTER|REPLACE){_GAP}|TEMPORARY{_GAP})?
+      | (?:ALTER|SHOW|DESC|DESCRIBE){_GAP}
+      | DROP{_GAP}(?:TEMPORARY{_GAP})?
+    )MATERIALIZED{_GAP}TABLES?\b""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
 _ALTER = "ALTER MATERIALIZED TABLE"

@@ -350,6 +350,8 @@ def test_original_query(text: str, query: str) -> None:
         "DESCRIBE materialized",  # a table named "materialized"
         "DESC materialized.t",
         "DROP TABLE materialized",
+        "CREATE MATERIALIZED VIEW mv AS SELECT 1",  # Spark's declarative pipelines
+        "DROP MATERIALIZED VIEW mv",
         "SELECT 'ALTER MATERIALIZED TABLE t SUSPEND'",
         "-- ALTER MATERIALIZED TABLE t SUSPEND\nSELECT 1",
         "ALTER TABLE materialized SET TBLPROPERTIES ('a' = 'b')",
