@@ -5,6 +5,7 @@ pytest_plugins = [
     "tests.fixtures.metastore",
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",
+    "tests.fixtures.gateway",
     "tests.fixtures.postgres",
     "tests.fixtures.airflow_server",
     "tests.fixtures.airflow_cli",
