@@ -77,7 +77,10 @@ KNOWN_OPTIONS = (
     "start-date",
     SUSPEND_OPTION,
     *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
+    "engine",  # where the refresh's Spark runs: REFRESH_ENGINES
 )
+# 'engine': in the task's process, or on a Spark Connect server (the gateway).
+REFRESH_ENGINES = ("embedded", "connect")
 # Refreshes write Parquet through the staged commit path; no other format is honoured.
 FORMATS = ("parquet",)
 # Optional clauses between the column list and AS, in the only order Flink accepts.
@@ -196,12 +199,11 @@ class _Parser:
         lines = {CREATE: self.line_of(c.current)}
         or_alter = self.create()
         identifier = c.table_identifier(CREATE)
-        columns: tuple[Column, ...] = ()
-        key: tuple[tuple[str, ...], str | None] = ((), None)
+        elements = _Elements(self)
         if c.at_punct("("):
-            columns, key = _Elements(self).parse()
+            elements.parse()
         comment = None
-        partition_by: tuple[str, ...] = ()
+        partitions: dict[str, Token] = {}
         options: dict[str, str] = {}
         option_tokens: dict[str, Token] = {}
         freshness_token: Token | None = None
@@ -218,7 +220,7 @@ class _Parser:
                 comment = c.expect(word, "string", "a quoted comment").text
             elif word == "PARTITIONED":
                 c.expect_keyword("PARTITIONED BY", "BY")
-                partition_by = c.column_list("PARTITIONED BY", "partition column")
+                partitions = c.column_list("PARTITIONED BY", "partition column")
             elif word == "WITH":
                 options, option_tokens = c.string_options(word)
             elif word == "FRESHNESS":
@@ -236,8 +238,10 @@ class _Parser:
         # The query is Spark SQL: read from the text, never through the DDL tokenizer.
         query = c.query(as_token.end, "AS")
         lines["query"] = c.line_of(self.text.index(query, as_token.end))
+        elements.check_names({"PARTITIONED BY": partitions})
         if self.deferred:
             self.fail(*self.deferred[0])
+        partition_by = tuple(partitions)
         if freshness is None:
             freshness = DEFAULT_FRESHNESS[explicit_mode or RefreshMode.CONTINUOUS]
             lines["FRESHNESS"] = lines[CREATE]  # where the default applies, for later errors
@@ -271,9 +275,9 @@ class _Parser:
             start_date=settings.start_date(),
             suspend_after_failures=settings.suspend_after(),
             lines=MappingProxyType(lines),
-            columns=columns,
-            primary_key=key[0],
-            primary_key_name=key[1],
+            columns=tuple(elements.columns),
+            primary_key=tuple(elements.key),
+            primary_key_name=elements.key_name,
         )
         return definition, or_alter
 
@@ -344,12 +348,23 @@ class _Elements:
         self.cursor = parser.cursor
         self.columns: list[Column] = []
         self.names_only: bool | None = None  # decided by the first column, as Flink's parser
-        self.key: tuple[str, ...] = ()
+        self.key: dict[str, Token] = {}
         self.key_name: str | None = None
 
-    def parse(self) -> tuple[tuple[Column, ...], tuple[tuple[str, ...], str | None]]:
+    def parse(self) -> None:
         self.cursor.parenthesized(self.clause, self.element)
-        return tuple(self.columns), (self.key, self.key_name)
+
+    def check_names(self, chosen: dict[str, dict[str, Token]]) -> None:
+        """A list of names alone names every column (Flink: as many as the query has), so the
+        key and the partition columns must be among them; typed columns may be a subset."""
+        if not self.names_only:
+            return
+        declared = [column.name for column in self.columns]
+        for clause, names in {self.clause: self.key, **chosen}.items():
+            for name, token in names.items():
+                if name not in declared:
+                    self.parser.defer(clause, f"column {token.text!r} is not in the column list "
+                                      f"({', '.join(declared)})", token)
 
     def element(self) -> None:
         c = self.cursor
@@ -432,7 +447,7 @@ class _Elements:
                              "(...) NOT ENFORCED", start)
             return
         c.expect_keyword(self.clause, "PRIMARY", "KEY")
-        columns = (column,) if column else c.column_list(self.clause, "primary key column")
+        columns = {column: start} if column else c.column_list(self.clause, "primary key column")
         if c.negation(self.clause, "ENFORCED") is not True:  # ENFORCED, or nothing said
             # Flink's rule and reason: the table's data is written by refreshes, not checked.
             self.parser.defer(self.clause, "PRIMARY KEY must be NOT ENFORCED: ENFORCED/NOT ENFORCED "
@@ -461,6 +476,10 @@ class _Options:
         for key in options:
             if not (key in KNOWN_OPTIONS or _FORMATTER_KEY.match(key)):
                 self.fail(key, f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}")
+        engine = self.get("engine")
+        if engine is not None and engine not in REFRESH_ENGINES:
+            self.fail("engine", f"option 'engine' = {engine!r} is not supported: expected one of "
+                      f"{', '.join(map(repr, REFRESH_ENGINES))}")
         value = self.get("format")
         if value is not None and value.lower() not in FORMATS:
             self.fail("format", f"option 'format' = {value!r} is not supported: refreshes write "

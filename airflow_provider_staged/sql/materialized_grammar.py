@@ -174,18 +174,18 @@ class Cursor:
             item()
         self.expect(clause, "punct", "',' or ')'", ")")
 
-    def column_list(self, clause: str, kind: str) -> tuple[str, ...]:
-        """``(a, b, ...)``: validated, distinct column names."""
-        columns: list[str] = []
+    def column_list(self, clause: str, kind: str) -> dict[str, Token]:
+        """``(a, b, ...)``: validated, distinct column names (in order) and their tokens."""
+        columns: dict[str, Token] = {}
 
         def item() -> None:
             column, token = self.column(clause, kind)
             if column in columns:
                 self.fail(clause, f"duplicate {kind} {token.text!r}", token)
-            columns.append(column)
+            columns[column] = token
 
         self.parenthesized(clause, item)
-        return tuple(columns)
+        return columns
 
     # -- shared grammar ---------------------------------------------------------------------
     def qualified_name(self, clause: str, expected: str, shape: str) -> tuple[list[str], Token]:

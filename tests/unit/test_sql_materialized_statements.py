@@ -288,6 +288,11 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
         ("CREATE MATERIALIZED TABLE t COMMENT 'a' COMMENT 'b' AS SELECT 1", 1, 41,
          "expected PARTITIONED BY, WITH, FRESHNESS, REFRESH_MODE or AS, found 'COMMENT'"),
         ("CREATE MATERIALIZED TABLE t (a INT, b) AS SELECT 1", 1, 38, "expected a type for column 'b'"),
+        # A list of names alone names every column: the key and partitions must be among them.
+        ("CREATE MATERIALIZED TABLE t (a, b, CONSTRAINT k PRIMARY KEY (c) NOT ENFORCED) AS SELECT 1",
+         1, 62, r"column 'c' is not in the column list \(a, b\)"),
+        ("CREATE MATERIALIZED TABLE t (a, b)\nPARTITIONED BY (b, `DS`) AS SELECT 1", 2, 20,
+         r"column 'DS' is not in the column list"),
         ("CREATE MATERIALIZED TABLE t (a INT, a INT) AS SELECT 1", 1, 37, "duplicate column 'a'"),
         ("CREATE MATERIALIZED TABLE t AS SELECT 1; DROP TABLE x", 1, 42, "only one statement"),
     ],
