@@ -315,8 +315,9 @@ class _Parser:
         interval = f"INTERVAL {'-' if sign else ''}'{value.text}' {unit.text.upper()}"
         if sign or not value.text.strip().isdigit():
             shown = f"-{value.text}" if sign else value.text
-            self.fail("FRESHNESS", f"invalid freshness {interval}: the freshness interval only "
-                      f"supports positive integer values, but was: {shown}", sign or value)
+            negative = "materialized table freshness doesn't support negative value; " if sign else ""
+            self.fail("FRESHNESS", f"invalid freshness {interval}: {negative}the freshness interval "
+                      f"only supports positive integer values, but was: {shown}", sign or value)
         try:
             return Freshness(int(value.text), _UNITS[unit.text.upper()])
         except FreshnessError as err:
