@@ -508,8 +508,10 @@ class _Options:
                 continue
             column = match.group(1).lower()
             if column not in self.partition_by:
-                self.fail(key, f"option {key!r} names column {match.group(1)!r}, which is not "
-                          f"in PARTITIONED BY ({', '.join(self.partition_by)})")
+                # Flink's wording (SqlCreateMaterializedTableConverter).
+                self.fail(key, f"Column {match.group(1)!r} referenced by materialized table option "
+                          f"{key!r} isn't a partition column. Available partition columns: "
+                          f"{list(self.partition_by)}.")
             try:
                 formatters[column] = java_to_strftime(pattern)
             except PartitionError as err:

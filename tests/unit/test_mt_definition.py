@@ -129,7 +129,7 @@ def test_threshold_and_cron_override() -> None:
          "SELECT 1", 2, "WITH", "quoted option key"),
         ("CREATE MATERIALIZED TABLE t\nPARTITIONED BY (ds)\nWITH (\n"
          "'partition.fields.dt.date-formatter' = 'yyyy-MM-dd')\nFRESHNESS = INTERVAL '1' DAY "
-         "AS SELECT 1", 4, "WITH", "column 'dt', which is not in PARTITIONED BY"),
+         "AS SELECT 1", 4, "WITH", "Column 'dt' referenced by .* isn't a partition column"),
         ("CREATE MATERIALIZED TABLE t\nPARTITIONED BY (ds)\nWITH (\n"
          "'partition.fields.ds.date-formatter' = 'dd.MM.yy')\nFRESHNESS = INTERVAL '1' DAY "
          "AS SELECT 1", 4, "WITH", "unsupported date-formatter 'dd.MM.yy'"),
