@@ -55,7 +55,8 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     missing = [column for column in partition_by if column not in df.columns]
     if missing:
         raise ValueError(f"the query does not produce partition column(s) {missing}")
-    writer = df.write.format("parquet").mode("errorifexists")
+    # "error" (= errorifexists): the Spark Connect client (4.2) knows only this spelling.
+    writer = df.write.format("parquet").mode("error")
     for key, value in (spec.get("options") or {}).items():
         writer = writer.option(key, value)
     if partition_by:
