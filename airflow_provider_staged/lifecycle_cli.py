@@ -23,35 +23,63 @@ def _when(moment: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
 
 
+PartitionOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--partition",
+        metavar="COL=VALUE",
+        show_default=False,
+        help="only the partitions inside this spec (repeatable; partition-refreshed tables)",
+    ),
+]
+
+
+def _spec(partition: list[str] | None) -> dict[str, str]:
+    from airflow_provider_staged.materialized.cli import _pairs  # the refresh's COL=VALUE parsing
+
+    return _pairs(partition, "--partition")
+
+
 def versions(
     table_name: Annotated[str, typer.Argument(help="database.table")],
+    partition: PartitionOption = None,
     conn: ConnOption = DEFAULT_CONN_ID,
 ) -> None:
-    """List a table's kept versions (time, rows, bytes, the run that made it)."""
+    """List a table's kept versions (time, rows, bytes, the run that made it); per partition
+    for a partition-refreshed table."""
     from airflow_provider_staged.cli import _settings, console
     from airflow_provider_staged.staging.rollback import list_table_versions
 
     identifier = TableIdentifier.parse(table_name)  # a bad name fails before any server is asked
-    found = list_table_versions(_settings(conn), identifier)
-    out = Table("version", "committed", "rows", "bytes", "run", "")
+    found = list_table_versions(_settings(conn), identifier, _spec(partition))
+    per_partition = any(v.partition is not None for v in found)
+    out = Table("version", *(["partition"] if per_partition else []), "committed", "rows", "bytes", "run", "")
     for v in found:
-        out.add_row(v.version, _when(v.committed_at), str(v.rows), str(v.bytes), v.run,
-                    "current" if v.current else "")
+        out.add_row(v.version, *([v.partition] if per_partition else []), _when(v.committed_at), str(v.rows),
+                    str(v.bytes), v.run, "current" if v.current else "")
     console.print(out if found else f"no kept versions of {table_name} in the journal")
 
 
 def rollback(
     table_name: Annotated[str, typer.Argument(help="database.table")],
     to: Annotated[str, typer.Option("--to", help="the version to make current (see `staged versions`)")],
+    partition: PartitionOption = None,
     conn: ConnOption = DEFAULT_CONN_ID,
 ) -> None:
-    """Make a kept version current (one metastore call, journaled as its own attempt)."""
+    """Make a kept version current (one metastore call, journaled as its own attempt).
+
+    For a partition-refreshed table: every partition the version holds, or those inside
+    --partition.
+    """
     from airflow_provider_staged.cli import _settings, console
     from airflow_provider_staged.staging.rollback import rollback as run_rollback
 
     identifier = TableIdentifier.parse(table_name)
-    record = run_rollback(_settings(conn), identifier, to, conn_id=conn)
-    console.print(f"{table_name} is now version {to} (rollback attempt {record.attempt_id})")
+    record = run_rollback(_settings(conn), identifier, to, conn_id=conn, partition_spec=_spec(partition))
+    restored = sorted(record.catalog.get("partitions") or {})
+    what = f"{table_name} partition(s) {', '.join(restored)} are" if restored else f"{table_name} is"
+    console.print(f"{what} now version {to} (rollback attempt {record.attempt_id})", soft_wrap=True,
+                  highlight=False, markup=False)
 
 
 def expire(

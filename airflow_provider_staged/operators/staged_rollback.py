@@ -20,10 +20,11 @@ from airflow_provider_staged.targets import asset_uri
 class StagedRollbackOperator(BaseOperator):
     """Roll ``target`` (``database.table``) back to kept ``version`` (see ``staged versions``).
 
-    An unknown or swept version fails the task and changes nothing.
+    For a partition-refreshed table, the version's partitions inside ``partition_spec`` (all
+    of them when it is empty). An unknown or swept version fails the task and changes nothing.
     """
 
-    template_fields: Sequence[str] = ("target", "version")
+    template_fields: Sequence[str] = ("target", "version", "partition_spec")
     ui_color = "#f8ece0"
 
     def __init__(
@@ -31,6 +32,7 @@ class StagedRollbackOperator(BaseOperator):
         *,
         target: str,
         version: str,
+        partition_spec: dict[str, str] | None = None,
         staged_conn_id: str = StagedTableHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -39,6 +41,7 @@ class StagedRollbackOperator(BaseOperator):
         super().__init__(**kwargs)
         self.target = target
         self.version = version
+        self.partition_spec = partition_spec or {}
         self.staged_conn_id = staged_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -46,7 +49,12 @@ class StagedRollbackOperator(BaseOperator):
 
         settings = StagedTableHook(self.staged_conn_id).get_settings()
         record = rollback(
-            settings, TableIdentifier.parse(self.target), self.version, task_ref(context), self.staged_conn_id
+            settings,
+            TableIdentifier.parse(self.target),
+            self.version,
+            task_ref(context),
+            self.staged_conn_id,
+            partition_spec=self.partition_spec,
         )
         manifest = record.manifest or {}
         result = {
@@ -54,6 +62,7 @@ class StagedRollbackOperator(BaseOperator):
             "version": self.version,
             "rollback": record.attempt_id,
             "location": record.location,
+            "partitions": sorted(record.catalog.get("partitions") or {}),
             "rows": manifest.get("rows"),
             "bytes": manifest.get("bytes"),
         }

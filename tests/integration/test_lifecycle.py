@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -14,7 +15,9 @@ from urllib.parse import urlparse
 
 import pytest
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
+from typer.testing import CliRunner
 
+from airflow_provider_staged.cli import app
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
@@ -26,7 +29,8 @@ from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionS
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
 from airflow_provider_staged.staging.rollback import list_table_versions, rollback
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from tests.fixtures.airflow_cli import REPO
+from airflow_provider_staged.storage import normalize_location
+from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location
 
 # 100 rows in each of ds = 2024-01-01 .. 2024-01-05.
@@ -73,6 +77,11 @@ def ttl_build(spark, settings, target, options, spec=None, sql=FIVE_DAYS):
         table_options=options,
     )
     return build(spark, staged, sql)
+
+
+def locations(settings, target):
+    """ds -> the directory the metastore's partition points at."""
+    return {day: normalize_location(p.sd.location) for day, p in partitions(settings, target).items()}
 
 
 def partitions(settings, target):
@@ -362,3 +371,94 @@ def _partition_snapshot(spark, target, ds):
         f"SELECT count(*) AS n, coalesce(sum(hash(id, ds)), 0) AS h FROM {target} WHERE ds = '{ds}'"
     ).first()
     return int(row.n), int(row.h)
+
+
+def test_partition_rollback_while_readers_read_neighbours_untouched_bad_input_changes_nothing(
+    spark, metastore, settings, target, tmp_path
+):
+    identifier = TableIdentifier.parse(target)
+    days = ["2024-01-01", "2024-01-02", "2024-01-03"]
+
+    def refresh(label, spec, days_sql):
+        sql = f"SELECT id, '{label}' AS label, {days_sql} AS ds FROM range(300)"
+        staged = HivePartitionStagedTable(
+            identifier, ["ds"], spec, settings.journal, settings.metastore_uri, settings.retention
+        )
+        return build(spark, staged, sql).attempt_id
+
+    v1 = refresh("v1", {}, "concat('2024-01-0', CAST(id % 3 + 1 AS STRING))")  # 100 rows per day
+    v1_day = {day: _partition_snapshot(spark, target, day) for day in days}
+    assert v1_day[days[2]][0] == 100
+    # 300 rows of one day, the same expression as v1's (the schema, nullability included, must match)
+    v2 = refresh("v2", {"ds": days[0]}, "concat('2024-01-0', CAST(id % 1 + 1 AS STRING))")
+    v3 = refresh("v3", {"ds": days[1]}, "concat('2024-01-0', CAST(id % 1 + 2 AS STRING))")
+    listed = list_table_versions(settings, identifier)
+    assert [(v.version, v.partition, v.rows, v.current) for v in listed] == [
+        (v3, f"ds={days[1]}", 300, True),
+        (v2, f"ds={days[0]}", 300, True),
+        (v1, f"ds={days[0]}", 100, False),
+        (v1, f"ds={days[1]}", 100, False),
+        (v1, f"ds={days[2]}", 100, True),
+    ]
+    assert [v.version for v in list_table_versions(settings, identifier, {"ds": days[2]})] == [v1]
+    v2_day0 = _partition_snapshot(spark, target, days[0])
+    v3_day1 = _partition_snapshot(spark, target, days[1])
+    before = locations(settings, target)
+
+    # One partition of v1, while a reader reads: it sees that partition whole, old or restored.
+    seen, errors, record = read_during(
+        lambda: _partition_snapshot(spark, target, days[0]),
+        lambda: rollback(settings, identifier, v1, partition_spec={"ds": days[0]}),
+    )
+    assert errors == [] and set(seen) <= {v2_day0, v1_day[days[0]]} and seen[-1] == v1_day[days[0]]
+    assert record.kind == "hive_rollback" and record.state is AttemptState.COMMITTED
+    assert record.catalog["partitions"] == {f"ds={days[0]}": f"{record.location}/ds={days[0]}"}
+    assert record.manifest["rows"] == 100  # what the asset event reports: the restored partition
+    assert locations(settings, target) == {**before, days[0]: f"{record.location}/ds={days[0]}"}
+    assert _partition_snapshot(spark, target, days[1]) == v3_day1  # the neighbours are untouched
+    assert _partition_snapshot(spark, target, days[2]) == v1_day[days[2]]
+
+    # The whole version (the CLI): the partitions of v1 not current yet, here only days[1].
+    env = {
+        **os.environ,
+        "AIRFLOW_CONN_LIFECYCLE": staged_connection(
+            metastore.port, metastore.uri, Path(settings.journal.root), metastore.warehouse
+        ),
+        "COLUMNS": "250",
+    }
+    result = CliRunner().invoke(app, ["rollback", target, "--to", v1, "--conn", "lifecycle"], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"{target} partition(s) ds={days[1]} are now version {v1}" in result.output
+    assert {day: _partition_snapshot(spark, target, day) for day in days} == v1_day
+    result = CliRunner().invoke(app, ["versions", target, "--conn", "lifecycle"], env=env)
+    assert result.exit_code == 0 and result.output.count("current") == 3, result.output
+
+    # Bad input: a clear error naming it, nothing changed.
+    restored = locations(settings, target)
+    with pytest.raises(StagingError, match="already the current version"):
+        rollback(settings, identifier, v1)
+    with pytest.raises(StagingError, match="unknown version 'nope'"):
+        rollback(settings, identifier, "nope")
+    with pytest.raises(StagingError, match=r"partition column\(s\) \['region'\] not in table"):
+        rollback(settings, identifier, v2, partition_spec={"region": "eu"})
+    with pytest.raises(StagingError, match=f"version {v2} of {target} has no partition inside"):
+        rollback(settings, identifier, v2, partition_spec={"ds": days[2]})
+    result = CliRunner().invoke(
+        app, ["rollback", target, "--to", v2, "--partition", "ds", "--conn", "lifecycle"], env=env
+    )
+    assert result.exit_code != 0 and "--partition 'ds': expected KEY=VALUE" in result.output
+    # A partition the table no longer has is not re-added.
+    with MetastoreClient(settings.metastore_uri) as client:
+        client.drop_partition(identifier.database, identifier.table, [days[0]])
+    gone = rf"partition\(s\) \['ds={days[0]}'\] of version {v2} are no longer in"
+    with pytest.raises(StagingError, match=gone):
+        rollback(settings, identifier, v2)
+    # Retention deletes v2 and v3 (superseded, keep 0, no grace): swept versions.
+    sweeper = HivePartitionStagedTable(identifier, ["ds"], {}, settings.journal, settings.metastore_uri)
+    swept = sweep_versions(sweeper, RetentionPolicy(0, None, 0), record.location.rpartition("/")[0])
+    assert {path.rpartition("_v=")[2] for path in swept} == {v2, v3}
+    with pytest.raises(StagingError, match=f"version {v3} of {target} was deleted by retention"):
+        rollback(settings, identifier, v3)
+    restored.pop(days[0])
+    assert locations(settings, target) == restored
+    assert settings.journal.open_attempts() == []
