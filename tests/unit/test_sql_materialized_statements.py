@@ -7,6 +7,7 @@ those tests (Calcite's 1-based line and column; at the end of the text, its last
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import replace
 
@@ -446,3 +447,32 @@ def test_statement_and_definition_file_share_the_parser() -> None:
     with pytest.raises(ValueError, match=r"^<f>:4: FRESHNESS: unsupported freshness unit 'WEEK'"):
         parse_definition(bad, "<f>")
     assert (error(bad).line, error(bad).column) == (4, 26)
+
+
+def test_mutated_statements_fail_only_with_positioned_errors() -> None:
+    """Cut, spliced and truncated statements: a result, None, or our error inside the text."""
+    seeds = [
+        "CREATE OR ALTER MATERIALIZED TABLE db.t (a INT NOT NULL COMMENT 'x', b ARRAY<ROW(c INT)>, "
+        "CONSTRAINT k PRIMARY KEY (a) NOT ENFORCED) COMMENT 'c' PARTITIONED BY (a) WITH ('format' = "
+        "'parquet') FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS SELECT a, b FROM s;",
+        "ALTER MATERIALIZED TABLE spark_catalog.db.t REFRESH PARTITION (ds = 'a''b', hh = 10);",
+        "ALTER MATERIALIZED TABLE t RESUME WITH ('k' = 'v')",
+        "DROP MATERIALIZED TABLE IF EXISTS db.t -- c",
+        "SHOW MATERIALIZED TABLES IN db NOT LIKE 'x%'",
+        "CREATE MATERIALIZED TABLE t (a, b) DISTRIBUTED BY HASH(a) INTO 4 BUCKETS AS SELECT 1",
+    ]
+    pieces = ["(", ")", ",", "'", "`", ";", "=", ".", "<", "--", "/*", "\n", "NOT", "AS", "1", "-"]
+    rng = random.Random(11)
+    for _ in range(3000):
+        text = rng.choice(seeds)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(text) + 1)
+            if rng.random() < 0.5:
+                text = text[:at] + rng.choice(pieces) + text[at:]
+            else:
+                text = text[:at] + text[at + rng.randint(1, 8):]
+        try:
+            parse(text)
+        except MaterializedStatementError as err:
+            lines = text.split("\n")
+            assert 1 <= err.line <= len(lines) and 1 <= err.column <= len(lines[err.line - 1]) + 1, text
