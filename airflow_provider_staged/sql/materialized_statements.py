@@ -4,18 +4,21 @@
 hands it to Spark) and otherwise one of:
 
 =============================================================  ================================
-``CREATE MATERIALIZED TABLE ...``                              :class:`CreateMaterializedTable`
+``CREATE [OR ALTER] MATERIALIZED TABLE ...``                   :class:`CreateMaterializedTable`
 ``ALTER MATERIALIZED TABLE t SUSPEND``                         :class:`SuspendMaterializedTable`
 ``ALTER MATERIALIZED TABLE t RESUME [WITH (...)]``             :class:`ResumeMaterializedTable`
 ``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
 ``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
 ``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
-``SHOW MATERIALIZED TABLES``                                   :class:`ShowMaterializedTables`
+``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
 =============================================================  ================================
 
 A malformed statement raises :class:`MaterializedStatementError` with the 1-based line and
 column of the offending token. ``CREATE`` uses the definition files' parser
 (:mod:`airflow_provider_staged.materialized.definition`): one grammar, two entry points.
+Only an optional ``;`` may follow a statement; partition values and options are decoded string
+literals (data, never SQL). Flink's other ``ALTER`` forms are refused: the definition is the
+one place a table's schema, options and query change.
 """
 
 from __future__ import annotations
