@@ -42,6 +42,7 @@ from airflow_provider_staged.materialized.catalog_status import (
     set_workflow_options,
     write_text_atomically,
 )
+from airflow_provider_staged.materialized.continuous import NotStreamableError, query_shape
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     MaterializedTableDefinition,
@@ -366,11 +367,11 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             raise WorkflowException(
                 f"the definition creates {definition.identifier}, not {identifier}"
             )
-        if definition.refresh_mode is not RefreshMode.FULL:
-            raise WorkflowException(
-                f"{identifier}: REFRESH_MODE {definition.refresh_mode.value} has no periodic refresh "
-                "workflow; only FULL is supported"
-            )
+        if definition.refresh_mode is RefreshMode.CONTINUOUS:
+            try:
+                query_shape(identifier, definition.query)
+            except NotStreamableError as err:
+                raise WorkflowException(str(err)) from None
         return definition
 
     def _with_cron(self, definition: MaterializedTableDefinition, cron: str) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
@@ -37,6 +37,9 @@ from airflow_provider_staged.materialized.failure_streak import (
     summarize,
 )
 from airflow_provider_staged.materialized.scheduler import RefreshStatus
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
 
 log = logging.getLogger(__name__)
 
@@ -97,24 +100,31 @@ def _suspend(
     definition: MaterializedTableDefinition, status: CatalogStatus, metastore_uri: str | None,
     scheduler_conn_id: str,
 ) -> None:
-    # Imported here: only a suspending callback needs the REST client.
+    from airflow_provider_staged.materialized.manager import MaterializedTables
+
+    with api_scheduler(definition, status, scheduler_conn_id) as scheduler:
+        MaterializedTables(scheduler, metastore_uri).suspend(definition.identifier, SUSPENDED_DUE_TO_ERRORS)
+    log.error("auto-suspend: %s SUSPENDED_DUE_TO_ERRORS after %d consecutive failed scheduled "
+              "refreshes; `staged mt resume %s` resumes it", definition.identifier,
+              status.failures.count, definition.identifier)
+
+
+def api_scheduler(
+    definition: MaterializedTableDefinition, status: CatalogStatus, scheduler_conn_id: str = SCHEDULER_CONN_ID
+) -> AirflowWorkflowScheduler:
+    """The workflow scheduler a task reaches the REST API with (not opened yet), as described above."""
+    # Imported here: only a task that talks to the REST API needs the client.
     from airflow_provider_staged.materialized.airflow_scheduler import (
         AirflowRefreshHandlerSerializer,
         AirflowWorkflowScheduler,
     )
-    from airflow_provider_staged.materialized.manager import MaterializedTables
 
     endpoint, username, password = _api_login(scheduler_conn_id)
     if endpoint is None and status.refresh_handler is not None:
         endpoint = AirflowRefreshHandlerSerializer().deserialize(status.refresh_handler).endpoint
     if endpoint is None:
         endpoint = _own_api_server()
-    scheduler = AirflowWorkflowScheduler(endpoint, Path(definition.source_path).parent, username, password)
-    with scheduler:
-        MaterializedTables(scheduler, metastore_uri).suspend(definition.identifier, SUSPENDED_DUE_TO_ERRORS)
-    log.error("auto-suspend: %s SUSPENDED_DUE_TO_ERRORS after %d consecutive failed scheduled "
-              "refreshes; `staged mt resume %s` resumes it", definition.identifier,
-              status.failures.count, definition.identifier)
+    return AirflowWorkflowScheduler(endpoint, Path(definition.source_path).parent, username, password)
 
 
 def _api_login(conn_id: str) -> tuple[str | None, str | None, str | None]:

@@ -46,6 +46,7 @@ from airflow_provider_staged.services.metastore import metastore_status, staged_
 
 if TYPE_CHECKING:
     from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
+    from airflow_provider_staged.materialized.continuous_run import Progress
     from airflow_provider_staged.materialized.manager import MaterializedTables
 
 app = typer.Typer(help="Materialized tables: refresh workflows in Airflow.", no_args_is_help=True)
@@ -294,6 +295,8 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
         ("execution config", json.dumps(dict(status.execution_config))),
         ("partitions", ", ".join(info.partitions) or "-"),
     ])
+    if info.refresh_mode == "CONTINUOUS":
+        facts.update(_streaming_facts(info.progress))
     runs = [{"run": run["run_id"], "state": run["state"], "run after": run["run_after"],
              "ended": run["end_date"] or "-", "conf": json.dumps(run["conf"])} for run in info.last_runs]
     if output is Output.json:
@@ -302,6 +305,23 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
     print_facts(facts, output)
     print_rows(runs, output, "no refreshes yet", title="last refreshes")
     console.print(info.definition, markup=False, highlight=False)
+
+
+def _streaming_facts(progress: Progress | None) -> dict[str, str]:
+    """A CONTINUOUS table's stream: its last micro-batch, rows/s and actual lag."""
+    if progress is None:
+        return {"refresh mode": "CONTINUOUS", "stream": "not started yet"}
+    lag = progress.lag_seconds()
+    stream = progress.state + (f": {progress.error}" if progress.error else "")
+    return {
+        "refresh mode": "CONTINUOUS",
+        "stream": stream,
+        "last batch": "-" if progress.batch_id is None
+        else f"{progress.batch_id} ({progress.batch_rows} rows, started {progress.batch_started})",
+        "rows/s": "-" if progress.rows_per_second is None else f"{progress.rows_per_second:g}",
+        # Everything that arrived in the sources before `fresh_as_of` is in the table.
+        "actual lag": "-" if lag is None else f"{lag:.1f} s (fresh as of {progress.fresh_as_of})",
+    }
 
 
 @app.command("list")

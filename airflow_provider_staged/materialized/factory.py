@@ -22,6 +22,7 @@ from airflow.sdk import DAG, Asset, CronTriggerTimetable, get_parsing_context
 from airflow_provider_staged.assets import DEFAULT_CONN_ID, table_asset_uri
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.catalog_status import suspension_of
+from airflow_provider_staged.materialized.continuous import NotStreamableError, query_shape
 from airflow_provider_staged.materialized.dag_params import build_params
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
@@ -39,6 +40,7 @@ from airflow_provider_staged.materialized.naming import (
     broken_dag_id,
     dag_id_for,
 )
+from airflow_provider_staged.operators.materialized_continuous import MaterializedTableContinuousOperator
 from airflow_provider_staged.operators.materialized_refresh import MaterializedTableRefreshOperator
 
 log = logging.getLogger(__name__)
@@ -111,20 +113,18 @@ def _files_for(dag_id: str, files: list[Path]) -> list[Path]:
 
 
 def _supported(definition: MaterializedTableDefinition) -> MaterializedTableDefinition:
+    """A CONTINUOUS table whose query cannot be streamed is broken here, on its own."""
     if definition.refresh_mode is RefreshMode.CONTINUOUS:
-        lines = definition.lines
-        why = (
-            "" if "REFRESH_MODE" in lines
-            else f" (derived: freshness {definition.freshness} is below the "
-            "'refresh-mode.freshness-threshold')"
-        )
-        raise DefinitionError(
-            definition.source_path,
-            lines.get("REFRESH_MODE", lines["FRESHNESS"]),
-            "REFRESH_MODE",
-            f"REFRESH_MODE CONTINUOUS is not supported yet for table {definition.identifier}"
-            f"{why}; use REFRESH_MODE = FULL",
-        )
+        try:
+            query_shape(definition.identifier, definition.query)
+        except NotStreamableError as err:
+            lines = definition.lines
+            why = "" if "REFRESH_MODE" in lines else (
+                f" (CONTINUOUS because freshness {definition.freshness} is below the "
+                "'refresh-mode.freshness-threshold')"
+            )
+            raise DefinitionError(definition.source_path, lines.get("query", lines["AS"]), "AS",
+                                  f"{err}{why}; use REFRESH_MODE = FULL") from None
     return definition
 
 
@@ -160,9 +160,12 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
     if definition.retries is not None:
         default_args["retries"] = definition.retries
     start = definition.start_date
+    continuous = definition.refresh_mode is RefreshMode.CONTINUOUS
     dag = DAG(
         dag_id_for(definition.identifier),
-        schedule=CronTriggerTimetable(definition.schedule, timezone=zone),
+        # CONTINUOUS: one run at a time, a new one as soon as the last ends (a stopped or
+        # failed stream resumes from its checkpoint).
+        schedule="@continuous" if continuous else CronTriggerTimetable(definition.schedule, timezone=zone),
         start_date=pendulum.datetime(start.year, start.month, start.day, tz=zone) if start else None,
         catchup=definition.catchup,
         # Active from the start, like a workflow that `staged mt create` made: a paused DAG
@@ -176,7 +179,7 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         doc_md=_doc(definition),
         default_args=default_args,
     )
-    MaterializedTableRefreshOperator(
+    (MaterializedTableContinuousOperator if continuous else MaterializedTableRefreshOperator)(
         task_id="refresh",
         definition=definition,
         zone=zone,

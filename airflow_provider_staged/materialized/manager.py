@@ -7,6 +7,7 @@ changes the workflow in Airflow and then records the refresh status and handler 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,6 +20,12 @@ from airflow_provider_staged.materialized.airflow_scheduler import (
     AirflowWorkflowScheduler,
 )
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
+from airflow_provider_staged.materialized.continuous_run import (
+    Progress,
+    drop_continuous_state,
+    read_progress,
+    table_root,
+)
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     load_definition,
@@ -26,6 +33,7 @@ from airflow_provider_staged.materialized.definition import (
     read_identifier,
 )
 from airflow_provider_staged.materialized.failure_streak import FailureStreak
+from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
 from airflow_provider_staged.materialized.scheduler import (
@@ -39,6 +47,13 @@ from airflow_provider_staged.materialized.scheduler import (
     WorkflowException,
 )
 from airflow_provider_staged.metastore.client import MetastoreClient
+
+
+def _is_continuous(path: Path) -> bool:
+    try:
+        return load_definition(path).refresh_mode is RefreshMode.CONTINUOUS
+    except DefinitionError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -56,13 +71,18 @@ class TableDescription:
     last_runs: list[dict[str, Any]] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     table_exists: bool = False
+    refresh_mode: str = "FULL"
+    progress: Progress | None = None  # a CONTINUOUS table's last reported micro-batch
 
 
 class MaterializedTables:
     """Create, suspend, resume, re-schedule, refresh, drop and describe refresh workflows."""
 
-    def __init__(self, scheduler: AirflowWorkflowScheduler, metastore_uri: str | None) -> None:
+    def __init__(
+        self, scheduler: AirflowWorkflowScheduler, metastore_uri: str | None, stop_timeout: float = 180.0
+    ) -> None:
         self.scheduler = scheduler
+        self.stop_timeout = stop_timeout
         self.store = CatalogStatusStore(metastore_uri)
         self.metastore_uri = metastore_uri
 
@@ -88,10 +108,16 @@ class MaterializedTables:
         return handler
 
     def suspend(self, identifier: TableIdentifier, reason: str | None = None) -> None:
-        """Pause the workflow; ``reason`` (e.g. ``SUSPENDED_DUE_TO_ERRORS``) is kept with the status."""
+        """Pause the workflow; ``reason`` (e.g. ``SUSPENDED_DUE_TO_ERRORS``) is kept with the status.
+
+        A CONTINUOUS table's running task sees the pause, stops its streaming query (the
+        checkpoint stays for RESUME) and ends its run: this waits for that.
+        """
         handler, path = self._locate(identifier)
         self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
         self.store.save(identifier, path, RefreshStatus.SUSPENDED, self._serialize(handler), reason)
+        if _is_continuous(path):
+            self._wait_until_stopped(handler)
 
     def resume(
         self,
@@ -127,10 +153,20 @@ class MaterializedTables:
         return self.scheduler.wait_for_run(handler, run_id, timeout).state.value
 
     def drop(self, identifier: TableIdentifier) -> None:
-        """Delete the workflow and forget its status; the table's data stays in the catalog."""
+        """Delete the workflow and forget its status; the table's data stays in the catalog.
+
+        A CONTINUOUS table's streaming query is stopped first (as SUSPEND does), then its
+        checkpoint is deleted with the workflow.
+        """
         handler, path = self._locate(identifier)
+        continuous = _is_continuous(path)
+        if continuous:
+            self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
+            self._wait_until_stopped(handler)
         self.store.clear(identifier, path)
         self.scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
+        if continuous and self.metastore_uri is not None:
+            drop_continuous_state(table_root(identifier, self.metastore_uri))
 
     def describe(self, identifier: TableIdentifier, runs: int = 5) -> TableDescription:
         handler, path = self._locate(identifier)
@@ -145,6 +181,7 @@ class MaterializedTables:
             for run in (self.scheduler.last_runs(handler, runs) if dag is not None and runs else [])
         ]
         exists, partitions = self._table_partitions(identifier)
+        continuous = definition.refresh_mode is RefreshMode.CONTINUOUS
         return TableDescription(
             identifier=identifier,
             dag_id=handler.dag_id,
@@ -157,6 +194,9 @@ class MaterializedTables:
             last_runs=last_runs,
             partitions=partitions,
             table_exists=exists,
+            refresh_mode=definition.refresh_mode.value,
+            progress=read_progress(table_root(identifier, self.metastore_uri))
+            if continuous and self.metastore_uri is not None else None,
         )
 
     def list(self) -> list[tuple[TableIdentifier, Path]]:
@@ -168,6 +208,17 @@ class MaterializedTables:
             except DefinitionError:
                 continue
         return tables
+
+    def _wait_until_stopped(self, handler: AirflowRefreshHandler) -> None:
+        """Wait until no run of ``handler``'s DAG is running (its task noticed the pause)."""
+        deadline = time.monotonic() + self.stop_timeout
+        while any(run.state.value == "running" for run in self.scheduler.last_runs(handler, 5)):
+            if time.monotonic() > deadline:
+                raise WorkflowException(
+                    f"the streaming refresh of {handler.dag_id} still runs {self.stop_timeout:.0f}s after "
+                    "its DAG was paused"
+                )
+            time.sleep(self.scheduler.poll_interval)
 
     def _locate(self, identifier: TableIdentifier) -> tuple[AirflowRefreshHandler, Path]:
         """The handler recorded with the table, else the one its definition file implies."""

@@ -39,7 +39,7 @@ GOOD = {
 }
 BROKEN = {
     "seven.sql": "CREATE MATERIALIZED TABLE bad.seven\n"
-    "FRESHNESS = INTERVAL '7' MINUTE\nAS SELECT 1",
+    "FRESHNESS = INTERVAL '7' MINUTE\nREFRESH_MODE = FULL\nAS SELECT 1",
     "typo.sql": "CREATE MATERIALIZED TABLE bad.typo\nWITH ('ownr' = 'x')\n"
     "FRESHNESS = INTERVAL '1' DAY AS SELECT 1",
     "streaming.sql": "CREATE MATERIALIZED TABLE bad.streaming\nFRESHNESS = INTERVAL '10' SECOND\n"
@@ -85,7 +85,8 @@ def test_good_definitions_load_and_broken_ones_are_visible(dags_dir: Path) -> No
     assert "seven.sql:2: FRESHNESS: invalid freshness INTERVAL '7' MINUTE" in seven.description
     assert "broken" in seven.tags and type(seven.timetable).__name__ == "NullTimetable"
     assert "unknown option 'ownr'" in dagbag.dags["mt__broken__typo"].doc_md
-    assert "CONTINUOUS is not supported yet" in dagbag.dags["mt__broken__streaming"].description
+    assert ("bad.streaming cannot be refreshed continuously: its query reads no table"
+            in dagbag.dags["mt__broken__streaming"].description)
     (task,) = seven.tasks
     with pytest.raises(AirflowFailException, match=r"seven.sql:2: FRESHNESS"):
         task.python_callable()

@@ -157,7 +157,8 @@ def test_create_rejects_bad_definitions_before_touching_anything(tmp_path: Path)
         (DEFINITION.replace("'owner'", "'ownr'"), "unknown option 'ownr'"),
         (DEFINITION.replace("FROM raw.orders", "FROM raw.orders WHERE ("), "invalid query"),
         (DEFINITION.replace("FRESHNESS = INTERVAL '1' DAY", "FRESHNESS = INTERVAL '1' DAY\n"
-                            "REFRESH_MODE = CONTINUOUS"), "only FULL is supported"),
+                            "REFRESH_MODE = CONTINUOUS").replace("GROUP BY ds", "GROUP BY ds LIMIT 3"),
+         r"orders_daily cannot be refreshed continuously: LIMIT"),
     ]
     for text, message in cases:
         with pytest.raises(WorkflowException, match=message):

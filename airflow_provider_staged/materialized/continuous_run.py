@@ -1,0 +1,221 @@
+"""The streaming refresh of a CONTINUOUS materialized table on Spark (no Airflow import).
+
+:class:`ContinuousRefresh` resolves the source tables in the catalog, starts the plan's
+Structured Streaming query through the unified sink (:func:`sink.runtime.write_stream` with the
+built-in :class:`sink.hive.HiveSink`: every micro-batch is one journaled, exactly-once commit),
+and reports each micro-batch (batch id, rows, rows/s, actual lag) to the log and to the
+table's progress file, which ``staged mt describe`` reads. Stopping it keeps the checkpoint:
+the next start continues from it. :func:`drop_continuous_state` removes checkpoint and progress.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.continuous import (
+    ContinuousPlan,
+    NotStreamableError,
+    continuous_dir,
+    plan_continuous,
+    progress_location,
+    query_shape,
+)
+from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.storage import delete_dir, exists, normalize_location, read_text
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the running refresh last reported; ``fresh_as_of``: the start of the latest trigger
+    that found all input processed, so every row that arrived before it is in the table."""
+
+    state: str  # running, stopped, failed
+    query_id: str | None = None
+    batch_id: int | None = None  # the last micro-batch that committed rows
+    batch_rows: int | None = None
+    rows_per_second: float | None = None
+    batch_started: str | None = None
+    fresh_as_of: str | None = None
+    updated: str | None = None
+    error: str | None = None
+
+    def lag_seconds(self, now: datetime | None = None) -> float | None:
+        """Actual lag: how far behind the sources the table is now (None before any trigger)."""
+        if self.fresh_as_of is None:
+            return None
+        now = now or datetime.now(timezone.utc)
+        return max(0.0, (now - datetime.fromisoformat(self.fresh_as_of)).total_seconds())
+
+
+def read_progress(table_root: str) -> Progress | None:
+    location = progress_location(table_root)
+    if not exists(location):
+        return None
+    return Progress(**json.loads(read_text(location)))
+
+
+def write_progress(table_root: str, progress: Progress) -> None:
+    from pyarrow import fs as pafs
+
+    location = normalize_location(progress_location(table_root))
+    filesystem, path = pafs.FileSystem.from_uri(location)
+    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    temporary = f"{path}.tmp"
+    with filesystem.open_output_stream(temporary) as stream:
+        stream.write(json.dumps(asdict(progress), sort_keys=True).encode())
+    filesystem.move(temporary, path)  # readers see the old or the new file, never half of one
+
+
+def drop_continuous_state(table_root: str) -> None:
+    """Delete the checkpoint and the progress (the table's data stays)."""
+    delete_dir(continuous_dir(table_root))
+
+
+def table_root(identifier: TableIdentifier, metastore_uri: str) -> str:
+    """The table's root directory as the Hive sink resolves it: its versions, its checkpoint.
+
+    Only the catalog is read (no journal is touched), so ``describe`` and ``drop`` find it too.
+    """
+    from airflow_provider_staged.sink.hive import HiveSink
+
+    return HiveSink(identifier, StagedSettings(metastore_uri, warehouse="", journal_dir="")).root()
+
+
+def stream_sources(spark: Any, names: tuple[str, ...], metastore_uri: str) -> dict[str, tuple[str, str]]:
+    """``db.table`` -> (location, schema JSON) of each source; refuses what cannot be a stream
+    of Parquet files under one location."""
+    sources = {}
+    with MetastoreClient(metastore_uri) as client:
+        for name in names:
+            database, table_name = name.split(".", 1)
+            table = client.get_table(database, table_name)
+            if table is None:
+                raise NotStreamableError(f"source table {name} does not exist")
+            parameters = table.parameters or {}
+            provider = parameters.get("spark.sql.sources.provider", "").lower()
+            serde = (table.sd.serdeInfo.serializationLib or "").lower()
+            if provider != "parquet" and "parquet" not in serde:
+                raise NotStreamableError(
+                    f"source table {name} is not a Parquet table ({provider or serde or 'unknown'!r}): "
+                    "only Parquet files can be read as a stream"
+                )
+            location = normalize_location(current_location(table))
+            partitions = client.partitions(database, table_name) if table.partitionKeys else []
+            outside = [part.values for part in partitions
+                       if not normalize_location(part.sd.location).startswith(location + "/")]
+            if outside:
+                raise NotStreamableError(
+                    f"source table {name} has partitions outside its location {location} (e.g. "
+                    f"{outside[0]}): a file stream follows one directory; refresh such a table in FULL mode"
+                )
+            sources[name] = (location, spark.table(name).schema.json())
+    return sources
+
+
+class ContinuousRefresh:
+    """One run of the streaming refresh: :meth:`start`, then :meth:`report` periodically, :meth:`stop`."""
+
+    def __init__(self, definition: MaterializedTableDefinition, settings: StagedSettings, spark: Any) -> None:
+        self.definition = definition
+        self.settings = settings
+        self.spark = spark
+        self.root = table_root(definition.identifier, settings.metastore_uri)
+        self.plan: ContinuousPlan | None = None
+        self.query: Any = None
+        self._seen = ""  # timestamp of the last progress event reported
+        self._progress = read_progress(self.root) or Progress("running")
+
+    def start(self) -> None:
+        from pyspark.errors import AnalysisException
+        from pyspark.sql.types import StructType
+
+        from airflow_provider_staged.sink.hive import HiveSink
+        from airflow_provider_staged.sink.runtime import write_stream
+
+        definition = self.definition
+        shape = query_shape(definition.identifier, definition.query)
+        sources = stream_sources(self.spark, shape.sources, self.settings.metastore_uri)
+        plan = plan_continuous(definition.identifier, definition.query, definition.freshness,
+                               definition.partition_by, self.root, sources)
+        for source in plan.sources:
+            schema = StructType.fromJson(json.loads(source.schema_json))
+            self.spark.readStream.schema(schema).parquet(source.location).createOrReplaceTempView(source.view)
+        sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by))
+        try:
+            self.query = write_stream(
+                self.spark.sql(plan.query), sink, checkpoint_location=plan.checkpoint_location,
+                trigger_interval=plan.trigger_interval, output_mode=plan.output_mode,
+                query_name=definition.identifier.name.replace(".", "__"),
+            )
+        except AnalysisException as err:  # Spark's unsupported-operation checks, with its reason
+            raise NotStreamableError(
+                f"{definition.identifier} cannot be refreshed continuously: {str(err).splitlines()[0]}"
+            ) from None
+        self.plan = plan
+        log.info("continuous refresh of %s started: %s output every %s, %d source stream(s) (%s), "
+                 "checkpoint %s", definition.identifier, plan.output_mode, plan.trigger_interval,
+                 len(plan.sources), ", ".join(s.name for s in plan.sources), plan.checkpoint_location)
+
+    def report(self) -> Progress:
+        """Log the micro-batches finished since the last call and store the progress."""
+        if self.query is None:
+            raise RuntimeError("the continuous refresh is not started")
+        failure = self.query.exception()
+        # Spark keeps a bounded history of progress events: follow them by their time.
+        for event in self.query.recentProgress:
+            if event["timestamp"] > self._seen:
+                self._seen = event["timestamp"]
+                self._progress = self._after(event)
+        if failure is not None:
+            self._progress = replace(self._progress, state="failed", error=str(failure)[:2000],
+                                     updated=_now())
+        write_progress(self.root, self._progress)
+        if failure is not None:
+            raise RuntimeError(f"the streaming query of {self.definition.identifier} failed (the next run "
+                               f"resumes from its checkpoint): {str(failure).splitlines()[0]}")
+        return self._progress
+
+    def _after(self, event: dict[str, Any]) -> Progress:
+        started = _iso(event["timestamp"])
+        rows = int(event.get("numInputRows") or 0)
+        current = self._progress
+        if rows:
+            current = Progress(
+                "running", str(event["id"]), int(event["batchId"]), rows,
+                round(float(event.get("processedRowsPerSecond") or 0.0), 1), started,
+            )
+            lag = (datetime.now(timezone.utc) - datetime.fromisoformat(started)).total_seconds()
+            log.info("%s: batch %s committed %d row(s) (%.1f rows/s), lag %.1f s", self.definition.identifier,
+                     event["batchId"], rows, current.rows_per_second or 0.0, lag)
+        return replace(current, state="running", query_id=str(event["id"]), fresh_as_of=started,
+                       updated=_now(), error=None)
+
+    def stop(self, state: str = "stopped") -> None:
+        """Stop the query gracefully (its checkpoint stays); record ``state``."""
+        if self.query is not None and self.query.isActive:
+            started = time.monotonic()
+            self.query.stop()
+            log.info("streaming query of %s stopped in %.1f s (checkpoint kept)", self.definition.identifier,
+                     time.monotonic() - started)
+        self._progress = replace(self._progress, state=state, updated=_now())
+        write_progress(self.root, self._progress)
+
+
+def _iso(timestamp: str) -> str:
+    """Spark's progress timestamp (``2024-01-02T03:04:05.678Z``) as an ISO time with a zone."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).isoformat()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
