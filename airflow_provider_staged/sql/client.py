@@ -152,22 +152,28 @@ def run_statement(
     return True
 
 
+def run_init(session: SqlSession, text: str, source: str) -> int:
+    """Run an init file quietly; its SETs land in the init-file layer (below the session's)."""
+    session.properties.layer = Source.INIT
+    try:
+        return run_text(session, text, source, lambda result: None, keep_going=False)
+    finally:
+        session.properties.layer = Source.SESSION
+
+
 # -- the mode's Spark session and settings ---------------------------------------------------
 
 
 def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
     """The staged catalog: ``--conn`` (an Airflow connection), ``STAGED_METASTORE_URI``, or the
     local metastore under $STAGED_HOME (started when ``start_local`` and none runs)."""
-    from airflow_provider_staged.settings import StagedSettings
-
     if conn:
         from airflow_provider_staged.cli import _settings
 
         return _settings(conn)
     uri = os.environ.get(_MT_ENV["metastore_uri"])
     if uri:
-        host, _, port = uri.removeprefix("thrift://").rpartition(":")
-        return StagedSettings.from_fields(host, int(port) if port.isdigit() else None, {}, staged_home())
+        return catalog_settings(uri, None)
     info = metastore_status()
     if info is None:
         if not start_local:
@@ -178,7 +184,24 @@ def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
         typer.echo(f"starting the local metastore under {staged_home()} (`staged services down` stops it)",
                    err=True)
         info = start_metastore()
-    return StagedSettings.from_fields(info.host, info.port, {"warehouse": info.warehouse}, staged_home())
+    return catalog_settings(info.uri, info.warehouse)
+
+
+def catalog_settings(metastore_uri: str, warehouse: str | None) -> StagedSettings:
+    """Settings of the metastore at ``thrift://host:port`` (journal under $STAGED_HOME)."""
+    from airflow_provider_staged.settings import StagedSettings
+
+    host, _, port = metastore_uri.removeprefix("thrift://").rpartition(":")
+    extras = {"warehouse": warehouse} if warehouse else {}
+    return StagedSettings.from_fields(host, int(port) if port.isdigit() else None, extras, staged_home())
+
+
+def quiet_spark_errors() -> None:
+    """pyspark logs each failed query as a JSON line on stderr; the client reports it in one line."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def embedded_spark(settings: StagedSettings, master: str, spark_conf: Mapping[str, str]) -> Any:
@@ -194,9 +217,10 @@ def embedded_spark(settings: StagedSettings, master: str, spark_conf: Mapping[st
 def gateway_spark(url: str) -> Any:
     if not url.startswith("sc://"):
         raise ValueError(f"invalid gateway URL {url!r}: expected sc://host:port/[;token=...]")
-    from pyspark.sql import SparkSession
+    # Connect's own builder: pyspark's generic one would switch this whole process to Connect mode.
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    return SparkSession.builder.remote(url).getOrCreate()
+    return RemoteSparkSession.builder.remote(url).getOrCreate()
 
 
 @contextmanager
@@ -207,10 +231,11 @@ def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
 
     holder = SimpleNamespace(obj=None)  # configure() and _tables() use only the context's obj
     given = {name: os.environ.get(variable) for name, variable in _MT_ENV.items()}
+    folder = given.pop("definitions_dir")
     mt_cli.configure(
         holder,  # type: ignore[arg-type]
         conf=[f"{key}={value}" for key, value in options.items()],
-        definitions_dir=Path(given.pop("definitions_dir")) if given["definitions_dir"] else None,
+        definitions_dir=Path(folder) if folder else None,
         **given,
     )
     with mt_cli._tables(holder) as tables:  # type: ignore[arg-type]
@@ -223,6 +248,19 @@ def make_session(
     from airflow_provider_staged.sql.session import SqlSession
 
     return SqlSession(spark, properties, settings, open_tables)
+
+
+def _local_gateway() -> Any:
+    from airflow_provider_staged.services.gateway import require_gateway
+
+    return require_gateway()
+
+
+def _gateway_settings(url: str | None, conn: str | None) -> Callable[[], StagedSettings]:
+    """The catalog of gateway mode: the local gateway's own metastore, else as in embedded mode."""
+    if url is None and conn is None:
+        return lambda: catalog_settings(_local_gateway().metastore_uri, _local_gateway().warehouse)
+    return lambda: resolve_settings(conn, start_local=False)
 
 
 # -- interactive ---------------------------------------------------------------------------------
@@ -315,8 +353,8 @@ def sql(
     continue_on_error: Annotated[bool, typer.Option(
         help="with -e/-f: run the remaining statements after a failure (exit code still 1)")] = False,
     mode: Annotated[Mode | None, typer.Option(
-        help="embedded: Spark in this process; gateway: a Spark Connect server [default: gateway "
-             "when --gateway is given]")] = None,
+        help="embedded: Spark in this process; gateway: a Spark Connect server (--gateway, else the "
+             "one `staged gateway start` runs) [default: gateway when --gateway is given]")] = None,
     gateway: Annotated[str | None, typer.Option(
         envvar=GATEWAY_ENV, metavar="sc://HOST:PORT/", help="Spark Connect URL (gateway mode)")] = None,
     conf: Annotated[list[str] | None, typer.Option(
@@ -335,22 +373,18 @@ def sql(
     for key, value in _pairs(conf).items():
         properties.put(*properties.checked(key, value), layer=Source.CONFIG)
     mode = mode or (Mode.gateway if gateway else Mode.embedded)
+    quiet_spark_errors()
     if mode is Mode.gateway:
-        if not gateway:
-            raise ValueError(f"gateway mode needs --gateway sc://host:port/ (or {GATEWAY_ENV})")
-        spark = gateway_spark(gateway)
-        session = make_session(spark, properties, lambda: resolve_settings(conn, start_local=False))
+        settings_factory = _gateway_settings(gateway, conn)
+        spark = gateway_spark(gateway or _local_gateway().url)
+        session = make_session(spark, properties, settings_factory)
     else:
         settings = resolve_settings(conn, start_local=True)
         spark = embedded_spark(settings, master, properties.spark_values())
         session = make_session(spark, properties, lambda: settings)
     printer = Printer(properties, output, interactive_mode)
-    if init is not None:
-        properties.layer = Source.INIT
-        failed = run_text(session, init.read_text(encoding="utf-8"), str(init), lambda result: None, False)
-        properties.layer = Source.SESSION
-        if failed:
-            raise typer.Exit(1)
+    if init is not None and run_init(session, init.read_text(encoding="utf-8"), str(init)):
+        raise typer.Exit(1)
     if interactive_mode:
         interactive(session, printer)
         return

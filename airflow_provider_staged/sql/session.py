@@ -200,8 +200,12 @@ class SqlSession:
 
 
 def _create(tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
+    identifier = statement.definition.identifier
+    if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:
+        raise ValueError(f"CREATE OR ALTER of the existing materialized table {identifier}: changing a "
+                         "definition is not supported yet; DROP MATERIALIZED TABLE it, then CREATE it")
     handler = tables.create(statement.definition.text)
-    return ResultSet.info(f"Materialized table {statement.definition.identifier} created: "
+    return ResultSet.info(f"Materialized table {identifier} created: "
                           f"{handler.as_summary_string()} (ACTIVATED)")
 
 
@@ -253,8 +257,20 @@ def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTab
 
 
 def _show(tables: MaterializedTables, statement: mts.ShowMaterializedTables) -> ResultSet:
-    return ResultSet(["materialized table", "definition"],
-                     [(identifier.name, path.name) for identifier, path in tables.list()])
+    """Flink's ``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'pattern']``: names, sorted."""
+    like = _like(statement.like) if statement.like is not None else None
+    names = [
+        (identifier.name, path.name) for identifier, path in tables.list()
+        if (statement.database is None or identifier.database == statement.database.lower())
+        and (like is None or bool(like.fullmatch(identifier.table)) != statement.not_like)
+    ]
+    return ResultSet(["materialized table", "definition"], names)
+
+
+def _like(pattern: str) -> re.Pattern[str]:
+    """SQL LIKE (``%`` any run, ``_`` one character) as a case-insensitive regular expression."""
+    parts = (".*" if char == "%" else "." if char == "_" else re.escape(char) for char in pattern)
+    return re.compile("".join(parts), re.IGNORECASE | re.DOTALL)
 
 
 _MATERIALIZED: dict[type, Callable[[Any, Any], ResultSet]] = {

@@ -1,0 +1,344 @@
+"""``staged sql`` against a real metastore, Spark (in-process and Spark Connect) and Airflow.
+
+The statement corpus runs in embedded mode (the session's shared SparkSession) and in gateway
+mode (one Spark Connect server for the module); the CLI is driven as a user does: ``-f`` in a
+subprocess and an interactive session through a pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+from prompt_toolkit.history import FileHistory
+
+from airflow_provider_staged.services.airflow_local import AirflowInfo
+from airflow_provider_staged.services.gateway import GatewayInfo
+from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.sql.client import catalog_settings, gateway_spark, make_session, run_init
+from airflow_provider_staged.sql.output import ResultSet
+from airflow_provider_staged.sql.properties import SessionProperties, Source
+from airflow_provider_staged.sql.session import SqlSession, StatementError
+from airflow_provider_staged.sql.splitting import split_statements
+
+STAGED = str(Path(sys.executable).parent / "staged")
+CLI_TIMEOUT = 240
+
+
+@dataclass(frozen=True)
+class Case:
+    """One corpus statement and what must come of it (a check of its result, or an error)."""
+
+    sql: str
+    check: Callable[[ResultSet], object] | None = None
+    error: str | None = None
+
+
+def rows(expected: list[tuple[Any, ...]]) -> Callable[[ResultSet], object]:
+    def check(result: ResultSet) -> None:
+        assert result.rows == expected, result
+
+    return check
+
+
+def info(fragment: str) -> Callable[[ResultSet], object]:
+    def check(result: ResultSet) -> None:
+        assert not result.columns and fragment in (result.message or ""), result
+
+    return check
+
+
+def atomic(table: str, row_count: int) -> Callable[[ResultSet], object]:
+    def check(result: ResultSet) -> None:
+        assert result.columns[:3] == ["table", "version", "rows"], result
+        assert result.rows[0][0] == table and result.rows[0][2] == row_count and result.rows[0][4] is True
+
+    return check
+
+
+def property_row(key: str, value: str, source: str) -> Callable[[ResultSet], object]:
+    def check(result: ResultSet) -> None:
+        assert (key, value, source) in result.rows, result.rows
+
+    return check
+
+
+def corpus(db: str) -> list[Case]:
+    """≥ 40 statements: CTAS/RTAS forms and failure atomicity, SET/RESET, splitting, errors."""
+    return [
+        Case(f"CREATE DATABASE IF NOT EXISTS {db}", info("succeeded")),
+        Case(f"USE {db}", info("succeeded")),
+        # atomic CTAS / RTAS, the four forms, unqualified names in the current database
+        Case("CREATE TABLE src USING parquet AS SELECT id, CAST(id % 3 AS STRING) AS ds FROM range(10)",
+             atomic(f"{db}.src", 10)),
+        Case("SELECT count(*) AS n FROM src", rows([(10,)])),
+        Case("CREATE TABLE src AS SELECT 1 AS id", error="already exists"),
+        Case("CREATE TABLE IF NOT EXISTS src AS SELECT 1 AS id", info("exists: nothing done")),
+        Case("SELECT count(*) FROM src", rows([(10,)])),
+        Case("REPLACE TABLE src AS SELECT id FROM range(3)", atomic(f"{db}.src", 3)),
+        Case(f"SELECT count(*) FROM {db}.src", rows([(3,)])),
+        Case("REPLACE TABLE never_made AS SELECT 1 AS a", error="does not exist"),
+        Case("CREATE OR REPLACE TABLE parts PARTITIONED BY (ds) OPTIONS ('compression' = 'zstd') AS "
+             "SELECT id, CAST(id % 2 AS STRING) AS ds FROM range(6)", atomic(f"{db}.parts", 6)),
+        Case("SELECT count(*) FROM parts WHERE ds = '1'", rows([(3,)])),
+        Case("CREATE OR REPLACE TABLE parts PARTITIONED BY (ds) AS SELECT 42 AS answer, '9' AS ds",
+             atomic(f"{db}.parts", 1)),
+        Case("SELECT * FROM parts", rows([(42, "9")])),
+        # the metastore cannot change a table's partition keys: refused, the table as it was
+        Case("CREATE OR REPLACE TABLE parts AS SELECT 1 AS b", error="partition keys can not be changed"),
+        Case("SELECT answer FROM parts", rows([(42,)])),
+        # failure atomicity: a failing CTAS leaves no table, a failing RTAS the old one
+        Case("CREATE TABLE boom AS SELECT id, CASE WHEN id = 3 THEN raise_error('boom at 3') END AS x "
+             "FROM range(5)", error="boom at 3"),
+        Case("SHOW TABLES LIKE 'boom'", rows([])),
+        Case("REPLACE TABLE src AS SELECT id, raise_error('no replace') AS y FROM range(2)",
+             error="no replace"),
+        Case("SELECT count(*) FROM src", rows([(3,)])),
+        Case("CREATE TABLE orc_t STORED AS ORC AS SELECT 1 AS a", error="unsupported clause 'STORED AS ORC'"),
+        Case("CREATE TABLE `bad-name` AS SELECT 1 AS a", error="invalid table name 'bad-name'"),
+        # the plain path, as in Flink
+        Case("SET 'table.ctas.atomicity-enabled' = 'false'", info("table.ctas.atomicity-enabled = false")),
+        Case("CREATE TABLE plain AS SELECT 1 AS a", info("succeeded")),
+        Case("SELECT a FROM plain", rows([(1,)])),
+        Case("RESET 'table.ctas.atomicity-enabled'", info("reset")),
+        # properties: config (3) < init file (5) < SET (7)
+        Case("SET", property_row("spark.sql.shuffle.partitions", "5", "init file")),
+        Case("SET 'spark.sql.shuffle.partitions' = '7'", info("= 7")),
+        Case("SET 'spark.sql.shuffle.partitions'", rows([("spark.sql.shuffle.partitions", "7")])),
+        Case("SET spark.sql.shuffle.partitions", rows([("spark.sql.shuffle.partitions", "7")])),
+        Case("RESET 'spark.sql.shuffle.partitions'", info("reset")),
+        Case("SET", property_row("spark.sql.shuffle.partitions", "5", "init file")),
+        Case("SET", property_row("table.ctas.atomicity-enabled", "true", "default")),
+        Case("SET", property_row("sql-client.execution.result-mode", "changelog", "config")),
+        Case("SET 'sql-client.execution.max-table-result.rows' = '2'", info("= 2")),
+        Case("SELECT id FROM range(5)", lambda r: r.truncated and r.rows == [(0,), (1,)]),
+        Case("RESET", info("All session properties")),
+        Case("SELECT id FROM range(5)", lambda r: not r.truncated and len(r.rows) == 5),
+        Case("SET 'sql-client.execution.result-mode' = 'grid'",
+             error="expected one of tableau, table, changelog"),
+        Case("SET 'sql-client.no-such-key' = '1'", error="unknown client property 'sql-client.no-such-key'"),
+        # splitting: ';' in strings, backticks, comments, a BEGIN … END block
+        Case("SELECT 'a;b' AS s, `x;y` -- c; d\nFROM (SELECT 1 AS `x;y`)", rows([("a;b", 1)])),
+        Case("SELECT /* ; */ 'it\\'s' AS q", rows([("it's",)])),
+        Case("BEGIN DECLARE v INT DEFAULT 1; SET v = v + 1; SELECT v * 10 AS w; END", rows([(20,)])),
+        # Spark's own statements pass through
+        Case("EXPLAIN SELECT * FROM src", lambda r: r.columns == ["plan"] and "Scan" in r.rows[0][0]),
+        Case("DESCRIBE TABLE src", lambda r: ("id", "bigint", None) in r.rows),
+        Case("SHOW TABLES", lambda r: {"src", "parts", "plain"} <= {row[1] for row in r.rows}),
+        Case("SELECT nope FROM src", error="nope"),
+        Case("SELEC 1", error="PARSE_SYNTAX_ERROR"),
+        Case("SELECT 'last' AS done", rows([("last",)])),
+    ]
+
+
+@pytest.fixture(scope="module")
+def gateway_url(spark_gateway: GatewayInfo) -> str:
+    return spark_gateway.url
+
+
+@pytest.fixture(scope="module", params=["embedded", "gateway"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def client_env(metastore: MetastoreInfo, staged_home: Path) -> Iterator[dict[str, str]]:
+    """The environment of `staged sql` (and of this process's sessions): the test metastore."""
+    env = {"STAGED_HOME": str(staged_home), "STAGED_METASTORE_URI": metastore.uri}
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        yield {**os.environ, **env, "PAGER": "cat"}
+
+
+def new_session(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                config: dict[str, str]) -> SqlSession:
+    spark = request.getfixturevalue("spark") if mode == "embedded" \
+        else gateway_spark(request.getfixturevalue("gateway_url"))
+    properties = SessionProperties()
+    for key, value in config.items():
+        properties.put(*properties.checked(key, value), layer=Source.CONFIG)
+    return make_session(spark, properties, lambda: catalog_settings(metastore.uri, metastore.warehouse))
+
+
+def run_cases(session: SqlSession, cases: list[Case]) -> list[str]:
+    """Run ``cases`` as one script, split by the client's splitter; return what went wrong."""
+    script = ";\n".join(case.sql for case in cases) + ";"
+    statements = split_statements(script)
+    assert [statement.text for statement in statements] == [case.sql for case in cases]
+    failures = []
+    for case, statement in zip(cases, statements, strict=True):
+        try:
+            result = session.execute(statement)
+        except StatementError as err:
+            assert statement.line <= err.line <= statement.line + statement.text.count("\n"), case.sql
+            if case.error is None or case.error not in err.message or "\n" in err.message:
+                failures.append(f"{case.sql!r} failed: {err.message}")
+            continue
+        if case.error is not None:
+            failures.append(f"{case.sql!r} should fail with {case.error!r}, gave {result}")
+        elif case.check is not None:
+            try:
+                assert case.check(result) is not False, result
+            except AssertionError as err:
+                failures.append(f"{case.sql!r}: {err}")
+    return failures
+
+
+def test_corpus(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                client_env: dict[str, str]) -> None:
+    session = new_session(mode, request, metastore, {"spark.sql.shuffle.partitions": "3",
+                                                     "sql-client.execution.result-mode": "changelog"})
+    assert run_init(session, "SET 'spark.sql.shuffle.partitions' = '5';", "init.sql") == 0
+    assert session.spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    cases = corpus(f"sqlc_{mode}")
+    assert len(cases) >= 40
+    failures = run_cases(session, cases)
+    assert not failures, "\n".join(failures)
+    # RESET put back what the init file set, in Spark too
+    assert session.spark.conf.get("spark.sql.shuffle.partitions") == "5"
+
+
+def materialized_cases(db: str) -> list[Case]:
+    """Each materialized-table statement, in an order that never leaves a refresh running."""
+    table = f"{db}.daily"
+
+    def described(result: ResultSet) -> None:
+        facts = dict(result.rows)
+        assert facts["refresh status"].startswith("SUSPENDED") and facts["paused"] == "True", facts
+        assert facts["last refresh"] != "-", facts
+
+    injection = f"ALTER MATERIALIZED TABLE {table} REFRESH PARTITION (ds = ''' ; DROP TABLE {db}.orders; --')"
+    create = (f"CREATE MATERIALIZED TABLE {table}\nPARTITIONED BY (ds)\n"
+              "WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')\n"
+              "FRESHNESS = INTERVAL '1' DAY\nREFRESH_MODE = FULL\n"
+              f"AS SELECT ds, count(*) AS orders FROM {db}.orders GROUP BY ds")
+    return [
+        Case(f"CREATE DATABASE IF NOT EXISTS {db}", info("succeeded")),
+        Case(f"CREATE OR REPLACE TABLE {db}.orders AS SELECT CAST(id AS STRING) AS order_id, "
+             "'2024-01-02' AS ds, 1.5 AS amount FROM range(4)", atomic(f"{db}.orders", 4)),
+        Case(create, info("created")),
+        Case(create, error="already exists"),
+        Case(f"CREATE MATERIALIZED TABLE {db}.bad WITH ('format' = 'orc') AS SELECT * FROM {db}.orders",
+             error="format"),
+        Case(f"SHOW MATERIALIZED TABLES FROM {db}", rows([(table, f"{db}__daily.sql")])),
+        Case(f"SHOW MATERIALIZED TABLES FROM {db} LIKE 'dai%'", rows([(table, f"{db}__daily.sql")])),
+        Case(f"SHOW MATERIALIZED TABLES FROM {db} NOT LIKE 'dai%'", rows([])),
+        Case(f"ALTER MATERIALIZED TABLE {table} SUSPEND", info("suspended")),
+        Case(f"ALTER MATERIALIZED TABLE {table} RESUME WITH ('bad.option' = 'x')", error="bad.option"),
+        Case(f"ALTER MATERIALIZED TABLE {table} RESUME WITH ('compression' = 'zstd')", info("resumed")),
+        Case(f"ALTER MATERIALIZED TABLE {table} SUSPEND", info("suspended")),
+        # a paused DAG's run waits in the queue: nothing runs while the statements go on
+        Case(f"ALTER MATERIALIZED TABLE {table} REFRESH PARTITION (ds = '2024-01-02')",
+             lambda r: r.columns == ["table", "dag_id", "run_id"] and r.rows[0][0] == table),
+        Case(injection, error="not triggered"),
+        Case(f"ALTER MATERIALIZED TABLE {table} REFRESH PARTITION (nope = '1')", error="nope"),
+        Case(f"ALTER MATERIALIZED TABLE {table} BOGUS", error="expected SUSPEND, RESUME"),
+        Case(f"DESCRIBE MATERIALIZED TABLE {table}", described),
+        Case(f"DROP MATERIALIZED TABLE {table}", info("dropped")),
+        Case(f"SHOW MATERIALIZED TABLES FROM {db}", rows([])),
+        Case(f"DROP MATERIALIZED TABLE IF EXISTS {table}", info("nothing dropped")),
+        Case(f"DROP MATERIALIZED TABLE {table}", error="no materialized table"),
+        Case(f"SELECT count(*) FROM {db}.orders", rows([(4,)])),  # the injection dropped nothing
+    ]
+
+
+def test_materialized_statements(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                                 client_env: dict[str, str], airflow_server: AirflowInfo,
+                                 definitions_dir: Path) -> None:
+    """Flink's materialized-table statements drive the refresh DAGs of a running Airflow."""
+    user, password = airflow_server.credentials("admin")
+    session = new_session(mode, request, metastore, {
+        "workflow-scheduler.airflow.endpoint": airflow_server.endpoint,
+        "workflow-scheduler.airflow.definitions-dir": str(definitions_dir),
+        "workflow-scheduler.airflow.username": user,
+        "workflow-scheduler.airflow.password": password,
+        "workflow-scheduler.airflow.parse-timeout": "240",
+    })
+    db = f"sqlc_mt_{mode}"
+    failures = run_cases(session, materialized_cases(db))
+    assert not failures, "\n".join(failures)
+    assert not (definitions_dir / f"{db}__daily.sql").exists()
+
+
+def run_cli(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([STAGED, "sql", *args], env=env, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT, **kwargs)
+
+
+def test_script_stops_at_the_failing_line(gateway_url: str, client_env: dict[str, str], tmp_path: Path,
+                                          spark: Any) -> None:
+    """-f: the error names file:line:column, exit code 1, nothing after it ran."""
+    script = tmp_path / "build.sql"
+    script.write_text(
+        "CREATE DATABASE IF NOT EXISTS sqlc_script;\n"
+        "CREATE OR REPLACE TABLE sqlc_script.first AS SELECT 1 AS a;\n"
+        "-- the next statement fails on its line 2\n"
+        "SELECT a\n  FROM sqlc_script.missing_table;\n"
+        "CREATE TABLE sqlc_script.after_error AS SELECT 1 AS a;\n"
+    )
+    done = run_cli(["--gateway", gateway_url, "-f", str(script)], client_env)
+    assert done.returncode == 1, done
+    assert f"error: {script}:4:1:" in done.stderr and "missing_table" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "sqlc_script.first" in done.stdout  # the statement before it ran and printed its table
+    assert not spark.catalog.tableExists("sqlc_script.after_error")
+    assert spark.catalog.tableExists("sqlc_script.first")
+
+    # --continue-on-error goes on (exit code still 1); --output json prints only the rows
+    done = run_cli(["--gateway", gateway_url, "-f", str(script), "--continue-on-error", "-o", "json"],
+                   client_env)
+    assert done.returncode == 1
+    assert spark.catalog.tableExists("sqlc_script.after_error")
+    documents = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(doc[0]["table"], doc[0]["rows"], doc[0]["atomic"]) for doc in documents] == [
+        ("sqlc_script.first", 1, True), ("sqlc_script.after_error", 1, True)]
+
+
+def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path) -> None:
+    """Embedded mode in its own process: Spark in-process against the configured metastore."""
+    started = time.monotonic()
+    done = run_cli(["-e", "SELECT 1 AS a, 'x;y' AS b; SELECT 2 AS c", "--output", "csv"], client_env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "a,b\n1,x;y\nc\n2\n", done.stdout
+    print(f"embedded `staged sql -e` took {time.monotonic() - started:.1f} s")
+
+
+def test_interactive_session_through_a_pty(gateway_url: str, client_env: dict[str, str],
+                                           staged_home: Path) -> None:
+    """Prompt, multi-line input, a result table, an error, and the history (arrow up)."""
+    # A real terminal type; no cursor-position requests (pexpect does not answer them).
+    env = {**client_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(STAGED, ["sql", "--gateway", gateway_url], env=env, encoding="utf-8",
+                          timeout=CLI_TIMEOUT, dimensions=(50, 160))
+    try:
+        child.expect_exact("staged-sql>")
+        child.send("SELECT 41 + 1\r")  # no ';' yet: the statement goes on on the next line
+        child.expect_exact("->")
+        child.send("  AS answer;\r")
+        child.expect(r"\|\s+answer\s+\|")
+        child.expect(r"\|\s+42\s+\|")
+        child.expect_exact("1 row in set")
+        child.expect_exact("staged-sql>")
+        child.send("SELECT no_such_column;\r")
+        child.expect(r"error: input:1:8: .*no_such_column")
+        child.expect_exact("staged-sql>")
+        child.send("\x1b[A")  # arrow up: the history recalls the last statement
+        child.expect_exact("no_such_column")
+        child.send("\x15")  # ctrl-u: clear the line
+        child.send("exit;\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    history = FileHistory(str(staged_home / "sql_history")).load_history_strings()
+    assert {"SELECT 41 + 1\n  AS answer;", "SELECT no_such_column;"} <= set(history)
