@@ -18,7 +18,7 @@ own while every other table loads.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_staged.identifiers import TableIdentifier
@@ -50,6 +50,8 @@ class StreamSource:
     view: str  # the temporary view the rewritten query reads
     location: str
     schema_json: str  # Spark's schema JSON, partition columns included
+    # The table's own data-source options (e.g. the Hive sink's ``recursiveFileLookup``).
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,16 +167,16 @@ def plan_continuous(
     freshness: Freshness,
     partition_by: Sequence[str],
     table_root: str,
-    sources: Mapping[str, tuple[str, str]],
+    sources: Mapping[str, tuple[str, str, Mapping[str, str]]],
 ) -> ContinuousPlan:
     """The plan of ``identifier``; ``sources`` maps each source table to its (location, schema
-    JSON), as the catalog and Spark report them at run time."""
+    JSON, data-source options), as the catalog and Spark report them at run time."""
     shape = query_shape(identifier, query)
     missing = [name for name in shape.sources if name not in sources]
     if missing:
         raise NotStreamableError(f"{identifier} cannot be refreshed continuously: no stream for {missing}")
     streams = tuple(
-        StreamSource(name, view_name(name), sources[name][0], sources[name][1]) for name in shape.sources
+        StreamSource(name, view_name(name), *sources[name]) for name in shape.sources
     )
     return ContinuousPlan(
         identifier=identifier,

@@ -33,6 +33,8 @@ from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.storage import delete_dir, exists, normalize_location, read_text
 
 log = logging.getLogger(__name__)
+# Serde parameters that are not the data source's reading options.
+_NOT_READ_OPTIONS = frozenset({"path", "serialization.format"})
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,11 @@ def table_root(identifier: TableIdentifier, metastore_uri: str) -> str:
     return HiveSink(identifier, StagedSettings(metastore_uri, warehouse="", journal_dir="")).root()
 
 
-def stream_sources(spark: Any, names: tuple[str, ...], metastore_uri: str) -> dict[str, tuple[str, str]]:
-    """``db.table`` -> (location, schema JSON) of each source; refuses what cannot be a stream
-    of Parquet files under one location."""
+def stream_sources(
+    spark: Any, names: tuple[str, ...], metastore_uri: str
+) -> dict[str, tuple[str, str, dict[str, str]]]:
+    """``db.table`` -> (location, schema JSON, data-source options) of each source; refuses what
+    cannot be a stream of Parquet files under one location."""
     sources = {}
     with MetastoreClient(metastore_uri) as client:
         for name in names:
@@ -119,7 +123,9 @@ def stream_sources(spark: Any, names: tuple[str, ...], metastore_uri: str) -> di
                     f"source table {name} has partitions outside its location {location} (e.g. "
                     f"{outside[0]}): a file stream follows one directory; refresh such a table in FULL mode"
                 )
-            sources[name] = (location, spark.table(name).schema.json())
+            options = {key: value for key, value in (table.sd.serdeInfo.parameters or {}).items()
+                       if key not in _NOT_READ_OPTIONS}
+            sources[name] = (location, spark.table(name).schema.json(), options)
     return sources
 
 
@@ -150,7 +156,8 @@ class ContinuousRefresh:
                                definition.partition_by, self.root, sources)
         for source in plan.sources:
             schema = StructType.fromJson(json.loads(source.schema_json))
-            self.spark.readStream.schema(schema).parquet(source.location).createOrReplaceTempView(source.view)
+            stream = self.spark.readStream.schema(schema).options(**source.options)
+            stream.parquet(source.location).createOrReplaceTempView(source.view)
         sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by))
         try:
             self.query = write_stream(

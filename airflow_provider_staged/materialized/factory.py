@@ -219,7 +219,8 @@ def _doc(definition: MaterializedTableDefinition) -> str:
     return (
         f"# Materialized table `{definition.identifier}`\n\n"
         f"Freshness {definition.freshness}, refresh mode {definition.refresh_mode.value}, "
-        f"schedule `{definition.schedule}`. Defined in `{definition.source_path}`.\n\n"
+        f"schedule `{definition.schedule or '@continuous: a streaming query, a micro-batch per freshness'}`. "
+        f"Defined in `{definition.source_path}`.\n\n"
         "**Trigger** refreshes what the form says: type a partition value to refresh that "
         "partition once, now; leave the form empty to refresh the partition of the current "
         "schedule time. While the table is suspended (DAG paused), untick *Unpause on trigger* "

@@ -132,6 +132,8 @@ class MaterializedTables:
         # RESUME clears an auto-suspension: its reason and the failure count.
         self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler),
                         failures=FailureStreak())
+        if _is_continuous(path):
+            self._restart_stream(handler)
 
     def reschedule(self, identifier: TableIdentifier, cron: str) -> None:
         handler, _ = self._locate(identifier)
@@ -208,6 +210,22 @@ class MaterializedTables:
             except DefinitionError:
                 continue
         return tables
+
+    def _restart_stream(self, handler: AirflowRefreshHandler) -> None:
+        """Make sure a resumed CONTINUOUS table gets a run.
+
+        Airflow 3.3 finishes the run of a paused DAG in a side loop
+        (``_update_dag_run_state_for_paused_dags``) that does not clear the DAG's
+        ``exceeds_max_non_backfill``: after the unpause the scheduler never makes the next
+        ``@continuous`` run. A run triggered here streams from the checkpoint; its normal end
+        resets the flag.
+        """
+        deadline = time.monotonic() + 2 * self.scheduler.poll_interval + 5
+        while time.monotonic() < deadline:
+            if any(run.state.value in ("queued", "running") for run in self.scheduler.last_runs(handler, 5)):
+                return
+            time.sleep(self.scheduler.poll_interval)
+        self.scheduler.trigger_refresh(handler, RefreshTrigger(is_periodic=True))
 
     def _wait_until_stopped(self, handler: AirflowRefreshHandler) -> None:
         """Wait until no run of ``handler``'s DAG is running (its task noticed the pause)."""

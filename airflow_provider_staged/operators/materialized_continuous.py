@@ -20,6 +20,7 @@ heartbeats the task; the task itself watches, every ``poll_seconds``:
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow.sdk import Context
@@ -102,7 +103,7 @@ class MaterializedTableContinuousOperator(MaterializedTableRefreshOperator):
 
 
 class _Watcher:
-    """The REST API checks of the running task: DAG paused? a refresh queued behind the run?
+    """The REST API checks of the running task: DAG paused? a one-time refresh queued behind it?
 
     A REST failure is logged and the stream goes on: a flaky API must not stop a healthy query.
     """
@@ -113,6 +114,8 @@ class _Watcher:
         from airflow_provider_staged.materialized.auto_suspend import api_scheduler
 
         self.log = operator.log
+        self.definition = definition
+        self.zone = operator.zone
         self.scheduler = api_scheduler(definition, status, operator.scheduler_conn_id)
         self.handler = AirflowRefreshHandler(dag_id, self.scheduler.endpoint)
         self.run_id = run_id
@@ -129,12 +132,21 @@ class _Watcher:
             if dag is None or dag.is_paused:
                 return "the table is suspended (DAG paused)" if dag else "the DAG is gone"
             api = DagRunApi(self.scheduler.client)
-            queued = api.get_dag_runs(self.handler.dag_id, state=["queued"], limit=1)
-            if queued.dag_runs:
-                return f"refresh {queued.dag_runs[0].dag_run_id} is queued behind this run"
+            queued = api.get_dag_runs(self.handler.dag_id, state=["queued"], limit=5)
+            for run in queued.dag_runs:
+                if self._one_time(run.conf):
+                    return f"one-time refresh {run.dag_run_id} is queued behind this run"
         except Exception as err:  # any API trouble: keep streaming, try again at the next poll
             self.log.warning("cannot check the state of %s through the REST API: %s",
                              self.handler.dag_id, err)
             self.scheduler.close()
             self.opened = False
         return None
+
+    def _one_time(self, conf: Any) -> bool:
+        """A queued run that refreshes partitions once; another periodic run waits its turn."""
+        try:
+            return not parse_refresh_request(conf or {}, self.definition, datetime.now(timezone.utc),
+                                             self.zone).is_periodic
+        except ValueError:  # a bad request fails in its own run, it does not stop this one
+            return False

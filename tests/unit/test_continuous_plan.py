@@ -80,13 +80,15 @@ def test_trigger_interval_is_the_freshness(freshness: Freshness, trigger: str) -
 
 
 def test_plan_modes_and_locations() -> None:
-    sources = {"raw.orders": ("file:/w/raw.db/orders", '{"type":"struct","fields":[]}')}
+    sources = {"raw.orders": ("file:/w/raw.db/orders", '{"type":"struct","fields":[]}',
+                              {"recursiveFileLookup": "true"})}
     append = plan_continuous(TABLE, "SELECT id FROM raw.orders", Freshness(30, "SECOND"), (),
                              "file:/w/live.db/t", sources)
     assert (append.output_mode, append.sink_mode) == ("append", "append")
     assert append.checkpoint_location == "file:/w/live.db/t/_continuous/checkpoint"
     assert append.progress_location == "file:/w/live.db/t/_continuous/progress.json"
     assert append.sources[0].location == "file:/w/raw.db/orders"
+    assert append.sources[0].options == {"recursiveFileLookup": "true"}
     totals = plan_continuous(TABLE, "SELECT ds, count(*) AS n FROM raw.orders GROUP BY ds",
                              Freshness(1, "MINUTE"), ("ds",), "file:/w/live.db/t/", sources)
     assert (totals.output_mode, totals.sink_mode, totals.partition_by) == ("complete", "overwrite", ("ds",))

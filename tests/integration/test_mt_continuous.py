@@ -1,0 +1,218 @@
+"""CONTINUOUS materialized tables on real Spark, a real metastore and the session's real Airflow.
+
+First the streaming refresh itself (``ContinuousRefresh`` on the session's Spark): rows that
+arrive in a source table as new files reach the table through the Hive sink, an aggregation is
+replaced whole each micro-batch, a restart continues from the checkpoint with nothing lost or
+doubled, and a source that is not a stream of files is refused naming it. Then the whole
+lifecycle on the running Airflow: create -> rows appear within the freshness -> suspend (query
+stopped, DAG paused) -> more rows -> resume (caught up, exactly once) -> drop (query stopped,
+checkpoint gone).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.materialized.continuous import NotStreamableError
+from airflow_provider_staged.materialized.continuous_run import (
+    ContinuousRefresh,
+    read_progress,
+    table_root,
+)
+from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.manager import MaterializedTables
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.services.airflow_local import AirflowInfo
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.storage import exists
+from tests.integration.test_mt_auto_suspend import mt_cli, wait_for
+
+pytestmark = pytest.mark.slow
+
+FRESHNESS_SECONDS = 5
+
+
+@pytest.fixture(scope="module")
+def db(metastore, spark) -> str:
+    name = "mtc_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, metastore.warehouse)
+    return name
+
+
+@pytest.fixture(scope="module")
+def settings(metastore, tmp_path_factory) -> StagedSettings:
+    return StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path_factory.mktemp("mtc-journal")))
+
+
+def source_table(spark, db: str, name: str, tmp: Path) -> str:
+    """A plain Parquet table whose rows arrive as new files (Spark's INSERT INTO writes files)."""
+    table = f"{db}.{name}"
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, grp STRING, v INT) USING parquet LOCATION '{tmp / name}'")
+    return table
+
+
+def insert(spark, table: str, first: int, count: int) -> None:
+    spark.sql(f"INSERT INTO {table} SELECT id, concat('g', CAST(id % 3 AS STRING)), CAST(id AS INT) "
+              f"FROM range({first}, {first + count})")
+
+
+def definition(db: str, name: str, query: str) -> Any:
+    return parse_definition(f"CREATE MATERIALIZED TABLE {db}.{name}\n"
+                            f"FRESHNESS = INTERVAL '{FRESHNESS_SECONDS}' SECOND\nAS {query}", f"{name}.sql")
+
+
+@pytest.fixture
+def running(spark, settings) -> Iterator[Callable[[Any], ContinuousRefresh]]:
+    started: list[ContinuousRefresh] = []
+
+    def start(parsed: Any) -> ContinuousRefresh:
+        refresh = ContinuousRefresh(parsed, settings, spark)
+        refresh.start()
+        started.append(refresh)
+        return refresh
+
+    yield start
+    for refresh in started:
+        refresh.stop()
+
+
+def ids(spark, table: str) -> list[int]:
+    """The table's ids as the catalog has them now (Spark caches a table's file listing)."""
+    if not spark.catalog.tableExists(table):
+        return []
+    spark.catalog.refreshTable(table)
+    return sorted(row[0] for row in spark.table(table).select("id").collect())
+
+
+def test_append_query_streams_new_files_and_resumes_exactly_once(spark, db, running, tmp_path) -> None:
+    src = source_table(spark, db, "clicks", tmp_path)
+    insert(spark, src, 0, 50)
+    parsed = definition(db, "clicks_live", f"SELECT id, v FROM {src} WHERE v % 2 = 0")
+    target = parsed.identifier.name
+    refresh = running(parsed)
+    wait_for("the first 50 source rows",
+             lambda: refresh.report() and ids(spark, target) == list(range(0, 50, 2)), 90)
+    insert(spark, src, 50, 50)
+    wait_for("rows appended later",
+             lambda: refresh.report() and ids(spark, target) == list(range(0, 100, 2)), 90)
+    progress = refresh.report()
+    assert progress.state == "running" and progress.batch_id is not None and progress.batch_rows
+    assert progress.lag_seconds() is not None and progress.lag_seconds() < 3 * FRESHNESS_SECONDS
+    refresh.stop()
+    assert read_progress(refresh.root).state == "stopped"
+    insert(spark, src, 100, 10)  # arrives while stopped: the restart must pick it up, once
+    resumed = running(parsed)
+    wait_for("rows that arrived while stopped", lambda: resumed.report()
+             and ids(spark, target) == list(range(0, 110, 2)), 90)
+    time.sleep(FRESHNESS_SECONDS)
+    assert ids(spark, target) == list(range(0, 110, 2))  # nothing doubled by the restart
+    assert exists(f"{table_root(parsed.identifier, resumed.settings.metastore_uri)}/_continuous/checkpoint")
+
+
+def test_aggregation_is_replaced_whole_each_batch(spark, db, running, tmp_path) -> None:
+    src = source_table(spark, db, "sales", tmp_path)
+    insert(spark, src, 0, 30)
+    parsed = definition(db, "sales_by_grp",
+                        f"SELECT grp, count(*) AS n, sum(v) AS total FROM {src} GROUP BY grp")
+    refresh = running(parsed)
+    target = parsed.identifier.name
+
+    def totals() -> dict[str, tuple[int, int]]:
+        spark.catalog.refreshTable(target)
+        return {row.grp: (row.n, row.total) for row in spark.table(target).collect()}
+
+    expected = {f"g{g}": (10, sum(i for i in range(30) if i % 3 == g)) for g in range(3)}
+    wait_for("the first totals", lambda: refresh.report() and spark.catalog.tableExists(target)
+             and totals() == expected, 90)
+    assert refresh.plan is not None and refresh.plan.output_mode == "complete"
+    insert(spark, src, 30, 30)
+    expected = {f"g{g}": (20, sum(i for i in range(60) if i % 3 == g)) for g in range(3)}
+    wait_for("totals over both inserts", lambda: refresh.report() and totals() == expected, 90)
+
+
+def test_a_source_that_is_no_stream_of_files_is_refused_by_name(spark, db, running, tmp_path) -> None:
+    spark.sql(f"CREATE TABLE {db}.csv_src (id BIGINT) USING csv LOCATION '{tmp_path / 'csv'}'")
+    parsed = definition(db, "from_csv", f"SELECT id FROM {db}.csv_src")
+    with pytest.raises(NotStreamableError, match=rf"source table {db}\.csv_src is not a Parquet table"):
+        running(parsed)
+    parsed = definition(db, "from_missing", f"SELECT id FROM {db}.nowhere")
+    with pytest.raises(NotStreamableError, match=rf"source table {db}\.nowhere does not exist"):
+        running(parsed)
+
+
+E2E_FRESHNESS = 10
+
+
+def test_continuous_table_lifecycle_on_airflow(
+    airflow_server: AirflowInfo, definitions_dir: Path, metastore, spark, db, tmp_path
+) -> None:
+    """create -> rows appear within the freshness -> suspend -> more rows -> resume (exactly once)
+    -> drop (query stopped, checkpoint gone), on the session's running Airflow."""
+    src = source_table(spark, db, "events", tmp_path)
+    insert(spark, src, 0, 20)
+    identifier = TableIdentifier(db, "events_live")
+    dag_id = f"mt__{db}__events_live"
+    text = (f"CREATE MATERIALIZED TABLE {identifier.name}\nFRESHNESS = INTERVAL '{E2E_FRESHNESS}' SECOND\n"
+            f"AS SELECT id, v FROM {src}\n")
+    user, password = airflow_server.credentials("admin")
+    scheduler = AirflowWorkflowScheduler(airflow_server.endpoint, definitions_dir, user, password,
+                                         parse_timeout=90)
+    api = httpx.Client(base_url=airflow_server.endpoint + "/api/v2", timeout=180,
+                       headers={"Authorization": f"Bearer {airflow_server.token()}"})
+
+    def running_runs() -> list[dict[str, Any]]:
+        found = api.get(f"/dags/{dag_id}/dagRuns", params={"state": ["running"]}).raise_for_status()
+        return found.json()["dag_runs"]
+
+    target = identifier.name
+    with scheduler, api:
+        tables = MaterializedTables(scheduler, metastore.uri)
+        tables.create(text)
+        try:
+            dag = api.get(f"/dags/{dag_id}").json()
+            assert (dag["timetable_summary"], dag["max_active_runs"], dag["is_paused"]) == (
+                "@continuous", 1, False)
+            wait_for("the first rows", lambda: ids(spark, target) == list(range(20)), 240)
+            arrived = time.monotonic()
+            insert(spark, src, 20, 10)
+            wait_for("rows appended while running", lambda: ids(spark, target) == list(range(30)), 120)
+            seen_after = time.monotonic() - arrived
+            # Within the freshness: the next trigger picks the files up (plus its commit).
+            assert seen_after <= 2 * E2E_FRESHNESS + 10, seen_after
+            info = tables.describe(identifier)
+            assert info.refresh_mode == "CONTINUOUS" and info.progress is not None
+            assert info.progress.state == "running" and info.progress.batch_id is not None
+            assert info.progress.lag_seconds() < 3 * E2E_FRESHNESS
+            cli = mt_cli(airflow_server, definitions_dir, metastore.uri)
+            described = cli("describe", target)
+            for fact in ("refresh mode", "CONTINUOUS", "last batch", "rows/s", "actual lag"):
+                assert fact in described
+
+            tables.suspend(identifier)  # waits for the task to stop its query
+            assert api.get(f"/dags/{dag_id}").json()["is_paused"] is True and running_runs() == []
+            root = table_root(identifier, metastore.uri)
+            assert read_progress(root).state == "stopped"
+            assert exists(f"{root}/_continuous/checkpoint")
+            insert(spark, src, 30, 10)
+            time.sleep(E2E_FRESHNESS + 2)
+            assert ids(spark, target) == list(range(30))  # nothing streams while suspended
+
+            tables.resume(identifier)
+            wait_for("caught up after resume", lambda: ids(spark, target) == list(range(40)), 240)
+            time.sleep(E2E_FRESHNESS)
+            assert ids(spark, target) == list(range(40))  # no duplicates from the restart
+        finally:
+            tables.drop(identifier)
+        assert api.get(f"/dags/{dag_id}").status_code == 404 and not scheduler.definition_file(dag_id)
+        assert not exists(f"{table_root(identifier, metastore.uri)}/_continuous")
+        assert ids(spark, target) == list(range(40))  # DROP keeps the table's data
