@@ -190,6 +190,17 @@ class HivePartitionExpiry(HiveStagedTable):
             )
         return len(found) < len(names)
 
+    def recovered_superseded(self, record: AttemptRecord) -> list[str]:
+        """A drop that landed but was not journaled: the planned partitions the catalog no longer
+        points at, so their files are deleted after the grace as a journaled drop's are."""
+        planned = record.catalog["partitions"]
+        with self._client() as client:
+            found = client.thrift.get_partitions_by_names(
+                self.identifier.database, self.identifier.table, list(planned)
+            )
+        live = {normalize_location(p.sd.location) for p in found}
+        return [where for where in planned.values() if where not in live]
+
     def discard(self, record: AttemptRecord) -> None:
         """An expiry wrote nothing: nothing to delete."""
 

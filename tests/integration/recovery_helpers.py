@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.journal import AttemptJournal, TaskRef
+from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -67,7 +69,17 @@ JDBC_NEW_ROWS = 800
 JDBC_NEW_SQL = f"SELECT id, id * 3 AS v FROM range(1, {JDBC_NEW_ROWS + 1})"
 JDBC_FAIL_SQL = _failing(f"id, {_fail('id * 3')} AS v", f"range(1, {JDBC_NEW_ROWS + 1})")
 
-NEW_SQL = {"hive_table": TABLE_NEW_SQL, "hive_partitions": PART_NEW_SQL, "jdbc_table": JDBC_NEW_SQL}
+# The lifecycle kinds write no data: their NEW content is what the table reads once they landed.
+EXPIRED_DAY = "2024-01-01"  # both partitions of this day expire (1-day TTL on ds, clock at 01-02 12:00)
+EXPIRE_NEW_SQL = f"SELECT * FROM ({PART_OLD_SQL}) WHERE ds <> '{EXPIRED_DAY}'"
+NEW_SQL = {
+    "hive_table": TABLE_NEW_SQL,
+    "hive_partitions": PART_NEW_SQL,
+    "jdbc_table": JDBC_NEW_SQL,
+    "hive_expire": EXPIRE_NEW_SQL,
+    "hive_rollback": TABLE_NEW_SQL,  # the kept version it restores
+    "hive_rollback_partitions": PART_OLD_SQL,  # the kept version (NEW keeps a partition it lacks)
+}
 FAIL_SQL = {"hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL}
 
 
@@ -118,9 +130,18 @@ def child(plan_path: str) -> None:
     for item in plan["attempts"]:
         journal = AttemptJournal(item["journal"])
         task = TaskRef(**item["task"])
-        staged = new_attempt(item["kind"], item["target"], journal, plan["metastore_uri"], task)
-        staged.begin()
-        staged.written(run_staged_write(spark, NEW_SQL[item["kind"]], write_spec(staged)))
+        if "manifest" in item:
+            # A lifecycle attempt (expiry, rollback) that the test planned and began: rebuilt from
+            # the journal by its kind, as reconcile rebuilds it; its "write" is the given manifest.
+            settings = StagedSettings(
+                plan["metastore_uri"], plan["warehouse"], item["journal"], retention=RETENTION
+            )
+            staged = from_record(journal.require(item["attempt_id"]), settings)
+            staged.written(item["manifest"])
+        else:
+            staged = new_attempt(item["kind"], item["target"], journal, plan["metastore_uri"], task)
+            staged.begin()
+            staged.written(run_staged_write(spark, NEW_SQL[item["kind"]], write_spec(staged)))
         if item["step"] == "after_catalog":
             staged.publish(journal.require(staged.attempt_id))  # the catalog call, not journaled
         reached[item["name"]] = staged.attempt_id

@@ -6,10 +6,15 @@ SIGKILL of a process that runs the build — then reconciles with the task succe
 unknown with the attempt TTL elapsed. Afterwards the table reads exactly OLD or exactly NEW (as
 a new reader, and in the catalog), its neighbours are unchanged, nothing of the attempt is left
 behind, and the journal has no open attempt.
+
+The lifecycle kinds are in it too: a partition expiry (``hive_expire``), a rollback of a whole
+table and one of some partitions (``hive_rollback``). They write no data, so they have no
+mid-write step; their "write" is the manifest the commit uses.
 """
 
 from __future__ import annotations
 
+import calendar
 import copy
 import hashlib
 import itertools
@@ -37,12 +42,19 @@ from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort_attempt
+from airflow_provider_staged.staging.expiry import (
+    HivePartitionExpiry,
+    delete_dropped_files,
+    plan_expiry,
+    table_ttl,
+)
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, JdbcTarget, password_env_var
 from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.rollback import HiveRollback
 from airflow_provider_staged.storage import normalize_location
 from tests.integration import recovery_helpers as rh
 
@@ -53,6 +65,9 @@ TTL = 60.0
 KINDS = ["hive_table", "hive_partitions", "jdbc_table"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
 OUTCOMES = ["success", "failed", "unknown"]
+# Expiry, rollback and the rollback of some partitions write no data: no mid-write step.
+LIFECYCLE_KINDS = ["hive_expire", "hive_rollback", "hive_rollback_partitions"]
+LIFECYCLE_STEPS = ["before_write", "after_written", "after_catalog", "during_abort"]
 
 
 def expected_result(step: str, outcome: str) -> tuple[bool, str]:
@@ -228,7 +243,7 @@ class HiveHarness:
     # the untouched neighbour table in the same database -----------------------------------------------
 
     def setup_neighbour(self) -> None:
-        target = f"{self.database}.neighbour"
+        target = f"{self.database}.{self.kind}_neighbour"
         record = self.build_old(target, AttemptJournal(self.scratch / "neighbour-journal"))
         self.neighbour = target
         self.neighbour_root = local_path(record.location).parent
@@ -365,6 +380,280 @@ def hive_table_harness(spark, metastore, hive_database, tmp_path_factory) -> Hiv
 @pytest.fixture(scope="module")
 def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -> PartitionHarness:
     return PartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
+
+
+# -- the lifecycle kinds: expiry and rollback (no data written; the "write" is their manifest) ------
+
+
+class LifecycleHarness(HiveHarness):
+    """Shared by the kinds that write nothing: their attempt's "write" only returns its manifest, so
+    there is no mid-write step; a crash inside their discard (which deletes nothing) is a failure
+    raised there."""
+
+    def copy_build(
+        self, staged: JournaledStagedTable, template: Path, manifest: dict[str, Any]
+    ) -> AttemptRecord:
+        """begin → copy a template version → written → commit: a build without Spark."""
+        staged.begin()
+        shutil.copytree(template, local_path(staged.location))
+        staged.written({**manifest, "location": staged.location})
+        staged.commit()
+        staged.housekeep()
+        return staged.journal.require(staged.attempt_id)
+
+    def template(self, name: str, query: str) -> tuple[Path, dict[str, Any]]:
+        directory = self.scratch / name
+        spec = {"format": "parquet", "location": f"file:{directory}", "partition_by": self.partition_by}
+        return directory, run_staged_write(self.spark, query, spec)
+
+    def write(self, staged: JournaledStagedTable, query: str, mid_write: bool = False) -> dict[str, Any]:
+        return self.manifest_of(staged)
+
+    def discard_partly(self, case: Case, staged: JournaledStagedTable) -> None:
+        """Nothing to delete: the abort dies before journaling ABORTED."""
+
+    def assert_nothing_written(self, case: Case, staged: JournaledStagedTable) -> None:
+        """Begin only journals: the table is exactly OLD."""
+        self.check(case, case.journal.require(staged.attempt_id), new=False)
+
+    def versions(self, case: Case) -> set[str]:
+        return {p.name for p in self.root_of(case).iterdir() if p.name.startswith("_v=")}
+
+
+class ExpiryHarness(LifecycleHarness):
+    """A (region, ds) table with a 1-day TTL on ds; the expiry with the clock at 2024-01-02 12:00
+    drops both ds=2024-01-01 partitions in one call; (eu, 2024-01-02) is the untouched neighbour."""
+
+    kind = "hive_expire"
+    old_sql = rh.PART_OLD_SQL
+    partition_by = rh.PARTITION_COLUMNS
+    options = {"partition.expiration-time": "1 d", "partition.timestamp-pattern": "$ds"}
+    now = float(calendar.timegm((2024, 1, 2, 12, 0, 0)))
+    content_query = PartitionHarness.content_query
+    expected = PartitionHarness.expected
+    read = PartitionHarness.read
+    partitions = PartitionHarness.partitions
+
+    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+        return HivePartitionStagedTable(
+            TableIdentifier.parse(target),
+            rh.PARTITION_COLUMNS,
+            {},
+            journal,
+            self.metastore_uri,
+            rh.RETENTION,
+            table_options=self.options,
+        )
+
+    def new_attempt(self, case: Case) -> JournaledStagedTable:
+        database, name = case.target.split(".")
+        with MetastoreClient(self.metastore_uri) as client:
+            table = client.get_table(database, name)
+            plan = plan_expiry(table, client.partitions(database, name), table_ttl(table), self.now)
+        return HivePartitionExpiry(
+            TableIdentifier.parse(case.target),
+            plan.expired,
+            self.now,
+            journal=case.journal,
+            metastore_uri=self.metastore_uri,
+            retention=rh.RETENTION,
+            task=case.task,
+        )
+
+    def manifest_of(self, staged: JournaledStagedTable) -> dict[str, Any]:
+        return {"location": staged.location, "format": "none", "rows": 0}
+
+    def expired_dirs(self, case: Case) -> list[Path]:
+        old = local_path(case.old.location)
+        return [old / f"region={region}" / f"ds={rh.EXPIRED_DAY}" for region in ("eu", "us")]
+
+    def assert_serves(self, case: Case, staged: JournaledStagedTable) -> None:
+        assert set(self.partitions(case.target)) == set(self.expected_new)
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        content = self.read(case.target)
+        neighbour = ("eu", "2024-01-02")
+        assert content.get(neighbour) == self.expected_old[neighbour], (
+            "the untouched neighbour partition changed"
+        )
+        assert content == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (per partition: rows, checksum)"
+        )
+        old_dir = normalize_location(case.old.location)
+        expected = {
+            values: f"{old_dir}/{partition_path(rh.PARTITION_COLUMNS, values)}"
+            for values in (self.expected_new if new else self.expected_old)
+        }
+        assert self.partitions(case.target) == expected, "the metastore's partitions are not exactly these"
+        assert self.versions(case) == {local_path(old_dir).name}, "version directories changed"
+        # Dropped partitions' files stay for the grace (readers may still read them), then go.
+        assert all(path.is_dir() for path in self.expired_dirs(case)), "files deleted inside the grace"
+        staged = HivePartitionExpiry.from_record(record, case.settings)
+        deleted = delete_dropped_files(
+            staged, case.journal.records(), time.time() + 2 * rh.RETENTION.grace_seconds
+        )
+        assert [p.is_dir() for p in self.expired_dirs(case)] == [not new, not new], (
+            f"after the grace the expired partitions' files must be {'gone' if new else 'kept'}: {deleted}"
+        )
+        assert self.read(case.target) == content, "deleting the dropped partitions' files changed the table"
+
+
+class RollbackHarness(LifecycleHarness):
+    """A whole table at version v2 (OLD) that keeps v1 (NEW, the rollback's target)."""
+
+    kind = "hive_rollback"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.kept = self.template("template-v1", rh.NEW_SQL[self.kind])
+        self.restores: dict[str, AttemptRecord] = {}
+
+    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+        """v1 (the NEW content), then v2 (OLD) replacing it; v1 stays (retention keeps one)."""
+        v1 = self.copy_build(self.old_attempt(target, journal), *self.kept)
+        replace = self.old_attempt(target, journal)
+        replace.purpose = StagingPurpose.REPLACE_TABLE_AS
+        self.restores[target] = v1
+        return self.copy_build(replace, self.template_dir, self.template_manifest)
+
+    def rollback_partitions(self, case: Case, v1: AttemptRecord) -> dict[str, str] | None:
+        return None
+
+    def new_attempt(self, case: Case) -> JournaledStagedTable:
+        v1 = self.restores[case.target]
+        return HiveRollback(
+            TableIdentifier.parse(case.target),
+            v1.attempt_id,
+            v1.location,
+            self.rollback_partitions(case, v1),
+            journal=case.journal,
+            metastore_uri=self.metastore_uri,
+            retention=rh.RETENTION,
+            task=case.task,
+        )
+
+    def manifest_of(self, staged: JournaledStagedTable) -> dict[str, Any]:
+        return staged.journal.require(staged.version).manifest
+
+    def assert_serves(self, case: Case, staged: JournaledStagedTable) -> None:
+        served = current_location(self.catalog_table(case.target))
+        assert normalize_location(served) == normalize_location(self.restores[case.target].location)
+
+    def assert_root(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        """Both versions stay (v2 superseded inside the grace, or current); nothing else."""
+        wanted = {local_path(case.old.location).name, local_path(self.restores[case.target].location).name}
+        assert self.versions(case) == wanted, f"version directories {self.versions(case)}, expected {wanted}"
+        others = {p.name for p in self.root_of(case).iterdir()} - wanted
+        assert others <= {EMPTY_DIR_NAME}, f"unexpected entries {sorted(others)} in {self.root_of(case)}"
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        assert self.read(case.target) == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (rows, checksum)"
+        )
+        want = normalize_location((self.restores[case.target] if new else case.old).location)
+        served = normalize_location(current_location(self.catalog_table(case.target)))
+        assert served == want, f"the metastore serves {served}, expected {want}"
+        self.assert_root(case, record, new)
+        self.assert_neighbour()
+
+
+class PartitionRollbackHarness(RollbackHarness):
+    """A (region, ds) table: v1 built whole, v2 refreshed region=eu (rewrote 01-01 and 01-02, added
+    01-03). The rollback to v1 switches (eu, 01-01) and (eu, 01-02) back in one call; (us, 01-01)
+    (already v1) and (eu, 01-03) (v1 has none) are the untouched neighbours."""
+
+    kind = "hive_rollback_partitions"
+    old_sql = rh.PART_OLD_SQL  # v1
+    partition_by = rh.PARTITION_COLUMNS
+    content_query = PartitionHarness.content_query
+    expected = PartitionHarness.expected
+    read = PartitionHarness.read
+    partitions = PartitionHarness.partitions
+    switched = {("eu", "2024-01-01"), ("eu", "2024-01-02")}
+
+    def __init__(self, spark: Any, metastore: Any, database: str, scratch: Path) -> None:
+        LifecycleHarness.__init__(self, spark, metastore, database, scratch)  # the OLD_SQL template
+        self.kept = (self.template_dir, self.template_manifest)  # v1
+        self.refresh = self.template("template-v2", rh.PART_NEW_SQL)
+        v1, v2 = self.expected_old, self.expected(rh.PART_NEW_SQL)
+        self.expected_old = {**v2, ("us", "2024-01-01"): v1[("us", "2024-01-01")]}
+        self.expected_new = {**v1, ("eu", "2024-01-03"): v2[("eu", "2024-01-03")]}
+        self.restores = {}
+
+    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+        return HivePartitionStagedTable(
+            TableIdentifier.parse(target), rh.PARTITION_COLUMNS, {}, journal, self.metastore_uri, rh.RETENTION
+        )
+
+    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+        self.restores[target] = self.copy_build(self.old_attempt(target, journal), *self.kept)
+        refresh = HivePartitionStagedTable(
+            TableIdentifier.parse(target),
+            rh.PARTITION_COLUMNS,
+            rh.PARTITION_SPEC,
+            journal,
+            self.metastore_uri,
+            rh.RETENTION,
+        )
+        return self.copy_build(refresh, *self.refresh)
+
+    def rollback_partitions(self, case: Case, v1: AttemptRecord) -> dict[str, str] | None:
+        root = normalize_location(v1.location)
+        names = [partition_path(rh.PARTITION_COLUMNS, values) for values in sorted(self.switched)]
+        return {name: f"{root}/{name}" for name in names}
+
+    def where(self, case: Case, new: bool) -> dict[tuple[str, ...], str]:
+        v1 = normalize_location(self.restores[case.target].location)
+        v2 = normalize_location(case.old.location)
+        at_v1 = {("us", "2024-01-01"), *(self.switched if new else ())}
+        return {
+            values: f"{v1 if values in at_v1 else v2}/{partition_path(rh.PARTITION_COLUMNS, values)}"
+            for values in self.expected_old
+        }
+
+    def assert_serves(self, case: Case, staged: JournaledStagedTable) -> None:
+        assert self.partitions(case.target) == self.where(case, True)
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        content = self.read(case.target)
+        for neighbour in (("us", "2024-01-01"), ("eu", "2024-01-03")):
+            assert content.get(neighbour) == self.expected_old[neighbour], (
+                f"neighbour partition {neighbour} changed"
+            )
+        assert content == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (per partition: rows, checksum)"
+        )
+        assert self.partitions(case.target) == self.where(case, new), (
+            "the metastore's partitions are not these"
+        )
+        # The table itself stays at v1, the version that created it.
+        served = normalize_location(current_location(self.catalog_table(case.target)))
+        assert served == normalize_location(self.restores[case.target].location)
+        self.assert_root(case, record, new)
+
+    def setup_neighbour(self) -> None:
+        """The neighbours here are partitions of the table (checked in ``check``)."""
+
+
+@pytest.fixture(scope="module")
+def hive_expire_harness(spark, metastore, hive_database, tmp_path_factory) -> ExpiryHarness:
+    return ExpiryHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-expire"))
+
+
+@pytest.fixture(scope="module")
+def hive_rollback_harness(spark, metastore, hive_database, tmp_path_factory) -> RollbackHarness:
+    harness = RollbackHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-rollback"))
+    harness.setup_neighbour()
+    return harness
+
+
+@pytest.fixture(scope="module")
+def hive_rollback_partitions_harness(
+    spark, metastore, hive_database, tmp_path_factory
+) -> PartitionRollbackHarness:
+    return PartitionRollbackHarness(
+        spark, metastore, hive_database, tmp_path_factory.mktemp("rm-part-rollback")
+    )
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------------
@@ -612,14 +901,24 @@ def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, a
         pytest.fail("\n\n".join(failures))
 
 
-MATRIX = list(itertools.product(KINDS, STEPS, OUTCOMES))
+MATRIX = [
+    *itertools.product(KINDS, STEPS, OUTCOMES),
+    *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
+]
+
+
+def new_attempt(harness: Any, case: Case) -> JournaledStagedTable:
+    """The attempt under test (a lifecycle harness plans it from the case's table and versions)."""
+    if isinstance(harness, LifecycleHarness):
+        return harness.new_attempt(case)
+    return rh.new_attempt(case.kind, case.target, case.journal, harness.metastore_uri, case.task)
 
 
 @pytest.mark.parametrize(("kind", "step", "outcome"), MATRIX, ids=["-".join(case) for case in MATRIX])
 def test_crash_then_reconcile(kind, step, outcome, request, tmp_path):
     harness = request.getfixturevalue(f"{kind}_harness")
     case = harness.new_case(tmp_path, f"{step}-{outcome}")
-    staged = rh.new_attempt(kind, case.target, case.journal, harness.metastore_uri, case.task)
+    staged = new_attempt(harness, case)
     crash(harness, case, staged, step)
     new, action = expected_result(step, outcome)
     settle(harness, case, staged.attempt_id, outcome, new, action)
@@ -633,6 +932,9 @@ KILLED = [
     ("hive_partitions", "after_catalog", "unknown"),
     ("jdbc_table", "after_written", "success"),
     ("jdbc_table", "after_written", "unknown"),
+    ("hive_expire", "after_catalog", "failed"),
+    ("hive_rollback", "after_written", "success"),
+    ("hive_rollback_partitions", "after_catalog", "unknown"),
 ]
 
 
@@ -647,16 +949,19 @@ def killed_build(request, metastore, tmp_path_factory):
         harness = request.getfixturevalue(f"{kind}_harness")
         case = harness.new_case(base / name, f"killed-{step}-{outcome}")
         cases[name] = case
-        items.append(
-            {
-                "name": name,
-                "kind": kind,
-                "step": step,
-                "target": case.target,
-                "journal": str(case.journal.root),
-                "task": vars(case.task),
-            }
-        )
+        item = {
+            "name": name,
+            "kind": kind,
+            "step": step,
+            "target": case.target,
+            "journal": str(case.journal.root),
+            "task": vars(case.task),
+        }
+        if isinstance(harness, LifecycleHarness):  # planned here, from the case's table and versions
+            staged = harness.new_attempt(case)
+            staged.begin()
+            item.update(attempt_id=staged.attempt_id, manifest=harness.manifest_of(staged))
+        items.append(item)
     marker = base / "reached.json"
     plan = base / "plan.json"
     plan.write_text(
@@ -707,7 +1012,7 @@ def test_sigkill_then_reconcile(kind, step, outcome, killed_build, request):
     case, attempt_id = cases[name], reached[name]
     assert before_kill[name] is AttemptState.WRITTEN
     harness = request.getfixturevalue(f"{kind}_harness")
-    staged = rh.new_attempt(kind, case.target, case.journal, harness.metastore_uri, case.task)
+    staged = new_attempt(harness, case)
     assert staged.attempt_id == attempt_id  # the same task try: the same attempt
     if step == "after_catalog":
         harness.assert_serves(case, staged)
