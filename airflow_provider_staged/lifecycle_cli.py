@@ -51,7 +51,8 @@ def versions(
     from airflow_provider_staged.staging.rollback import list_table_versions
 
     identifier = TableIdentifier.parse(table_name)  # a bad name fails before any server is asked
-    found = list_table_versions(_settings(conn), identifier, _spec(partition))
+    spec = _spec(partition)
+    found = list_table_versions(_settings(conn), identifier, spec)
     per_partition = any(v.partition is not None for v in found)
     out = Table("version", *(["partition"] if per_partition else []), "committed", "rows", "bytes", "run", "")
     for v in found:
@@ -75,7 +76,8 @@ def rollback(
     from airflow_provider_staged.staging.rollback import rollback as run_rollback
 
     identifier = TableIdentifier.parse(table_name)
-    record = run_rollback(_settings(conn), identifier, to, conn_id=conn, partition_spec=_spec(partition))
+    spec = _spec(partition)
+    record = run_rollback(_settings(conn), identifier, to, conn_id=conn, partition_spec=spec)
     restored = sorted(record.catalog.get("partitions") or {})
     what = f"{table_name} partition(s) {', '.join(restored)} are" if restored else f"{table_name} is"
     console.print(f"{what} now version {to} (rollback attempt {record.attempt_id})", soft_wrap=True,

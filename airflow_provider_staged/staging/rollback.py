@@ -45,7 +45,7 @@ from airflow_provider_staged.staging.kinds.hive_table import (
     _version_dir,
     list_versions,
 )
-from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
 from airflow_provider_staged.staging.versions import parse_version_dir
 from airflow_provider_staged.storage import exists, list_dir, normalize_location
@@ -163,30 +163,22 @@ def _partition_versions(
     versions = []
     for record in _kept_records(settings, identifier):
         root = normalize_location(record.location)
-        stats = _partition_rows(Manifest.from_dict(record.manifest or {"location": root}), columns)
+        files: dict[tuple[str, ...] | None, list[DataFile]] = {}
+        for item in Manifest.from_dict(record.manifest or {"location": root}).files:
+            files.setdefault(partition_values(item.path, columns), []).append(item)
         for path in _partition_dirs(root, columns):
             values = partition_values(path, columns)
             if values is None or not matches(values, columns, spec):
                 continue
             name = partition_path(columns, values)  # one spelling, the metastore's
-            rows, size = stats.get(values, (0, 0))  # a partition the refresh emptied
+            written = files.get(values, [])  # none: a partition the refresh emptied
+            rows, size = sum(f.rows for f in written), sum(f.bytes for f in written)
             location = f"{root}/{path}"
             versions.append(
                 Version(record.attempt_id, location, record.updated_at, rows, size, _run_of(record),
                         live.get(name) == location, name)
             )
     return sorted(versions, key=lambda v: (-v.committed_at, v.partition or ""))
-
-
-def _partition_rows(manifest: Manifest, columns: list[str]) -> dict[tuple[str, ...], tuple[int, int]]:
-    """(rows, bytes) per partition of a manifest."""
-    stats: dict[tuple[str, ...], tuple[int, int]] = {}
-    for item in manifest.files:
-        values = partition_values(item.path, columns)
-        if values is not None:
-            rows, size = stats.get(values, (0, 0))
-            stats[values] = (rows + item.rows, size + item.bytes)
-    return stats
 
 
 class HiveRollback(HiveStagedTable):
