@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from airflow_provider_staged.materialized import cli as mt_cli
 from airflow_provider_staged.services.metastore import metastore_status, staged_home
 from airflow_provider_staged.sql.output import RENDERERS, ResultSet
 from airflow_provider_staged.sql.properties import (
@@ -227,8 +228,6 @@ def gateway_spark(url: str) -> Any:
 def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
     """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
     and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
-    from airflow_provider_staged.materialized import cli as mt_cli
-
     holder = SimpleNamespace(obj=None)  # configure() and _tables() use only the context's obj
     given = {name: os.environ.get(variable) for name, variable in _MT_ENV.items()}
     folder = given.pop("definitions_dir")
@@ -332,16 +331,6 @@ def interactive(session: SqlSession, printer: Printer) -> None:
 # -- the command ------------------------------------------------------------------------------
 
 
-def _pairs(values: list[str] | None) -> dict[str, str]:
-    pairs = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"--conf {item!r}: expected KEY=VALUE")
-        pairs[key.strip()] = value
-    return pairs
-
-
 def sql(
     execute: Annotated[str | None, typer.Option(
         "--execute", "-e", metavar="STATEMENTS", help="run these statements and exit")] = None,
@@ -370,7 +359,7 @@ def sql(
     interactive_mode = execute is None and file is None
     defaults = {RESULT_MODE: "table"} if interactive_mode else {}
     properties = SessionProperties(defaults)
-    for key, value in _pairs(conf).items():
+    for key, value in mt_cli._pairs(conf, "--conf").items():
         properties.put(*properties.checked(key, value), layer=Source.CONFIG)
     mode = mode or (Mode.gateway if gateway else Mode.embedded)
     quiet_spark_errors()
