@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,6 +54,8 @@ def build_session(
     """Get or create the process's SparkSession bound to the metastore."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    # Python workers (data sources, UDFs) need this interpreter's packages (pyarrow, the provider).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -205,18 +205,20 @@ def run_commit(sink: Sink[Any, Any], committables: Sequence[Any]) -> bool:
 def check_committer_idempotent(
     sink: Sink[Any, Any], committables: Sequence[Any], read_target: Callable[[], Any]
 ) -> None:
-    """Raise unless committing ``committables`` twice leaves ``read_target()`` as after once, and
-    the second time ``filter_recovered_committables`` drops the global committable."""
+    """Raise unless the committers keep the idempotency contract for ``committables``: after one
+    commit, committing them again (committer and global committer, without the filter) leaves
+    ``read_target()`` unchanged, and ``filter_recovered_committables`` drops the write."""
     run_commit(sink, committables)
     once = read_target()
+    committer = sink.create_committer()
+    if committer is not None:
+        commit_until_done(committer.commit, list(committables), f"committer of {sink.name}")
     global_committer = sink.create_global_committer()
     if global_committer is not None:
-        recovered = global_committer.filter_recovered_committables(
-            [global_committer.combine(list(committables))]
-        )
-        if recovered:
+        combined = global_committer.combine(list(committables))
+        commit_until_done(global_committer.commit, [combined], f"global committer of {sink.name}")
+        if global_committer.filter_recovered_committables([combined]):
             raise AssertionError(f"{sink.name}: a committed write is not recognised as recovered")
-    run_commit(sink, committables)
     twice = read_target()
     if once != twice:
         raise AssertionError(f"{sink.name}: a second commit changed the target ({once!r} → {twice!r})")

@@ -11,7 +11,6 @@ attempts): the runtime uses it for batch writes and ``foreachBatch`` streams.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from collections.abc import Sequence
@@ -31,9 +30,8 @@ from airflow_provider_staged.sink.api import (
     WriterContext,
     check_mode,
 )
+from airflow_provider_staged.sink.recovery import batch_prefix, settle_earlier_runs, write_committed
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
-from airflow_provider_staged.staging.journal import AttemptState
-from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.hive_sink import (
     READY_DIR,
     STAGING_DIR,
@@ -299,7 +297,10 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         return [write for write in global_committables if not self._recovered(write)]
 
     def _recovered(self, write: HiveWriteCommittable) -> bool:
-        """Whether an earlier run of this micro-batch is published (settling any it left open)."""
+        """Whether this write, or an earlier run of this micro-batch, is published (settling what
+        earlier runs left open)."""
+        if write_committed(self.sink.settings, write.write_id):
+            return True
         if not write.streaming:
             return False
         staged = self._staged(write)
@@ -307,20 +308,7 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
             if staged.recorded(client.get_table(self.sink.table.database, self.sink.table.table)):
                 self._sweep_runs(write)
                 return True
-        published = False
-        journal = self.sink.settings.journal
-        for path in glob.glob(os.path.join(journal.root, f"{write.query_id}-b{write.batch_id}-*.json")):
-            record = journal.get(os.path.basename(path)[: -len(".json")])
-            if record is None or record.attempt_id == write.write_id:
-                continue
-            earlier = from_record(record, self.sink.settings)
-            if record.state is AttemptState.COMMITTED:
-                published = True
-            elif not record.state.ended and earlier.is_published(record):
-                commit_written(earlier)  # roll forward what a crash cut short
-                published = True
-            elif not record.state.ended:
-                abort_attempt(earlier, "a later run of the micro-batch replaces it")
+        published = settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)
         self._sweep_runs(write)
         return published
 
@@ -329,8 +317,9 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         before their commit began)."""
         journal = self.sink.settings.journal
         parent = normalize_location(write.staging).rsplit("/", 1)[0]
+        prefix = batch_prefix(write.query_id, write.batch_id)
         for entry in list_dir(parent):
-            if entry.name.startswith(f"{write.query_id}-b{write.batch_id}-") and entry.name != write.write_id:
+            if entry.name.startswith(prefix) and entry.name != write.write_id:
                 record = journal.get(entry.name)
                 if record is None or record.state.ended:
                     delete_dir(entry.location)

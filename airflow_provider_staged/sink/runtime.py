@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ from pyspark.sql.datasource import (
 )
 
 from airflow_provider_staged.sink.api import Sink, WriterContext, check_mode, fault_point, run_commit
+from airflow_provider_staged.sink.recovery import batch_prefix
 from airflow_provider_staged.storage import normalize_location
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ FORMAT_NAME = "staged_sink"
 _SINK_OPTION = "sink"
 _QUERY_OPTION = "query_id"
 _MODE_OPTION = "mode"
+# Where the commit step pickles the committables instead of committing (a staged build's write).
+_STAGE_OPTION = "stage_to"
 _OUTPUT_MODES = ("append", "complete", "update")
 
 
@@ -157,15 +161,20 @@ def abort_write(sink: Sink[Any, Any], committables: list[Any]) -> None:
 
 
 class _BatchWriter(DataSourceArrowWriter):
-    def __init__(self, sink: Sink[Any, Any], context: WriterContext) -> None:
+    def __init__(self, sink: Sink[Any, Any], context: WriterContext, stage_to: str | None) -> None:
         self.sink = sink
         self.context = context
+        self.stage_to = stage_to
 
     def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> SinkCommitMessage:
         return SinkCommitMessage(_write_task(self.sink, _task_context(self.context), iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_write(self.sink, self.context, _committables(self.sink, self.context, messages))
+        committables = _committables(self.sink, self.context, messages)
+        if self.stage_to is not None:
+            save_committables(self.stage_to, committables)
+            return
+        commit_write(self.sink, self.context, committables)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         abort_write(self.sink, _committables(self.sink, self.context, messages))
@@ -178,7 +187,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         self.context = context
 
     def _batch(self, batch_id: int) -> WriterContext:
-        write_id = f"{self.context.query_id}-b{batch_id}-{self.context.write_id}"
+        write_id = batch_prefix(self.context.query_id, batch_id) + self.context.write_id
         return replace(self.context, batch_id=batch_id, write_id=write_id)
 
     def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> SinkCommitMessage:
@@ -216,7 +225,8 @@ class StagedSinkDataSource(DataSource):
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
-        return _BatchWriter(decode_sink(self.options[_SINK_OPTION]), self._context(schema, overwrite, False))
+        context = self._context(schema, overwrite, False)
+        return _BatchWriter(decode_sink(self.options[_SINK_OPTION]), context, self.options.get(_STAGE_OPTION))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
         return _StreamWriter(decode_sink(self.options[_SINK_OPTION]), self._context(schema, overwrite, True))
@@ -232,19 +242,40 @@ def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> No
     check_mode(mode)
     if _native(sink):
         write_id = new_write_id()
-        context = WriterContext(write_id, write_id, 0, mode, df.schema.json())
-        committables: list[Any] = []
-        try:
-            committables = sink.write_native(df, context)
-            commit_write(sink, context, committables)
-        except BaseException:
-            abort_write(sink, committables)
-            raise
+        _write_native(sink, df, WriterContext(write_id, write_id, 0, mode, df.schema.json()))
         return
     register(df.sparkSession)
     writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(sink)).option(_MODE_OPTION, mode)
     # Spark passes overwrite=True to the data source for mode("overwrite").
     writer.mode(mode).save()
+
+
+def stage_batch(df: DataFrame, sink: Sink[Any, Any], path: str, mode: str = "append") -> list[Any]:
+    """Run ``sink``'s writers over ``df`` without committing: the committables, also pickled to
+    ``path`` (a local file), for a staged build to commit later."""
+    check_mode(mode)
+    if _native(sink):
+        write_id = new_write_id()
+        committables = sink.write_native(df, WriterContext(write_id, write_id, 0, mode, df.schema.json()))
+        save_committables(path, committables)
+        return committables
+    register(df.sparkSession)
+    writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(sink)).option(_MODE_OPTION, mode)
+    writer.option(_STAGE_OPTION, path).mode(mode).save()
+    return load_committables(path)
+
+
+def save_committables(path: str, committables: list[Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(cloudpickle.dumps(committables))
+    os.replace(tmp, path)
+
+
+def load_committables(path: str) -> list[Any]:
+    with open(path, "rb") as handle:
+        return cloudpickle.loads(handle.read())
 
 
 def write_stream(
@@ -298,14 +329,18 @@ class _NativeBatch:
     run: str
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        context = WriterContext(
-            f"{self.query_id}-b{batch_id}-{self.run}", self.query_id, batch_id, self.mode, df.schema.json(),
-            streaming=True,
-        )
-        committables: list[Any] = []
-        try:
-            committables = self.sink.write_native(df, context)
-            commit_write(self.sink, context, committables)
-        except BaseException:
-            abort_write(self.sink, committables)
-            raise
+        write_id = batch_prefix(self.query_id, batch_id) + self.run
+        schema = df.schema.json()
+        context = WriterContext(write_id, self.query_id, batch_id, self.mode, schema, streaming=True)
+        _write_native(self.sink, df, context)
+
+
+def _write_native(sink: Any, df: DataFrame, context: WriterContext) -> None:
+    """Spark's writer, then the sink's commit path; a failed commit aborts what was staged
+    (``write_native`` cleans up after its own failure)."""
+    committables = sink.write_native(df, context)
+    try:
+        commit_write(sink, context, committables)
+    except BaseException:
+        abort_write(sink, committables)
+        raise

@@ -25,6 +25,8 @@ _BUILTIN = {
     "hive_rollback": "airflow_provider_staged.staging.rollback:HiveRollback",
     "hive_append": "airflow_provider_staged.staging.kinds.hive_sink:HiveAppendStagedTable",
     "hive_overwrite": "airflow_provider_staged.staging.kinds.hive_sink:HiveOverwriteStagedTable",
+    "jdbc_append": "airflow_provider_staged.staging.kinds.jdbc_sink:JdbcAppendStagedTable",
+    "sink": "airflow_provider_staged.sink.staged:SinkStagedTable",
 }
 _REGISTERED: dict[str, type[JournaledStagedTable]] = {}
 

@@ -193,7 +193,7 @@ class HiveAppendStagedTable(_SinkCommit):
             version = normalize_location(current_location(current))
             self._place(manifest, version)
             self._register_partitions(txn, current, manifest, version)
-            changed = copy.deepcopy(current)
+            changed = _reads_batch_dirs(copy.deepcopy(current))
             changed.parameters = self.marked(changed.parameters, manifest)
             txn.alter_table(changed)
         return None
@@ -206,7 +206,7 @@ class HiveAppendStagedTable(_SinkCommit):
                           self.attempt_id)
         table.parameters = self.marked(table.parameters, manifest)
         try:
-            txn.create_table(table)
+            txn.create_table(_reads_batch_dirs(table))
         except AlreadyExistsException:
             raise TableAlreadyExistsError(f"table {self.target} was created without its lock") from None
 
@@ -290,6 +290,19 @@ class HiveOverwriteStagedTable(_SinkCommit):
     def after_commit(self, record: AttemptRecord) -> None:
         _SinkCommit.after_commit(self, record)
         HiveStagedTable.after_commit(self, record)  # retention of superseded versions
+
+
+def _reads_batch_dirs(table: ttypes.Table) -> ttypes.Table:
+    """``table`` reading the files in its batch directories.
+
+    Spark reads an unpartitioned table's files in subdirectories only with the data source option
+    ``recursiveFileLookup`` (a serde parameter, beside ``path``); a partitioned table discovers
+    its partitions, and their batch directories, from the directory names.
+    """
+    if not table.partitionKeys:
+        serde = table.sd.serdeInfo
+        serde.parameters = {**(serde.parameters or {}), "recursiveFileLookup": "true"}
+    return table
 
 
 def _check_fits(table: ttypes.Table, manifest: Manifest, target: str) -> None:

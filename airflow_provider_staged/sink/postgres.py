@@ -1,0 +1,199 @@
+"""The built-in PostgreSQL sink: each task attempt stages its rows in its own table (COPY), one
+transaction publishes a write and records its batch (``staging.kinds.jdbc_sink``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow
+from psycopg import sql
+
+from airflow_provider_staged.jdbc_types import postgres_columns
+from airflow_provider_staged.sink.api import (
+    GlobalCommitter,
+    Sink,
+    SinkWriter,
+    WriterContext,
+    check_mode,
+)
+from airflow_provider_staged.sink.recovery import settle_earlier_runs, write_committed
+from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.staging.kinds.jdbc_sink import (
+    JdbcAppendStagedTable,
+    drop_staged,
+    staged_name,
+    write_tables_prefix,
+)
+from airflow_provider_staged.staging.kinds.jdbc_table import (
+    JdbcTarget,
+    PostgresConnection,
+    postgres_connection,
+)
+from airflow_provider_staged.staging.manifest import DataFile, Manifest
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
+
+@dataclass(frozen=True)
+class PostgresStagedCommittable:
+    """The staged table one task attempt filled."""
+
+    write_id: str
+    query_id: str
+    batch_id: int
+    streaming: bool
+    overwrite: bool
+    schema_json: str
+    table: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class PostgresWriteCommittable:
+    """One whole write: its staged tables and the batch it is."""
+
+    write_id: str
+    query_id: str
+    batch_id: int
+    streaming: bool
+    overwrite: bool
+    schema_json: str
+    tables: tuple[tuple[str, int], ...]
+
+
+class PostgresSink(Sink[PostgresStagedCommittable, PostgresWriteCommittable]):
+    """Appends to (``mode="append"``) or replaces (``"overwrite"``) ``target``, a
+    ``jdbc://<postgres conn id>/<schema>.<table>`` (created from the rows' schema when missing).
+
+    The connection is looked up once, where the sink is made; it travels with the sink to the
+    Spark tasks (password included: keep the sink out of logs).
+    """
+
+    def __init__(
+        self,
+        target: JdbcTarget | str,
+        settings: StagedSettings,
+        mode: str = "append",
+        connection: PostgresConnection | None = None,
+    ) -> None:
+        self.target = target if isinstance(target, JdbcTarget) else JdbcTarget.parse(target)
+        self.settings = settings
+        self.mode = check_mode(mode)
+        self.connection = connection or postgres_connection(self.target.conn_id)
+
+    @property
+    def name(self) -> str:
+        return self.target.uri
+
+    def create_writer(self, context: WriterContext) -> SinkWriter[PostgresStagedCommittable]:
+        return _CopyWriter(self, context)
+
+    def create_global_committer(
+        self,
+    ) -> GlobalCommitter[PostgresStagedCommittable, PostgresWriteCommittable]:
+        return _PostgresGlobalCommitter(self)
+
+    def commit_table(self, write: PostgresWriteCommittable) -> JdbcAppendStagedTable:
+        return JdbcAppendStagedTable(
+            self.target, self.connection, self.settings.journal, write.query_id, write.batch_id,
+            write.overwrite, attempt_id=write.write_id,
+        )
+
+
+class _CopyWriter(SinkWriter[PostgresStagedCommittable]):
+    """COPYs a task attempt's rows into its own UNLOGGED staged table."""
+
+    def __init__(self, sink: PostgresSink, context: WriterContext) -> None:
+        self.sink = sink
+        self.context = context
+        self.columns = postgres_columns(json.loads(context.schema_json))
+        target = sink.target
+        self.table = staged_name(
+            target, context.query_id, context.batch_id, context.write_id, context.task_key
+        )
+        self.identifier = sql.Identifier(target.schema, self.table)
+        self.conn = sink.connection.connect()
+        definition = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.definition)) for c in self.columns
+        )
+        # A task attempt runs once: a leftover of the same name is a crashed twin's, never committed.
+        self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.identifier))
+        self.conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(self.identifier, definition))
+        self.rows = 0
+
+    def write(self, batch: pyarrow.RecordBatch) -> None:
+        names = sql.SQL(", ").join(sql.Identifier(c.name) for c in self.columns)
+        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(self.identifier, names)
+        values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        with self.conn.cursor() as cursor, cursor.copy(copy_sql) as copy:
+            for row in zip(*values, strict=True):
+                copy.write_row(row)
+        self.rows += batch.num_rows
+
+    def prepare_commit(self, flush: bool) -> list[PostgresStagedCommittable]:
+        context = self.context
+        return [PostgresStagedCommittable(
+            context.write_id, context.query_id, context.batch_id, context.streaming,
+            "overwrite" in (self.sink.mode, context.mode), context.schema_json, self.table, self.rows,
+        )]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, PostgresWriteCommittable]):
+    def __init__(self, sink: PostgresSink) -> None:
+        self.sink = sink
+
+    def combine(self, committables: list[PostgresStagedCommittable]) -> PostgresWriteCommittable:
+        if not committables:
+            raise ValueError(f"sink {self.sink.name}: a write needs at least one committable")
+        first = committables[0]
+        return PostgresWriteCommittable(
+            first.write_id, first.query_id, first.batch_id, first.streaming, first.overwrite,
+            first.schema_json, tuple((c.table, c.rows) for c in committables),
+        )
+
+    def filter_recovered_committables(
+        self, global_committables: list[PostgresWriteCommittable]
+    ) -> list[PostgresWriteCommittable]:
+        fresh = []
+        for write in global_committables:
+            staged = self.sink.commit_table(write)
+            recovered = staged.recorded() or write_committed(self.sink.settings, write.write_id) or (
+                write.streaming
+                and settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)
+            )
+            if not recovered:
+                fresh.append(write)
+        return fresh
+
+    def commit(self, global_committables: list[PostgresWriteCommittable]) -> list[PostgresWriteCommittable]:
+        for write in global_committables:
+            staged = self.sink.commit_table(write)
+            record = staged.journal.get(staged.attempt_id)
+            if record is not None and record.state.ended:
+                continue
+            if record is None:
+                staged.begin()
+            columns = postgres_columns(json.loads(write.schema_json))
+            manifest = Manifest(
+                location=staged.location, format="jdbc",
+                columns=[(c.name, c.definition) for c in columns],
+                files=[DataFile(table, rows, 0) for table, rows in write.tables],
+                rows=sum(rows for _, rows in write.tables),
+            )
+            commit_written(staged, manifest)
+        return []
+
+    def abort(self, global_committables: list[PostgresWriteCommittable]) -> None:
+        for write in global_committables:
+            staged = self.sink.commit_table(write)
+            if staged.journal.get(staged.attempt_id) is not None:
+                abort_attempt(staged, "the write failed or was already committed")
+            with self.sink.connection.reused() as conn:
+                prefix = write_tables_prefix(self.sink.target, write.query_id, write.batch_id, write.write_id)
+                drop_staged(conn, self.sink.target.schema, prefix)

@@ -1,0 +1,56 @@
+"""Recovery of a replayed micro-batch: settle what earlier runs of it left in the journal."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import TYPE_CHECKING
+
+from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.kinds import from_record
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
+
+
+def batch_prefix(query_id: str, batch_id: int) -> str:
+    """What the write ids (and attempt ids) of every run of one micro-batch start with."""
+    return f"{query_id}-b{batch_id}-"
+
+
+def write_committed(settings: StagedSettings, write_id: str) -> bool:
+    """Whether the journaled commit of write ``write_id`` is published (rolled forward when a crash
+    cut it short after the catalog changed)."""
+    record = settings.journal.get(write_id)
+    return record is not None and _settle(settings, record)
+
+
+def settle_earlier_runs(settings: StagedSettings, query_id: str, batch_id: int, write_id: str) -> bool:
+    """Settle the journaled commits of earlier runs of this micro-batch; whether one is published.
+
+    A run whose commit a crash cut short after the catalog changed is rolled forward (finished,
+    never discarded); one whose commit never reached the catalog is aborted, so that this run's
+    data replaces it.
+    """
+    journal = settings.journal
+    published = False
+    prefix = glob.escape(batch_prefix(query_id, batch_id))
+    pattern = os.path.join(glob.escape(str(journal.root)), prefix + "*.json")
+    for path in sorted(glob.glob(pattern)):
+        record = journal.get(os.path.basename(path)[: -len(".json")])
+        if record is not None and record.attempt_id != write_id and _settle(settings, record):
+            published = True
+    return published
+
+
+def _settle(settings: StagedSettings, record: AttemptRecord) -> bool:
+    """Finish a published commit, abort an unpublished open one; whether it is published."""
+    if record.state.ended:
+        return record.state is AttemptState.COMMITTED
+    staged = from_record(record, settings)
+    if staged.is_published(record):
+        commit_written(staged)
+        return True
+    abort_attempt(staged, "a later run of the write replaces it")
+    return False

@@ -1,0 +1,127 @@
+"""Exactly once in streaming: the driver is SIGKILLed at each point of the sink's commit path.
+
+One streaming query (a child process, ``sink_workers``) reads four JSON files, one per
+micro-batch, into the sink. It is killed, restarted from its checkpoint, killed at the next
+point, and so on: during the write, after the writers, after the sink's commit but before the
+checkpoint (Spark replays that micro-batch), and during the global commit; the last run finishes.
+Every row must be in the target exactly once, and nothing staged may be left.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from airflow_provider_staged.sink.api import FAULT_ENV
+from airflow_provider_staged.staging.journal import AttemptJournal
+
+REPO = Path(__file__).resolve().parents[2]
+FILES, ROWS_PER_FILE = 4, 25
+
+
+def _write_input(directory: Path) -> None:
+    directory.mkdir()
+    for index in range(FILES):
+        first = index * ROWS_PER_FILE
+        lines = [json.dumps({"id": first + i, "v": f"r{index}"}) for i in range(ROWS_PER_FILE)]
+        (directory / f"part-{index}.json").write_text("\n".join(lines) + "\n")
+
+
+def _run(spec: dict, tmp_path: Path, fault: str | None = None, kill_when=None) -> tuple[int, str]:
+    """Run the streaming driver once; kill its process group when ``kill_when()`` becomes true."""
+    path = tmp_path / f"spec-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(spec))
+    env = {key: value for key, value in os.environ.items() if key != FAULT_ENV}
+    if fault:
+        env[FAULT_ENV] = fault
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.sink_workers", str(path)],
+        cwd=REPO, env=env, start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while kill_when is not None and proc.poll() is None and time.monotonic() < deadline:
+            if kill_when():
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, output
+
+
+def _crash_and_recover(spec: dict, tmp_path: Path, write_started) -> None:
+    """Kill at each point in turn (each restart first recovers the previous crash), then finish."""
+    code, output = _run({**spec, "row_sleep_ms": 40}, tmp_path, fault=spec.get("write_fault"),
+                        kill_when=write_started)
+    assert code == -signal.SIGKILL, output[-3000:]
+    for fault in ("after_writers", "after_commit", "global_commit"):
+        code, output = _run(spec, tmp_path, fault=fault)
+        assert code == -signal.SIGKILL, f"{fault}: exit {code}\n{output[-3000:]}"
+    code, output = _run(spec, tmp_path)
+    assert code == 0 and "done" in output, output[-3000:]
+
+
+def _spec(metastore, tmp_path: Path, sink: str, table: str) -> dict:
+    _write_input(tmp_path / "input")
+    return {
+        "metastore_uri": metastore.uri,
+        "warehouse": metastore.warehouse,
+        "journal_dir": str(tmp_path / "journal"),
+        "sink": sink,
+        "table": table,
+        "input": str(tmp_path / "input"),
+        "checkpoint": str(tmp_path / "checkpoint"),
+    }
+
+
+def _assert_journal_settled(tmp_path: Path) -> None:
+    journal = AttemptJournal(tmp_path / "journal")
+    assert [r.attempt_id for r in journal.open_attempts()] == []
+    assert any(r.state.value == "COMMITTED" for r in journal.records())
+
+
+def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path):
+    database = "sinkeo_" + uuid.uuid4().hex[:6]
+    spark.sql(f"CREATE DATABASE {database}")
+    table = f"{database}.events"
+    spec = _spec(metastore, tmp_path, "hive", table)
+    root = Path(metastore.warehouse) / f"{database}.db" / "events"
+
+    def spark_is_writing() -> bool:  # Spark's write of a micro-batch is under way
+        return bool(glob.glob(str(root / "_staging" / "*" / "ready" / "_temporary")))
+
+    _crash_and_recover(spec, tmp_path, spark_is_writing)
+    spark.catalog.refreshTable(table)
+    ids = [row.id for row in spark.sql(f"SELECT id FROM {table}").collect()]
+    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
+    assert os.listdir(root / "_staging") == []
+    _assert_journal_settled(tmp_path)
+
+
+def test_postgres_sink_exactly_once_across_driver_kills(metastore, postgres, postgres_conn_id, tmp_path):
+    name = "events_" + uuid.uuid4().hex[:6]
+    spec = {**_spec(metastore, tmp_path, "postgres", f"jdbc://{postgres_conn_id}/public.{name}"),
+            "write_fault": "write"}
+    _crash_and_recover(spec, tmp_path, None)
+    with psycopg.connect(postgres.conninfo()) as conn:
+        ids = [row[0] for row in conn.execute(f"SELECT id FROM public.{name}").fetchall()]
+        leftovers = conn.execute(
+            "SELECT relname FROM pg_class WHERE starts_with(relname, %s)", (f"{name}__s",)
+        ).fetchall()
+    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
+    assert leftovers == []
+    _assert_journal_settled(tmp_path)

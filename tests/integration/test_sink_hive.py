@@ -1,0 +1,135 @@
+"""The built-in Hive sink in batch writes, on a real metastore and Spark (the session's Spark)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
+from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.storage import normalize_location
+
+
+@pytest.fixture(scope="module")
+def database(metastore, spark):
+    name = "sink_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {name}")
+    return name
+
+
+@pytest.fixture
+def settings(metastore, tmp_path):
+    return StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+
+
+@pytest.fixture
+def table(database):
+    return TableIdentifier(database, "t_" + uuid.uuid4().hex[:8])
+
+
+def rows(spark, table):
+    spark.catalog.refreshTable(table.name)
+    return sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {table.quoted}").collect())
+
+
+def files_under(root):
+    """Every file under the table's root except Spark's hidden markers (the orphan check)."""
+    found = []
+    for directory, _, names in os.walk(root):
+        found += [os.path.join(directory, n) for n in names if not n.startswith((".", "_SUCCESS"))]
+    return sorted(found)
+
+
+def table_root(sink: HiveSink) -> str:
+    return normalize_location(sink.root()).removeprefix("file:")
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_append_and_overwrite(spark, settings, table, native):
+    sink = HiveSink(table, settings, partition_by=["p"], native=native)
+    df = spark.sql("SELECT id, CAST(id % 3 AS INT) AS p FROM range(30)")
+    write_batch(df, sink)
+    write_batch(spark.sql("SELECT id, CAST(id % 3 AS INT) AS p FROM range(30, 40)"), sink)
+    assert rows(spark, table) == [(i, i % 3) for i in range(40)]
+    # Appended batches land beside each other, one directory per partition and write.
+    overwrite = HiveSink(table, settings, mode="overwrite", partition_by=["p"], native=native)
+    write_batch(spark.sql("SELECT id, CAST(1 AS INT) AS p FROM range(5)"), overwrite)
+    assert rows(spark, table) == [(i, 1) for i in range(5)]
+    records = settings.journal.records()
+    assert {r.kind for r in records} == {"hive_append", "hive_overwrite"}
+    assert all(r.state is AttemptState.COMMITTED for r in records)
+    # Nothing staged is left behind.
+    assert not os.listdir(os.path.join(table_root(sink), "_staging"))
+
+
+def test_append_refuses_another_schema_and_changes_nothing(spark, settings, table):
+    sink = HiveSink(table, settings)
+    write_batch(spark.sql("SELECT id FROM range(3)"), sink)
+    with pytest.raises(StagingError, match="does not match table"):
+        write_batch(spark.sql("SELECT id, 'x' AS extra FROM range(3)"), sink)
+    assert rows(spark, table) == [(0,), (1,), (2,)]
+    assert not os.listdir(os.path.join(table_root(sink), "_staging"))
+
+
+def test_bad_input_is_refused_naming_it(settings):
+    with pytest.raises(ValueError, match="'upsert'"):
+        HiveSink("db.t", settings, mode="upsert")
+    with pytest.raises(ValueError, match="'p; drop'"):
+        HiveSink("db.t", settings, partition_by=["p; drop"])
+    with pytest.raises(ValueError, match=r"'x\.y\.z'"):
+        HiveSink("x.y.z", settings)
+
+
+def test_failed_and_duplicate_task_attempts_leave_no_orphans(spark, settings, table):
+    """What Spark does with a retried and a speculative task: three attempts write, the messages of
+    one attempt per partition reach the commit; the others' files must be swept, data exactly once."""
+    sink = HiveSink(table, settings, native=False)
+    batches = [spark.sql(f"SELECT id FROM range({i * 10}, {i * 10 + 10})").toArrow().to_batches()
+               for i in range(2)]
+    schema = spark.sql("SELECT id FROM range(1)").schema.json()
+    context = WriterContext("w" + uuid.uuid4().hex[:8], "q", 0, "append", schema)
+    committed = []
+    for partition, data in enumerate(batches):
+        task = replace(context, partition_id=partition, attempt_number=0, task_attempt_id=partition * 10)
+        failed = _write_task(sink, task, iter(data))  # the attempt that failed: its message is lost
+        assert failed[0].files
+        retried = replace(task, attempt_number=1, task_attempt_id=partition * 10 + 1)
+        committed += _write_task(sink, retried, iter(data))
+        speculative = replace(task, attempt_number=2, task_attempt_id=partition * 10 + 2)
+        _write_task(sink, speculative, iter(data))  # the duplicate that lost the race
+    assert commit_write(sink, context, committed)
+    assert rows(spark, table) == [(i,) for i in range(20)]
+    data_files = [f for f in files_under(table_root(sink)) if f.endswith(".parquet")]
+    assert len(data_files) == 2, data_files
+
+
+def test_committer_idempotency_contract(spark, settings, table):
+    """Committing the same committables again, and a replayed micro-batch, change nothing."""
+    sink = HiveSink(table, settings, native=False)
+    data = spark.sql("SELECT id FROM range(7)")
+    context = WriterContext("q1-b0-r1", "q1", 0, "append", data.schema.json(), streaming=True)
+    committables = _write_task(sink, context, iter(data.toArrow().to_batches()))
+
+    def target():
+        return rows(spark, table)
+
+    check_committer_idempotent(sink, committables, target)
+    assert target() == [(i,) for i in range(7)]
+    # A replay of micro-batch 0 by a new run of the query: recognised, dropped, swept.
+    replay = replace(context, write_id="q1-b0-r2")
+    again = _write_task(sink, replay, iter(data.toArrow().to_batches()))
+    assert not commit_write(sink, replay, again)
+    assert target() == [(i,) for i in range(7)]
+    assert not os.listdir(os.path.join(table_root(sink), "_staging"))
+    with MetastoreClient(settings.metastore_uri) as client:
+        params = client.get_table(table.database, table.table).parameters
+    assert params["sink.batch.q1"] == "0"

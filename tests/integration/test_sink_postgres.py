@@ -1,0 +1,70 @@
+"""The built-in PostgreSQL sink in batch writes, on a real PostgreSQL and the session's Spark."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import psycopg
+import pytest
+
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
+from airflow_provider_staged.sink.postgres import PostgresSink
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
+from airflow_provider_staged.staging.journal import AttemptState
+
+
+@pytest.fixture
+def settings(metastore, tmp_path):
+    return StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+
+
+@pytest.fixture
+def target(postgres_conn_id):
+    return f"jdbc://{postgres_conn_id}/public.s_{uuid.uuid4().hex[:8]}"
+
+
+def read(postgres, target):
+    table = target.rsplit("/", 1)[1]
+    with psycopg.connect(postgres.conninfo()) as conn:
+        rows = sorted(conn.execute(f"SELECT id, label FROM {table}").fetchall())
+        staged = conn.execute(
+            "SELECT count(*) FROM pg_class WHERE starts_with(relname, %s)", (table.split(".")[1] + "__s",)
+        ).fetchone()[0]
+    return rows, staged
+
+
+def test_append_then_overwrite_in_one_transaction_each(spark, postgres, settings, target):
+    sink = PostgresSink(target, settings)
+    write_batch(spark.sql("SELECT id, concat('a', id) AS label FROM range(5)").repartition(2), sink)
+    write_batch(spark.sql("SELECT id, concat('a', id) AS label FROM range(5, 8)"), sink)
+    assert read(postgres, target) == ([(i, f"a{i}") for i in range(8)], 0)
+    overwrite = PostgresSink(target, settings, "overwrite")
+    write_batch(spark.sql("SELECT id, 'b' AS label FROM range(2)"), overwrite)
+    assert read(postgres, target) == ([(0, "b"), (1, "b")], 0)
+    states = {(r.kind, r.state) for r in settings.journal.records()}
+    assert states == {("jdbc_append", AttemptState.COMMITTED)}
+
+
+def test_committer_idempotency_and_replay(spark, postgres, settings, target):
+    sink = PostgresSink(target, settings)
+    data = spark.sql("SELECT id, 'x' AS label FROM range(4)")
+    context = WriterContext("q7-b3-r1", "q7", 3, "append", data.schema.json(), streaming=True)
+    committed = _write_task(sink, context, iter(data.toArrow().to_batches()))
+    # A failed attempt of the same task staged its rows too: never published, swept.
+    failed = replace(context, attempt_number=1, task_attempt_id=9)
+    _write_task(sink, failed, iter(data.toArrow().to_batches()))
+    check_committer_idempotent(sink, committed, lambda: read(postgres, target))
+    assert read(postgres, target) == ([(i, "x") for i in range(4)], 0)
+    replay = replace(context, write_id="q7-b3-r2")
+    again = _write_task(sink, replay, iter(data.toArrow().to_batches()))
+    assert not commit_write(sink, replay, again)
+    assert read(postgres, target) == ([(i, "x") for i in range(4)], 0)
+
+
+def test_bad_target_is_refused_naming_it(settings):
+    with pytest.raises(ValueError, match=r"'jdbc://x/a\.b\.c'"):
+        PostgresSink("jdbc://x/a.b.c", settings)
+    with pytest.raises(ValueError, match="'merge'"):
+        PostgresSink("jdbc://x/public.t", settings, mode="merge", connection=object())
