@@ -140,6 +140,26 @@ def test_aggregation_is_replaced_whole_each_batch(spark, db, running, tmp_path) 
     wait_for("totals over both inserts", lambda: refresh.report() and totals() == expected, 90)
 
 
+def test_a_table_the_sink_appends_to_is_a_stream(spark, db, settings, running) -> None:
+    from airflow_provider_staged.sink.hive import HiveSink
+    from airflow_provider_staged.sink.runtime import write_batch
+
+    src = f"{db}.appended"
+    sink = HiveSink(src, settings, "append")
+
+    def append(first: int, count: int) -> None:
+        write_batch(spark.range(first, first + count).selectExpr("id", "CAST(id AS INT) AS v"), sink)
+
+    append(0, 20)
+    parsed = definition(db, "appended_live", f"SELECT id, v FROM {src}")
+    refresh = running(parsed)
+    target = parsed.identifier.name
+    wait_for("the sink's first append",
+             lambda: refresh.report() and ids(spark, target) == list(range(20)), 90)
+    append(20, 20)  # a new batch directory under the same version
+    wait_for("the sink's next append", lambda: refresh.report() and ids(spark, target) == list(range(40)), 90)
+
+
 def test_a_source_that_is_no_stream_of_files_is_refused_by_name(spark, db, running, tmp_path) -> None:
     spark.sql(f"CREATE TABLE {db}.csv_src (id BIGINT) USING csv LOCATION '{tmp_path / 'csv'}'")
     parsed = definition(db, "from_csv", f"SELECT id FROM {db}.csv_src")
