@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.cli_output import Output, OutputOption, console, print_json, print_rows
+from airflow_provider_staged.gateway_cli import app as gateway_app
 from airflow_provider_staged.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.lifecycle_cli import register as register_lifecycle
 from airflow_provider_staged.materialized.cli import app as materialized_app
@@ -104,6 +105,7 @@ services = typer.Typer(help="The local Hive Metastore alone (`staged up` starts 
                        no_args_is_help=True)
 app.add_typer(services, name="services")
 app.add_typer(materialized_app, name="mt", help="Materialized tables.")
+app.add_typer(gateway_app, name="gateway")
 register_lifecycle(app)  # versions, rollback, expire, maintain (lifecycle_cli.py)
 app.command("sql", help=SQL_HELP)(sql_command)  # the SQL client (sql/client.py)
 

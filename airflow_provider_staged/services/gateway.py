@@ -175,7 +175,9 @@ def start_gateway(
 def _warm_up(info: GatewayInfo) -> None:
     """One client round trip with the token: the server's first query connects it to the
     metastore (~20 s on a loaded machine), which no client should wait for."""
-    from pyspark.sql import SparkSession
+    # Connect's own builder: pyspark's generic one switches this whole process to Connect mode
+    # (SPARK_CONNECT_MODE_ENABLED), after which no in-process session can start.
+    from pyspark.sql.connect.session import SparkSession
 
     session = SparkSession.builder.remote(info.url).create()
     try:
