@@ -83,6 +83,16 @@ class WriterContext:
         return f"p{self.partition_id}-a{self.attempt_number}-t{self.task_attempt_id}"
 
 
+@dataclass(frozen=True)
+class WriteRef:
+    """Which write a committable belongs to: the built-in sinks' committables start with it."""
+
+    write_id: str
+    query_id: str
+    batch_id: int
+    streaming: bool
+
+
 class SinkWriter(ABC, Generic[CommT]):
     """Stages the rows of one task attempt; returns committables describing what it staged."""
 

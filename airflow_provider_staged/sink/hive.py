@@ -28,10 +28,16 @@ from airflow_provider_staged.sink.api import (
     Sink,
     SinkWriter,
     WriterContext,
+    WriteRef,
     check_mode,
 )
-from airflow_provider_staged.sink.recovery import batch_prefix, settle_earlier_runs, write_committed
-from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.sink.recovery import (
+    abort_once,
+    batch_prefix,
+    commit_once,
+    settle_earlier_runs,
+    write_committed,
+)
 from airflow_provider_staged.staging.kinds.hive_sink import (
     READY_DIR,
     STAGING_DIR,
@@ -53,17 +59,13 @@ HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclass(frozen=True)
-class HiveFilesCommittable:
+class HiveFilesCommittable(WriteRef):
     """Parquet files one task attempt (or Spark's native writer) staged for one write.
 
     ``files`` are relative to ``source`` (a task attempt's directory) — or to ``ready/`` when
     ``source`` is None (already there).
     """
 
-    write_id: str
-    query_id: str
-    batch_id: int
-    streaming: bool
     mode: str
     schema_json: str
     staging: str
@@ -72,13 +74,9 @@ class HiveFilesCommittable:
 
 
 @dataclass(frozen=True)
-class HiveWriteCommittable:
+class HiveWriteCommittable(WriteRef):
     """One whole write: its files in ``ready/`` and the batch it is."""
 
-    write_id: str
-    query_id: str
-    batch_id: int
-    streaming: bool
     mode: str
     schema_json: str
     staging: str
@@ -326,22 +324,19 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
 
     def commit(self, global_committables: list[HiveWriteCommittable]) -> list[HiveWriteCommittable]:
         for write in global_committables:
-            staged = self._staged(write)
-            record = staged.journal.get(staged.attempt_id)
-            if record is not None and record.state.ended:
-                continue
-            if record is None:
-                staged.begin()
-            if isinstance(staged, HiveOverwriteStagedTable):
-                staged.promote()
-            commit_written(staged, _manifest(write, staged.location, self.sink.partition_by))
+            commit_once(self._staged(write), lambda write=write: self._written(write))
         return []
+
+    def _written(self, write: HiveWriteCommittable) -> Manifest:
+        """The write's manifest, once its attempt began (an overwrite's files become its version)."""
+        staged = self._staged(write)
+        if isinstance(staged, HiveOverwriteStagedTable):
+            staged.promote()
+        return _manifest(write, staged.location, self.sink.partition_by)
 
     def abort(self, global_committables: list[HiveWriteCommittable]) -> None:
         for write in global_committables:
-            staged = self._staged(write)
-            if staged.journal.get(staged.attempt_id) is not None:
-                abort_attempt(staged, "the write failed or was already committed")
+            abort_once(self._staged(write), "the write failed or was already committed")
             delete_dir(write.staging)
 
 

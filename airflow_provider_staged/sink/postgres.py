@@ -16,10 +16,15 @@ from airflow_provider_staged.sink.api import (
     Sink,
     SinkWriter,
     WriterContext,
+    WriteRef,
     check_mode,
 )
-from airflow_provider_staged.sink.recovery import settle_earlier_runs, write_committed
-from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.sink.recovery import (
+    abort_once,
+    commit_once,
+    settle_earlier_runs,
+    write_committed,
+)
 from airflow_provider_staged.staging.kinds.jdbc_sink import (
     JdbcAppendStagedTable,
     drop_staged,
@@ -38,13 +43,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class PostgresStagedCommittable:
+class PostgresStagedCommittable(WriteRef):
     """The staged table one task attempt filled."""
 
-    write_id: str
-    query_id: str
-    batch_id: int
-    streaming: bool
     overwrite: bool
     schema_json: str
     table: str
@@ -52,13 +53,9 @@ class PostgresStagedCommittable:
 
 
 @dataclass(frozen=True)
-class PostgresWriteCommittable:
+class PostgresWriteCommittable(WriteRef):
     """One whole write: its staged tables and the batch it is."""
 
-    write_id: str
-    query_id: str
-    batch_id: int
-    streaming: bool
     overwrite: bool
     schema_json: str
     tables: tuple[tuple[str, int], ...]
@@ -174,26 +171,18 @@ class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, Postgr
     def commit(self, global_committables: list[PostgresWriteCommittable]) -> list[PostgresWriteCommittable]:
         for write in global_committables:
             staged = self.sink.commit_table(write)
-            record = staged.journal.get(staged.attempt_id)
-            if record is not None and record.state.ended:
-                continue
-            if record is None:
-                staged.begin()
             columns = postgres_columns(json.loads(write.schema_json))
-            manifest = Manifest(
+            commit_once(staged, lambda staged=staged, write=write, columns=columns: Manifest(
                 location=staged.location, format="jdbc",
                 columns=[(c.name, c.definition) for c in columns],
                 files=[DataFile(table, rows, 0) for table, rows in write.tables],
                 rows=sum(rows for _, rows in write.tables),
-            )
-            commit_written(staged, manifest)
+            ))
         return []
 
     def abort(self, global_committables: list[PostgresWriteCommittable]) -> None:
         for write in global_committables:
-            staged = self.sink.commit_table(write)
-            if staged.journal.get(staged.attempt_id) is not None:
-                abort_attempt(staged, "the write failed or was already committed")
+            abort_once(self.sink.commit_table(write), "the write failed or was already committed")
             with self.sink.connection.reused() as conn:
                 prefix = write_tables_prefix(self.sink.target, write.query_id, write.batch_id, write.write_id)
                 drop_staged(conn, self.sink.target.schema, prefix)

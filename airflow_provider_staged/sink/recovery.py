@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
@@ -12,11 +13,30 @@ from airflow_provider_staged.staging.kinds import from_record
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.attempts import JournaledStagedTable
+    from airflow_provider_staged.staging.manifest import Manifest
 
 
 def batch_prefix(query_id: str, batch_id: int) -> str:
     """What the write ids (and attempt ids) of every run of one micro-batch start with."""
     return f"{query_id}-b{batch_id}-"
+
+
+def commit_once(staged: JournaledStagedTable, manifest: Callable[[], Manifest]) -> None:
+    """Commit one write's journaled attempt: begin it (once), record ``manifest()`` (called after
+    the begin) and commit; nothing when the attempt already ended (a retried commit)."""
+    record = staged.journal.get(staged.attempt_id)
+    if record is not None and record.state.ended:
+        return
+    if record is None:
+        staged.begin()
+    commit_written(staged, manifest())
+
+
+def abort_once(staged: JournaledStagedTable, reason: str) -> None:
+    """Abort one write's journaled attempt, if it began (never what it published)."""
+    if staged.journal.get(staged.attempt_id) is not None:
+        abort_attempt(staged, reason)
 
 
 def write_committed(settings: StagedSettings, write_id: str) -> bool:
