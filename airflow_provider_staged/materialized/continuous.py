@@ -73,6 +73,17 @@ class ContinuousPlan:
         return "overwrite" if self.output_mode == COMPLETE else "append"
 
 
+def one_time_refresh_refused(identifier: TableIdentifier) -> str:
+    """Why a one-time (partition) refresh of a CONTINUOUS table is refused, for now."""
+    return (
+        f"{identifier} is refreshed continuously: a one-time refresh of it is not supported yet "
+        "(the Hive sink appends each micro-batch into the table's current version directory, so a "
+        "partition replaced by a batch refresh would stop showing the stream's rows, and rows the "
+        "stream has not reached yet would be written twice); SUSPEND and RESUME restart the stream "
+        "from its checkpoint"
+    )
+
+
 def trigger_interval(freshness: Freshness) -> str:
     """Spark's processing-time trigger for ``freshness`` (any positive interval)."""
     return f"{int(freshness.as_timedelta().total_seconds())} seconds"

@@ -20,6 +20,7 @@ from airflow_provider_staged.materialized.airflow_scheduler import (
     AirflowWorkflowScheduler,
 )
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
+from airflow_provider_staged.materialized.continuous import one_time_refresh_refused
 from airflow_provider_staged.materialized.continuous_run import (
     Progress,
     drop_continuous_state,
@@ -144,9 +145,12 @@ class MaterializedTables:
         handler, path = self._locate(identifier)
         try:
             # The run time only fills in a missing scheduleTime; this call just validates.
-            parse_refresh_request(trigger.as_conf(), load_definition(path), datetime.now(timezone.utc))
+            definition = load_definition(path)
+            request = parse_refresh_request(trigger.as_conf(), definition, datetime.now(timezone.utc))
         except (DefinitionError, RefreshRequestError) as err:
             raise WorkflowException(f"refresh of {identifier} not triggered: {err}") from None
+        if definition.refresh_mode is RefreshMode.CONTINUOUS and not request.is_periodic:
+            raise WorkflowException(f"refresh not triggered: {one_time_refresh_refused(identifier)}")
         return self.scheduler.trigger_refresh(handler, trigger)
 
     def wait_for_refresh(self, identifier: TableIdentifier, run_id: str, timeout: float) -> str:

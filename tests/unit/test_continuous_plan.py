@@ -119,3 +119,19 @@ def test_continuous_dag_and_a_non_streamable_table_broken_alone(tmp_path: Path) 
     assert type(live.tasks[0]).__name__ == "MaterializedTableContinuousOperator"
     broken = dags["mt__broken__windowed"].description
     assert "windowed.sql:2: AS: live.ranked cannot be refreshed continuously: window functions" in broken
+
+
+def test_a_one_time_refresh_of_a_continuous_table_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
+    from airflow_provider_staged.materialized.manager import MaterializedTables
+    from airflow_provider_staged.materialized.scheduler import RefreshTrigger, WorkflowException
+
+    (tmp_path / "live__clicks.sql").write_text(
+        "CREATE MATERIALIZED TABLE live.clicks PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' MINUTE\n"
+        "AS SELECT id, ds FROM raw.clicks")
+    scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
+    tables = MaterializedTables(scheduler, None)
+    trigger = RefreshTrigger(static_partitions={"ds": "2024-01-01"})
+    refused = r"live\.clicks is refreshed continuously: a one-time refresh of it is not supported"
+    with pytest.raises(WorkflowException, match=refused):
+        tables.refresh(TableIdentifier("live", "clicks"), trigger)
