@@ -1,7 +1,9 @@
-"""Run the staged write job in-process (embedded) or through spark-submit (a cluster)."""
+"""Run the staged write job in-process (embedded), through spark-submit (a cluster) or over
+Spark Connect (a gateway, ``engine/connect.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -9,6 +11,7 @@ import sys
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,25 @@ class Engine(ABC):
     @abstractmethod
     def cancel(self) -> None:
         """Stop the running job (on_kill)."""
+
+    def close(self) -> None:  # noqa: B027 (most engines hold nothing to release)
+        """Release what the engine holds on a server (a remote session)."""
+
+
+@contextlib.contextmanager
+def job_env(env: dict[str, str]) -> Iterator[None]:
+    """``env`` (the job's secrets) in this process's environment for the job's duration: the
+    job's writers run here (embedded) or build their remote plan here (connect)."""
+    previous = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class EmbeddedEngine(Engine):
@@ -60,16 +82,10 @@ class EmbeddedEngine(Engine):
         spark = self.session()
         self._group = f"staged-{uuid.uuid4().hex[:12]}"
         spark.sparkContext.setJobGroup(self._group, "staged write", interruptOnCancel=True)
-        previous = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)
         try:
-            return spark_job.run_staged_write(spark, sql, spec)
+            with job_env(env):
+                return spark_job.run_staged_write(spark, sql, spec)
         finally:
-            for key, value in previous.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
             self._group = None
 
     def cancel(self) -> None:
@@ -136,12 +152,14 @@ def _spark_env() -> dict[str, str]:
     return env
 
 
-ENGINES = {"embedded": EmbeddedEngine, "spark_submit": SparkSubmitEngine}
+ENGINES = ("embedded", "spark_submit", "connect")
 
 
 def make_engine(name: str, settings: StagedSettings, **kwargs: Any) -> Engine:
-    try:
-        engine_class = ENGINES[name]
-    except KeyError:
-        raise ValueError(f"unknown engine {name!r}: expected one of {sorted(ENGINES)}") from None
-    return engine_class(settings, **kwargs)
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}: expected one of {sorted(ENGINES)}")
+    if name == "connect":  # its module imports this one
+        from airflow_provider_staged.engine.connect import ConnectEngine
+
+        return ConnectEngine(settings, **kwargs)
+    return (EmbeddedEngine if name == "embedded" else SparkSubmitEngine)(settings, **kwargs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from airflow.sdk import Asset, Context
+from airflow.sdk import Asset, Context, conf
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_staged.callbacks import task_ref
@@ -25,7 +25,9 @@ from airflow_provider_staged.operators.staged_attempt import StagedAttemptOperat
 class MaterializedTableRefreshOperator(StagedAttemptOperator):
     """Refresh ``definition`` as the run's params (FLIP-448's refresh call) say.
 
-    :param definition: the parsed definition (the DAG factory passes it).
+    :param definition: the parsed definition (the DAG factory passes it); its option
+        ``'engine'`` (``embedded`` | ``connect``, default ``[staged] refresh_engine``) says where
+        the refresh's Spark runs (``connect``: see ``engine/connect.py``).
     :param zone: time zone of ``scheduleTime`` and of the schedule.
     :param staged_conn_id: the staged connection whose catalog holds the table.
     :param scheduler_conn_id: the Airflow REST API login an auto-suspend uses
@@ -55,7 +57,7 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         # Imported when the task runs: DAG parsing must not load the refresh engine (Spark).
-        from airflow_provider_staged.engine.runners import EmbeddedEngine
+        from airflow_provider_staged.engine.runners import make_engine
         from airflow_provider_staged.materialized.auto_suspend import record_success
         from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
 
@@ -65,10 +67,19 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         except PartitionNotEndedError as err:  # the repeated hour of autumn: the next run has it
             raise AirflowSkipException(str(err)) from None
         settings = StagedTableHook(self.staged_conn_id).get_settings()
-        self._engine = EmbeddedEngine(settings)
+        # The definition's 'engine' option, else [staged] refresh_engine; engine connect runs on
+        # the spark_connect connection [staged] spark_connect_conn_id, else the gateway.
+        engine = self.definition.options.get("engine") or conf.get("staged", "refresh_engine",
+                                                                   fallback="embedded")
+        extra = {"spark_conn_id": conf.get("staged", "spark_connect_conn_id", fallback=None) or None}
+        self._engine = make_engine(engine, settings, **(extra if engine == "connect" else {}))
         task = task_ref(context)
         self._staged = staged_refresh(self.definition, request, settings, task, self.staged_conn_id)
-        result = run_refresh(self.definition, request, settings, self._staged, self._engine, self._killed)
+        try:
+            result = run_refresh(self.definition, request, settings, self._staged, self._engine,
+                                 self._killed)
+        finally:
+            self._engine.close()
         try:
             record_success(self.definition, settings.metastore_uri)
         except Exception:  # committed: a failed reset must not fail (and so count) the refresh

@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import Asset, Context, conf
 
 from airflow_provider_staged.callbacks import task_ref
-from airflow_provider_staged.engine.runners import Engine, make_engine
+from airflow_provider_staged.engine.runners import ENGINES, Engine, make_engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.identifiers import TableIdentifier
@@ -36,8 +36,11 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
     :param purpose: ``create`` | ``create_if_not_exists`` | ``replace`` | ``create_or_replace``.
     :param atomic: stage and commit (default: the connection's ``atomic`` extra, else
         ``[staged] atomicity_enabled``); False runs the plain create-then-insert path.
-    :param engine: ``embedded`` (in-process Spark) or ``spark_submit`` (a cluster through
-        the Spark provider's ``SparkSubmitHook`` and ``spark_conn_id``).
+    :param engine: ``embedded`` (in-process Spark), ``spark_submit`` (a cluster through
+        the Spark provider's ``SparkSubmitHook`` and ``spark_conn_id``, default
+        ``spark_default``) or ``connect`` (a Spark Connect server, e.g. the gateway: the
+        ``spark_connect`` connection ``spark_conn_id``, else ``STAGED_GATEWAY_URL``, else the
+        local ``staged gateway``); staging, manifest and commit stay in the task.
     :param partition_by: partition columns of a Hive target.
     :param spark_conf: Spark settings for this build.
     :param jdbc_options: for a JDBC target, ``JdbcWriteOptions`` by name, e.g.
@@ -62,7 +65,7 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         atomic: bool | None = None,
         engine: str = "embedded",
         staged_conn_id: str = StagedTableHook.default_conn_name,
-        spark_conn_id: str = "spark_default",
+        spark_conn_id: str | None = None,
         partition_by: Sequence[str] | None = None,
         spark_conf: dict[str, str] | None = None,
         jdbc_options: Mapping[str, Any] | None = None,
@@ -70,6 +73,8 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         **kwargs: Any,
     ) -> None:
         self.purpose = StagingPurpose.parse(purpose).value
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
         self.table_options = _checked_table_options(table_options, target, partition_by)
         if jdbc_options:
             if "{{" not in target and not is_jdbc(target):
@@ -99,12 +104,20 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
     def _make_engine(self, settings: StagedSettings) -> Engine:
         kwargs: dict[str, Any] = {"spark_conf": self.spark_conf}
         if self.engine == "spark_submit":
+            kwargs["spark_conn_id"] = self.spark_conn_id or "spark_default"
+        elif self.engine == "connect":
             kwargs["spark_conn_id"] = self.spark_conn_id
         return make_engine(self.engine, settings, **kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         settings = StagedTableHook(self.staged_conn_id).get_settings()
         self._engine = self._make_engine(settings)
+        try:
+            return self._build(context, settings)
+        finally:
+            self._engine.close()
+
+    def _build(self, context: Context, settings: StagedSettings) -> dict[str, Any]:
         if not self._is_atomic(settings):
             return self._execute_non_atomic()
         if self.partition_by and is_jdbc(self.target):

@@ -55,13 +55,16 @@ def test_gateway_serves_the_metastore_on_loopback_with_a_token(spark_gateway: Ga
 
 def test_server_python_imports_the_project_package(spark_gateway: GatewayInfo) -> None:
     """Python UDFs and data sources (the unified sink) run on the server with this interpreter."""
-    from pyspark.sql.connect.functions import udf  # pyspark.sql's picks by process mode
+    # Connect's own udf, and a type object: pyspark.sql's pick (and parse a type string) by the
+    # process's mode, which an in-process session in this process makes classic.
+    from pyspark.sql.connect.functions import udf
+    from pyspark.sql.types import StringType
 
     import airflow_provider_staged
 
     session = remote(spark_gateway.url)  # the active session, which the UDF is made on
 
-    @udf("string")
+    @udf(returnType=StringType())
     def package_file(_: int) -> str:
         import airflow_provider_staged as package
 
