@@ -323,7 +323,11 @@ def interactive(session: SqlSession, printer: Printer) -> None:
             break
         if text.strip().lower() in _EXIT_WORDS:
             break
-        run_text(session, text, "input", printer, keep_going=False)
+        try:
+            run_text(session, text, "input", printer, keep_going=False)
+        except KeyboardInterrupt:  # Ctrl-C while a statement runs: stop it, keep the session
+            session.spark.interruptAll()
+            typer.echo("error: cancelled (Ctrl-C); a staged build in progress was aborted", err=True)
         if text.lstrip().upper().startswith(_DDL_WORDS):
             words = [*keywords, *_catalog_names(session.spark)]
 
