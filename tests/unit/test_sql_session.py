@@ -1,0 +1,86 @@
+"""SqlSession's own logic on a stand-in Spark conf: SET/RESET reach Spark, positions of errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_provider_staged.sql.properties import SessionProperties, Source
+from airflow_provider_staged.sql.session import SqlSession, StatementError, _like
+from airflow_provider_staged.sql.splitting import split_statements
+
+
+class FakeConf:
+    """Spark's runtime conf: refuses static keys as Spark does."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        if key == "spark.driver.memory":
+            raise RuntimeError("[CANNOT_MODIFY_STATIC_CONFIG] Cannot modify a static Spark config")
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+class FakeSpark:
+    def __init__(self) -> None:
+        self.conf = FakeConf()
+
+    def sql(self, text: str) -> Any:
+        raise RuntimeError("[PARSE_SYNTAX_ERROR] Syntax error at or near SELEC. (line 2, pos 3)")
+
+
+def session(config: dict[str, str] | None = None) -> SqlSession:
+    properties = SessionProperties()
+    for key, value in (config or {}).items():
+        properties.put(key, value, Source.CONFIG)
+    return SqlSession(FakeSpark(), properties, lambda: pytest.fail("no settings needed"),
+                      lambda options: pytest.fail("no Airflow needed"))
+
+
+def run(sql_session: SqlSession, text: str) -> Any:
+    (statement,) = split_statements(text)
+    return sql_session.execute(statement)
+
+
+def test_spark_keys_follow_set_and_reset() -> None:
+    s = session({"spark.sql.shuffle.partitions": "3"})
+    conf = s.spark.conf.values
+    assert conf == {"spark.sql.shuffle.partitions": "3"}  # config values reach Spark at start
+    run(s, "SET 'spark.sql.shuffle.partitions' = '7'")
+    assert conf["spark.sql.shuffle.partitions"] == "7"
+    run(s, "SET 'sql-client.execution.max-table-result.rows' = '5'")
+    assert "sql-client.execution.max-table-result.rows" not in conf  # client keys stay here
+    run(s, "RESET 'spark.sql.shuffle.partitions'")
+    assert conf["spark.sql.shuffle.partitions"] == "3"
+    run(s, "SET 'spark.sql.ansi.enabled' = 'false'")
+    run(s, "RESET")
+    assert conf == {"spark.sql.shuffle.partitions": "3"} and s.properties.max_rows == 1000
+
+
+def test_a_key_spark_refuses_changes_nothing() -> None:
+    s = session()
+    with pytest.raises(StatementError, match="CANNOT_MODIFY_STATIC_CONFIG"):
+        run(s, "SET 'spark.driver.memory' = '8g'")
+    assert s.properties.get("spark.driver.memory") is None
+
+
+def test_spark_error_position_is_mapped_into_the_file() -> None:
+    s = session()
+    (_, statement) = split_statements("SELECT 1;\n  SELECT\n  SELEC 2")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert (caught.value.line, caught.value.column) == (3, 4)  # the statement's line 2, pos 3
+    assert "\n" not in caught.value.message
+
+
+def test_like_patterns() -> None:
+    assert _like("dai%").fullmatch("daily") and not _like("dai%").fullmatch("xdaily")
+    assert _like("d_ily").fullmatch("DAILY") and not _like("a.c").fullmatch("abc")
