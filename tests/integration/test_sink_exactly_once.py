@@ -78,6 +78,7 @@ def _crash_and_recover(spec: dict, tmp_path: Path, write_started) -> None:
 def _spec(metastore, tmp_path: Path, sink: str, table: str) -> dict:
     _write_input(tmp_path / "input")
     return {
+        "mode": "stream",
         "metastore_uri": metastore.uri,
         "warehouse": metastore.warehouse,
         "journal_dir": str(tmp_path / "journal"),
@@ -125,3 +126,23 @@ def test_postgres_sink_exactly_once_across_driver_kills(metastore, postgres, pos
     assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
     assert leftovers == []
     _assert_journal_settled(tmp_path)
+
+
+def test_batch_task_failing_once_is_retried_without_orphans(metastore, spark, tmp_path):
+    """``local[2,2]``: partition 1's first attempt stages its files and fails; Spark retries it.
+    The failed attempt's files never reach the commit and are swept; every row once."""
+    database = "sinkretry_" + uuid.uuid4().hex[:6]
+    spark.sql(f"CREATE DATABASE {database}")
+    spec = {"mode": "batch_retry", "metastore_uri": metastore.uri, "warehouse": metastore.warehouse,
+            "journal_dir": str(tmp_path / "journal"), "table": f"{database}.t"}
+    code, output = _run(spec, tmp_path)
+    assert code == 0 and "done" in output, output[-3000:]
+    spark.catalog.refreshTable(f"{database}.t")
+    ids = [row.id for row in spark.sql(f"SELECT id FROM {database}.t").collect()]
+    assert sorted(ids) == list(range(100))
+    root = Path(metastore.warehouse) / f"{database}.db" / "t"
+    data_files = sorted(str(p.relative_to(root)) for p in root.rglob("*.parquet"))
+    assert len(data_files) == 4 and not any(f.startswith("_staging") for f in data_files), data_files
+    # Partition 1's files are its second attempt's (the task key names the attempt).
+    names = [f.split("/")[-1] for f in data_files]
+    assert any(n.startswith("p1-a1-") for n in names) and not any(n.startswith("p1-a0-") for n in names)
