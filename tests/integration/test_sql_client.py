@@ -315,7 +315,7 @@ def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path) -> None
 
 def test_interactive_session_through_a_pty(gateway_url: str, client_env: dict[str, str],
                                            staged_home: Path) -> None:
-    """Prompt, multi-line input, a result table, an error, and the history (arrow up)."""
+    """Prompt, multi-line input, a result table, an error, the history (arrow up), completion."""
     # A real terminal type; no cursor-position requests (pexpect does not answer them).
     env = {**client_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = pexpect.spawn(STAGED, ["sql", "--gateway", gateway_url], env=env, encoding="utf-8",
@@ -335,6 +335,14 @@ def test_interactive_session_through_a_pty(gateway_url: str, client_env: dict[st
         child.send("\x1b[A")  # arrow up: the history recalls the last statement
         child.expect_exact("no_such_column")
         child.send("\x15")  # ctrl-u: clear the line
+        # Tab completes the catalog's names (here the database the -f test made)
+        child.send("SHOW TABLES IN sqlc_scr")
+        child.expect_exact("sqlc_scr")
+        child.send("\t")
+        child.expect_exact("ipt")
+        child.send(";\r")
+        child.expect(r"\|\s+sqlc_script\s+\|\s+first\s+\|")
+        child.expect_exact("staged-sql>")
         child.send("exit;\r")
         child.expect(pexpect.EOF)
     finally:
