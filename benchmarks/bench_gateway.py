@@ -1,0 +1,213 @@
+"""Engine ``connect`` on a warm gateway against ``embedded``: atomic CTAS, and a refresh on Airflow.
+
+1. ``ctas``: a 1M-row atomic CTAS (``execution.execute_staged``: begin, the Spark write, the
+   manifest, commit, housekeep; all timed), a new table per run, on the same metastore:
+   ``embedded`` on this process's warm ``local[2]`` session, ``connect`` on a warm gateway
+   (``local[2]``) through one kept remote session. Arms alternate (``_common.arm_order``)
+   after one uncounted warm-up round; paired ratios connect/embedded. Target: <= 1.1.
+2. ``refresh``: Trigger (REST ``POST .../dagRuns`` with ``{"ds": ...}``) -> committed (the
+   attempt's COMMITTED time in the journal) of a one-partition refresh of a small
+   materialized table on a running local Airflow (``staged up``'s stack plus the gateway, one
+   home): two definitions alike but for ``'engine' = 'connect'``; runs alternate, one
+   uncounted warm-up run each. Every embedded refresh starts its own Spark in its task
+   process; a connect refresh uses the warm gateway. Target: connect p50 <= 3 s.
+
+Starts everything it uses under temp homes and stops it by pid.
+Run: ``.venv/bin/python benchmarks/bench_gateway.py`` (``--only ctas|refresh``, ``--reps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from _common import (
+    REPO_ROOT,
+    alternating_rounds,
+    embedded_engine,
+    hive_services,
+    load,
+    paired_ratios,
+    runs_text,
+    stopwatch,
+)
+
+from airflow_provider_staged.engine.connect import ConnectEngine
+from airflow_provider_staged.engine.runners import Engine
+from airflow_provider_staged.execution import execute_staged
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
+from airflow_provider_staged.services.local_stack import definitions_dir, stack_down, stack_up
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+
+DATABASE = "bench_gw"
+CTAS_SQL = "SELECT id, id % 1000 AS k, rand(42) AS v, CAST(id AS STRING) AS s FROM range(1000000)"
+CTAS_TARGET = 1.1
+REFRESH_TARGET_SECONDS = 3.0
+DEFINITION = """CREATE MATERIALIZED TABLE {database}.{table}
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd'{engine})
+FRESHNESS = INTERVAL '1' DAY
+REFRESH_MODE = FULL
+AS SELECT ds, count(*) AS orders, sum(amount) AS revenue FROM {database}.orders GROUP BY ds;
+"""
+
+
+def ctas(reps: int) -> None:
+    with hive_services("bench-gateway", DATABASE) as services:
+        started = time.perf_counter()
+        gateway = start_gateway(services.metastore_uri, str(services.warehouse), services.home,
+                                master="local[2]")
+        print(f"gateway warm in {time.perf_counter() - started:.0f}s", flush=True)
+        journal = AttemptJournal(services.home / "journal")
+        embedded = embedded_engine(services, services.home / "journal")
+        connect = ConnectEngine(embedded.settings, url=gateway.url)
+        tables = itertools.count()
+
+        def arm(engine: Engine) -> Callable[[], float]:
+            def run() -> float:
+                target = TableIdentifier(DATABASE, f"t{next(tables)}")
+                staged = HiveStagedTable(target, StagingPurpose.CREATE_TABLE_AS, journal,
+                                         services.metastore_uri)
+                return stopwatch(lambda: execute_staged(staged, engine, CTAS_SQL, {}, 3600.0))
+            return run
+
+        try:
+            times = alternating_rounds({"connect": arm(connect), "embedded": arm(embedded)}, reps)
+        finally:
+            connect.close()
+            stop_gateway(services.home)
+    ratios = paired_ratios(times["connect"], times["embedded"])
+    print(f"1M-row atomic CTAS, {reps} reps; load average {load()}")
+    for name, values in times.items():
+        print(f"  {name:9s} p50 {statistics.median(values):.2f}s  runs {runs_text(values)}")
+    print(f"  connect/embedded: {ratios.describe()}")
+    print(f"  target <= {CTAS_TARGET}: {ratios.verdict(CTAS_TARGET)}", flush=True)
+
+
+class Stack:
+    """``staged up``'s metastore + Airflow and a gateway, all under one temp home."""
+
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="bench-gateway-stack-"))
+        dags = self.home / "dags"
+        dags.mkdir()
+        shutil.copy(REPO_ROOT / "dags" / "materialized_tables.py", dags)
+        started = time.perf_counter()
+        status = stack_up(self.home, dags)
+        assert status.metastore is not None and status.airflow is not None
+        self.airflow = status.airflow
+        self.gateway = start_gateway(status.metastore.uri, status.metastore.warehouse, self.home,
+                                     master="local[2]")
+        print(f"stack + gateway up in {time.perf_counter() - started:.0f}s", flush=True)
+        self.http = httpx.Client(base_url=f"{self.airflow.endpoint}/api/v2", timeout=120,
+                                 headers={"Authorization": f"Bearer {self.airflow.token()}"})
+        self.journal = AttemptJournal(self.home / "journal")
+
+    def close(self) -> None:
+        self.http.close()
+        stop_gateway(self.home)
+        stack_down(self.home)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def seed(self) -> None:
+        """The source table, written through the gateway (no Spark in this process)."""
+        from pyspark.sql.connect.session import SparkSession
+
+        spark = SparkSession.builder.remote(self.gateway.url).create()
+        try:
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+            spark.sql(f"CREATE TABLE {DATABASE}.orders USING parquet AS SELECT "
+                      "date_format(date_add(DATE'2024-01-01', CAST(id % 3 AS INT)), 'yyyy-MM-dd') AS ds, "
+                      "CAST(id AS DOUBLE) AS amount FROM range(300)")
+        finally:
+            spark.stop()
+
+    def define(self, table: str, engine: str | None) -> str:
+        option = f", 'engine' = '{engine}'" if engine else ""
+        (definitions_dir(self.home) / f"{table}.sql").write_text(
+            DEFINITION.format(database=DATABASE, table=table, engine=option))
+        dag_id = dag_id_for(TableIdentifier(DATABASE, table))
+        deadline = time.monotonic() + 300
+        while self.http.get(f"/dags/{dag_id}").status_code != 200:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"DAG {dag_id} not parsed within 300 s")
+            time.sleep(1)
+        return dag_id
+
+    def trigger_to_committed(self, dag_id: str, target: str) -> float:
+        """Seconds from the trigger request to the COMMITTED state of the run's attempt."""
+        before = {r.attempt_id for r in self.journal.records() if r.target == target}
+        triggered = time.time()
+        self.http.post(f"/dags/{dag_id}/dagRuns",
+                       json={"logical_date": None, "conf": {"ds": "2024-01-02"}}).raise_for_status()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            for record in self.journal.records():
+                if record.target != target or record.attempt_id in before:
+                    continue
+                if record.state is AttemptState.COMMITTED:
+                    committed = next(at for state, at in record.history if state == record.state.value)
+                    self.wait_idle(dag_id)
+                    return committed - triggered
+                if record.state.ended:
+                    raise SystemExit(f"refresh of {target} ended {record.state}: {record.error}")
+            time.sleep(0.05)
+        raise SystemExit(f"refresh of {target} not committed within 600 s")
+
+    def wait_idle(self, dag_id: str) -> None:
+        """The run's end (task success, DAG run state) before the next trigger: max_active_runs=1."""
+        while True:
+            runs = self.http.get(f"/dags/{dag_id}/dagRuns", params={"state": ["queued", "running"]})
+            if not runs.raise_for_status().json()["dag_runs"]:
+                return
+            time.sleep(0.2)
+
+
+def refresh(reps: int) -> None:
+    stack = Stack()
+    try:
+        stack.seed()
+        arms = {}
+        for engine in ("connect", "embedded"):
+            table = f"daily_{engine}"
+            dag_id = stack.define(table, engine if engine == "connect" else None)
+            arms[engine] = (lambda d=dag_id, t=f"{DATABASE}.{table}": stack.trigger_to_committed(d, t))
+        times = alternating_rounds(arms, reps)
+    finally:
+        stack.close()
+    print(f"Trigger (REST) -> committed, one-partition refresh on a running Airflow, {reps} reps; "
+          f"load average {load()}")
+    for name, values in times.items():
+        print(f"  {name:9s} p50 {statistics.median(values):.2f}s  runs {runs_text(values)}")
+    p50 = statistics.median(times["connect"])
+    verdict = "met" if p50 <= REFRESH_TARGET_SECONDS else "NOT met"
+    print(f"  connect p50 {p50:.2f}s, target <= {REFRESH_TARGET_SECONDS:.0f} s: {verdict}; "
+          f"embedded/connect {statistics.median(times['embedded']) / p50:.1f}x", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("ctas", "refresh"))
+    parser.add_argument("--reps", type=int, default=8, help="counted reps of the CTAS part")
+    parser.add_argument("--refresh-reps", type=int, default=6, help="counted reps of the refresh part")
+    args = parser.parse_args()
+    print(f"load average {load()}", flush=True)
+    if args.only in (None, "ctas"):
+        ctas(args.reps)
+    if args.only in (None, "refresh"):
+        refresh(args.refresh_reps)
+
+
+if __name__ == "__main__":
+    main()
