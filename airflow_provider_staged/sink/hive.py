@@ -154,7 +154,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         if missing:
             raise ValueError(f"the rows have no partition column(s) {missing} (columns: {df.columns})")
         ready = f"{staging_dir(self.root(), context.write_id)}/{READY_DIR}"
-        writer = df.write.format("parquet").mode("errorifexists")
+        writer = df.write.format("parquet").mode("error")  # "errorifexists" is not accepted by Spark Connect
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         try:
