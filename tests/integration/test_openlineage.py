@@ -7,6 +7,7 @@ The provider's listener calls the operator's ``get_openlineage_facets_on_complet
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,15 +17,16 @@ import pytest
 from airflow_provider_staged.lineage import hive_namespace
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from tests.fixtures.airflow_cli import REPO, staged_connection
 
 pytest.importorskip("airflow.providers.openlineage", reason="needs the [openlineage] extra")
 
 JOB = "staged_operator.build"
 
 
-def events(path: Path) -> list[dict[str, Any]]:
+def events(path: Path, job: str = JOB) -> list[dict[str, Any]]:
     lines = path.read_text().splitlines() if path.exists() else []
-    return [e for e in map(json.loads, lines) if e.get("job", {}).get("name") == JOB]
+    return [e for e in map(json.loads, lines) if e.get("job", {}).get("name") == job]
 
 
 def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, events_file: Path):
@@ -84,3 +86,82 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     changes = [[o["facets"]["lifecycleStateChange"]["lifecycleStateChange"] for o in e["outputs"]]
                for e in events(events_file) if e["eventType"] == "COMPLETE"]
     assert changes == [["CREATE"], ["OVERWRITE"]]
+
+
+EVENTS_DEFINITION = """
+CREATE MATERIALIZED TABLE {db}.events
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd',
+      'partition.expiration-time' = '7 d')
+FRESHNESS = INTERVAL '1' DAY
+AS SELECT id, IF(id = 999, raise_error('bad row'), ds) AS ds FROM {db}.src;
+"""
+
+
+def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spark, metastore, tmp_path):
+    """A refresh DAG's task (CREATE, then OVERWRITE of its partitions; nothing for an aborted one)
+    and the maintenance DAG's expiry (DROP of the expired partition), as the file transport got them."""
+    db = "oll_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(db, metastore.warehouse)
+    today = "date_format(current_date(), 'yyyy-MM-dd')"
+    source = f"SELECT id, IF(id < 40, '2020-01-01', {today}) AS ds FROM range(100)"
+    spark.sql(f"CREATE TABLE {db}.src USING parquet AS {source}")
+    dags = tmp_path / "dags"
+    (dags / "materialized").mkdir(parents=True)
+    for name in ("materialized_tables.py", "staged_maintenance.py"):
+        shutil.copy(REPO / "dags" / name, dags / name)
+    (dags / "materialized" / "events.sql").write_text(EVENTS_DEFINITION.format(db=db))
+    journal_dir, events_file = tmp_path / "journal", tmp_path / "ol.jsonl"
+    env = airflow_cli.env(
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
+            metastore.port, metastore.uri, journal_dir, metastore.warehouse
+        ),
+        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+            {"type": "file", "log_file_path": str(events_file), "append": True}
+        ),
+        AIRFLOW__OPENLINEAGE__NAMESPACE="staged-tests",
+    )
+    namespace, dag_id = hive_namespace(metastore.uri), f"mt__{db}__events"
+
+    def refresh() -> Any:
+        return airflow_cli.run("dags", "test", dag_id, "--conf", json.dumps({"isPeriodic": False}), env=env)
+
+    for _ in range(2):  # creates the table, then overwrites its partitions
+        result = refresh()
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    spark.sql(f"INSERT INTO {db}.src VALUES (999, '2020-01-01')")  # the next refresh fails writing
+    assert refresh().returncode != 0
+    records = AttemptJournal(journal_dir).records()
+    refreshes = sorted((r for r in records if r.target == f"{db}.events"), key=lambda r: r.created_at)
+    assert [r.state for r in refreshes] == [AttemptState.COMMITTED] * 2 + [AttemptState.ABORTED]
+
+    completes = [e for e in events(events_file, f"{dag_id}.refresh") if e["eventType"] == "COMPLETE"]
+    assert len(completes) == 2
+    for event, record, change in zip(completes, refreshes[:2], ["CREATE", "OVERWRITE"], strict=True):
+        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(namespace, f"{db}.src")]
+        (output,) = event["outputs"]
+        assert (output["namespace"], output["name"]) == (namespace, f"{db}.events")
+        assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == change
+        stats = output["outputFacets"]["outputStatistics"]
+        assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
+            100, record.manifest["bytes"], len(record.manifest["files"]))
+        written = output["outputFacets"]["subset"]["outputCondition"]["partitions"]
+        assert sorted(p["identifier"] for p in written)[0] == "ds=2020-01-01" and len(written) == 2
+    (fail,) = [e for e in events(events_file, f"{dag_id}.refresh") if e["eventType"] == "FAIL"]
+    assert [d["name"] for d in fail["inputs"]] == [f"{db}.src"] and fail["outputs"] == []
+
+    result = airflow_cli.run("dags", "test", "staged_maintenance", env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    (expiry,) = [e for e in events(events_file, "staged_maintenance.expire_partitions")
+                 if e["eventType"] == "COMPLETE"]
+    # The sweep covers every TTL table of the catalog (other tests' too): this table's output.
+    (dropped,) = [o for o in expiry["outputs"] if o["name"] == f"{db}.events"]
+    assert dropped["namespace"] == namespace
+    assert dropped["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
+    partitions = dropped["outputFacets"]["subset"]["outputCondition"]["partitions"]
+    assert [(p["identifier"], p["dimensions"]) for p in partitions] == [
+        ("ds=2020-01-01", {"ds": "2020-01-01"})
+    ]
+    assert "outputStatistics" not in dropped["outputFacets"]
