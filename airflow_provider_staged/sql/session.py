@@ -111,7 +111,9 @@ class SqlSession:
             raise StatementError(getattr(err, "message", str(err)), line, column) from err
         except Exception as err:  # Spark, the metastore, Airflow: one line at the best position
             text = _first_line(err)
-            found = _SPARK_POSITION.search(text)
+            # Spark puts the position after its hints ("SQLSTATE: 42P01; line 2 pos 7"), before any
+            # plan or JVM stack trace.
+            found = _SPARK_POSITION.search(str(err).split("JVM stacktrace", 1)[0])
             line, column = (_absolute(statement, int(found.group(1)), int(found.group(2)))
                             if found else (statement.line, statement.column))
             raise StatementError(text, line, column) from err

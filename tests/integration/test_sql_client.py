@@ -286,11 +286,19 @@ def test_script_stops_at_the_failing_line(gateway_url: str, client_env: dict[str
         "SELECT a\n  FROM sqlc_script.missing_table;\n"
         "CREATE TABLE sqlc_script.after_error AS SELECT 1 AS a;\n"
     )
-    done = run_cli(["--gateway", gateway_url, "-f", str(script)], client_env)
+    init = tmp_path / "init.sql"
+    init.write_text("SET 'sql-client.execution.max-table-result.rows' = '1';\n")
+    done = run_cli(["--gateway", gateway_url, "-i", str(init), "-f", str(script)], client_env)
     assert done.returncode == 1, done
-    assert f"error: {script}:4:1:" in done.stderr and "missing_table" in done.stderr, done.stderr
+    # the statement starts on line 4; Spark locates the missing table on its line 2, column 8
+    assert f"error: {script}:5:8:" in done.stderr and "missing_table" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert "sqlc_script.first" in done.stdout  # the statement before it ran and printed its table
+
+    # an error in the init file: exit code 1 naming it, nothing of -e runs
+    init.write_text("SET 'sql-client.execution.result-mode' = 'grid';\n")
+    done = run_cli(["--gateway", gateway_url, "-i", str(init), "-e", "SELECT 'ran' AS x"], client_env)
+    assert done.returncode == 1 and f"error: {init}:1:1:" in done.stderr and "ran" not in done.stdout
     assert not spark.catalog.tableExists("sqlc_script.after_error")
     assert spark.catalog.tableExists("sqlc_script.first")
 
