@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -52,6 +53,14 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Materialized tables: refresh workflows in Airflow.", no_args_is_help=True)
 
 _PREFIX = "workflow-scheduler.airflow."
+# The environment variables of the shorthand options (``staged sql`` configures itself from them too).
+ENV = {
+    "endpoint": "STAGED_AIRFLOW_ENDPOINT",
+    "definitions_dir": "STAGED_MT_DEFINITIONS_DIR",
+    "username": "STAGED_AIRFLOW_USERNAME",
+    "password": "STAGED_AIRFLOW_PASSWORD",
+    "metastore_uri": "STAGED_METASTORE_URI",
+}
 # The required scheduler options as this CLI sets them, for messages: (what, how to set it).
 _REQUIRED = {
     "endpoint": ("the Airflow endpoint", "--endpoint URL (or STAGED_AIRFLOW_ENDPOINT)"),
@@ -71,7 +80,7 @@ ExecutionConfig = Annotated[list[str] | None, typer.Option(
 TableArg = Annotated[str, typer.Argument(help="table or database.table")]
 
 
-def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
+def parse_pairs(values: list[str] | None, what: str) -> dict[str, str]:
     pairs = {}
     for item in values or []:
         key, sep, value = item.partition("=")
@@ -86,7 +95,7 @@ def _checked_pairs(
 ) -> dict[str, str]:
     """``KEY=VALUE`` options checked as a refresh checks them, the error naming the flag."""
     try:
-        return check(_pairs(values, flag))
+        return check(parse_pairs(values, flag))
     except RefreshRequestError as err:
         raise RefreshRequestError(f"{flag}: {err}") from None
 
@@ -99,22 +108,25 @@ def _execution_config(values: list[str] | None) -> dict[str, str]:
     return _checked_pairs(values, "--execution-config", execution_conf)
 
 
-@app.callback()
-def configure(
-    ctx: typer.Context,
-    conf: Annotated[list[str] | None, typer.Option(
-        "--conf", metavar="KEY=VALUE", help="workflow-scheduler.* option (FLIP-448 style)")] = None,
-    endpoint: Annotated[str | None, typer.Option(envvar="STAGED_AIRFLOW_ENDPOINT",
-                                                 help="Airflow API, http://host:port")] = None,
-    definitions_dir: Annotated[Path | None, typer.Option(
-        envvar="STAGED_MT_DEFINITIONS_DIR", help="folder the DAG factory reads *.sql from")] = None,
-    username: Annotated[str | None, typer.Option(envvar="STAGED_AIRFLOW_USERNAME")] = None,
-    password: Annotated[str | None, typer.Option(envvar="STAGED_AIRFLOW_PASSWORD")] = None,
-    metastore_uri: Annotated[str | None, typer.Option(
-        envvar="STAGED_METASTORE_URI", help="thrift://host:port (default: the local metastore)")] = None,
-) -> None:
-    from_conf = _pairs(conf, "--conf")
-    config = {WORKFLOW_SCHEDULER_TYPE: "airflow", **from_conf}
+@dataclass(frozen=True)
+class SchedulerSetup:
+    """The workflow scheduler's options, the metastore, and which options ``--conf`` set."""
+
+    config: dict[str, str]
+    metastore_uri: str | None
+    from_conf: frozenset[str]
+
+
+def scheduler_setup(
+    conf: Mapping[str, str],
+    endpoint: str | None = None,
+    definitions_dir: Path | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    metastore_uri: str | None = None,
+) -> SchedulerSetup:
+    """FLIP-448 options (``conf``), the shorthand ones on top, `staged up`'s Airflow for the rest."""
+    config = {WORKFLOW_SCHEDULER_TYPE: "airflow", **conf}
     shorthand = {"endpoint": endpoint, "definitions-dir": definitions_dir, "username": username,
                  "password": password}
     config.update({_PREFIX + key: str(value) for key, value in shorthand.items() if value is not None})
@@ -131,12 +143,30 @@ def configure(
     if metastore_uri is None:
         running = metastore_status()
         metastore_uri = running.uri if running is not None else None
-    ctx.obj = (config, metastore_uri, {key.removeprefix(_PREFIX) for key in from_conf})
+    return SchedulerSetup(config, metastore_uri, frozenset(key.removeprefix(_PREFIX) for key in conf))
 
 
-def _scheduler(ctx: typer.Context) -> AirflowWorkflowScheduler:
+@app.callback()
+def configure(
+    ctx: typer.Context,
+    conf: Annotated[list[str] | None, typer.Option(
+        "--conf", metavar="KEY=VALUE", help="workflow-scheduler.* option (FLIP-448 style)")] = None,
+    endpoint: Annotated[str | None, typer.Option(envvar=ENV["endpoint"],
+                                                 help="Airflow API, http://host:port")] = None,
+    definitions_dir: Annotated[Path | None, typer.Option(
+        envvar=ENV["definitions_dir"], help="folder the DAG factory reads *.sql from")] = None,
+    username: Annotated[str | None, typer.Option(envvar=ENV["username"])] = None,
+    password: Annotated[str | None, typer.Option(envvar=ENV["password"])] = None,
+    metastore_uri: Annotated[str | None, typer.Option(
+        envvar=ENV["metastore_uri"], help="thrift://host:port (default: the local metastore)")] = None,
+) -> None:
+    ctx.obj = scheduler_setup(parse_pairs(conf, "--conf"), endpoint, definitions_dir, username, password,
+                              metastore_uri)
+
+
+def configured_scheduler(setup: SchedulerSetup) -> AirflowWorkflowScheduler:
     """The configured workflow scheduler, not connected yet."""
-    config, _, _ = ctx.obj
+    config = setup.config
     missing = [_REQUIRED[key] for key in _REQUIRED if not config.get(_PREFIX + key, "").strip()]
     if missing:
         raise WorkflowException(
@@ -149,22 +179,21 @@ def _scheduler(ctx: typer.Context) -> AirflowWorkflowScheduler:
     except WorkflowException as err:  # worded with configuration keys: name the flags instead
         message = str(err)
         for key, how in _FLAGS.items():
-            if key not in ctx.obj[2]:  # set by a flag, an environment variable or `staged up`
+            if key not in setup.from_conf:  # set by a flag, an environment variable or `staged up`
                 message = message.replace(_PREFIX + key, how)
         raise WorkflowException(message) from None
 
 
 @contextmanager
-def _tables(
-    ctx: typer.Context, scheduler: AirflowWorkflowScheduler | None = None
+def open_tables(
+    setup: SchedulerSetup, scheduler: AirflowWorkflowScheduler | None = None
 ) -> Iterator[MaterializedTables]:
     """An open ``MaterializedTables`` (connected to Airflow) on ``scheduler`` or the configured one."""
-    scheduler = scheduler or _scheduler(ctx)  # a missing option is reported before slow imports
+    scheduler = scheduler or configured_scheduler(setup)  # a missing option is reported before slow imports
     from airflow_provider_staged.materialized.manager import MaterializedTables
 
-    _, metastore_uri, _ = ctx.obj
     with scheduler:
-        yield MaterializedTables(scheduler, metastore_uri)
+        yield MaterializedTables(scheduler, setup.metastore_uri)
 
 
 def _check_refresh(
@@ -192,7 +221,7 @@ def create(
     """Create the refresh workflow: install the definition and wait for its DAG."""
     text = definition.read_text(encoding="utf-8")
     options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         handler = tables.create(text, cron, options, sql_conf)
         console.print(f"created {handler.as_summary_string()} (ACTIVATED)")
 
@@ -201,7 +230,7 @@ def create(
 def suspend(ctx: typer.Context, table: TableArg) -> None:
     """Pause the table's refresh DAG (status SUSPENDED)."""
     identifier = TableIdentifier.parse(table)
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         tables.suspend(identifier)
         console.print(f"{identifier}: SUSPENDED")
 
@@ -216,7 +245,7 @@ def resume(
     """Unpause the refresh DAG; given options become the defaults of later refreshes."""
     identifier = TableIdentifier.parse(table)
     options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         tables.resume(identifier, options, sql_conf)
         console.print(f"{identifier}: ACTIVATED")
 
@@ -225,7 +254,7 @@ def resume(
 def reschedule(ctx: typer.Context, table: TableArg, cron: Annotated[str, typer.Argument()]) -> None:
     """Replace the refresh schedule with a five-field cron expression."""
     identifier = TableIdentifier.parse(table)
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         tables.reschedule(identifier, cron)
         console.print(f"{identifier}: schedule {cron}")
 
@@ -248,12 +277,12 @@ def refresh(
         is_periodic=schedule_time is not None and not partition,
         schedule_time=schedule_time,
         dynamic_options=_dynamic_options(dynamic_option),
-        static_partitions=_pairs(partition, "--partition"),
+        static_partitions=parse_pairs(partition, "--partition"),
         execution_config=_execution_config(execution_config),
     )
-    scheduler = _scheduler(ctx)
+    scheduler = configured_scheduler(ctx.obj)
     _check_refresh(scheduler, identifier, trigger)
-    with _tables(ctx, scheduler) as tables:
+    with open_tables(ctx.obj, scheduler) as tables:
         run_id = tables.refresh(identifier, trigger)
         console.print(f"run {run_id}")
         if wait > 0:
@@ -268,7 +297,7 @@ def refresh(
 def drop(ctx: typer.Context, table: TableArg) -> None:
     """Delete the refresh workflow and its status (the table's data stays)."""
     identifier = TableIdentifier.parse(table)
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         tables.drop(identifier)
         console.print(f"{identifier}: workflow deleted")
 
@@ -277,7 +306,7 @@ def drop(ctx: typer.Context, table: TableArg) -> None:
 def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.text) -> None:
     """Definition, freshness, schedule, status, last refreshes and partitions."""
     identifier = TableIdentifier.parse(table)
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         info = tables.describe(identifier)
     status = info.status
     facts = dict([
@@ -328,7 +357,7 @@ def _streaming_facts(progress: Progress | None) -> dict[str, str]:
 def list_tables(ctx: typer.Context, output: OutputOption = Output.text) -> None:
     """Every materialized table in the definitions folder with its status and schedule."""
     rows = []
-    with _tables(ctx) as tables:
+    with open_tables(ctx.obj) as tables:
         for identifier, path in tables.list():
             info = tables.describe(identifier, runs=0)
             rows.append({"table": str(identifier), "dag": info.dag_id, "status": info.status.status_text(),

@@ -14,7 +14,6 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -37,14 +36,6 @@ if TYPE_CHECKING:
 PROMPT = "staged-sql> "
 HISTORY_FILE = "sql_history"
 GATEWAY_ENV = "STAGED_GATEWAY_URL"
-# `staged mt`'s scheduler options as environment variables (its configure callback reads the same).
-_MT_ENV = {
-    "endpoint": "STAGED_AIRFLOW_ENDPOINT",
-    "definitions_dir": "STAGED_MT_DEFINITIONS_DIR",
-    "username": "STAGED_AIRFLOW_USERNAME",
-    "password": "STAGED_AIRFLOW_PASSWORD",
-    "metastore_uri": "STAGED_METASTORE_URI",
-}
 _EXIT_WORDS = {"quit", "exit", "quit;", "exit;"}
 # Statements after which the completion's table names are read again.
 _DDL_WORDS = ("CREATE", "DROP", "ALTER", "REPLACE", "USE")
@@ -172,7 +163,7 @@ def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
         from airflow_provider_staged.cli import _settings
 
         return _settings(conn)
-    uri = os.environ.get(_MT_ENV["metastore_uri"])
+    uri = os.environ.get(mt_cli.ENV["metastore_uri"])
     if uri:
         return catalog_settings(uri, None)
     info = metastore_status()
@@ -228,16 +219,10 @@ def gateway_spark(url: str) -> Any:
 def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
     """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
     and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
-    holder = SimpleNamespace(obj=None)  # configure() and _tables() use only the context's obj
-    given = {name: os.environ.get(variable) for name, variable in _MT_ENV.items()}
+    given = {name: os.environ.get(variable) for name, variable in mt_cli.ENV.items()}
     folder = given.pop("definitions_dir")
-    mt_cli.configure(
-        holder,  # type: ignore[arg-type]
-        conf=[f"{key}={value}" for key, value in options.items()],
-        definitions_dir=Path(folder) if folder else None,
-        **given,
-    )
-    with mt_cli._tables(holder) as tables:  # type: ignore[arg-type]
+    setup = mt_cli.scheduler_setup(options, definitions_dir=Path(folder) if folder else None, **given)
+    with mt_cli.open_tables(setup) as tables:
         yield tables
 
 
@@ -363,7 +348,7 @@ def sql(
     interactive_mode = execute is None and file is None
     defaults = {RESULT_MODE: "table"} if interactive_mode else {}
     properties = SessionProperties(defaults)
-    for key, value in mt_cli._pairs(conf, "--conf").items():
+    for key, value in mt_cli.parse_pairs(conf, "--conf").items():
         properties.put(*properties.checked(key, value), layer=Source.CONFIG)
     mode = mode or (Mode.gateway if gateway else Mode.embedded)
     quiet_spark_errors()
