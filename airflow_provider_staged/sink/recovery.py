@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -53,13 +51,9 @@ def settle_earlier_runs(settings: StagedSettings, query_id: str, batch_id: int, 
     never discarded); one whose commit never reached the catalog is aborted, so that this run's
     data replaces it.
     """
-    journal = settings.journal
     published = False
-    prefix = glob.escape(batch_prefix(query_id, batch_id))
-    pattern = os.path.join(glob.escape(str(journal.root)), prefix + "*.json")
-    for path in sorted(glob.glob(pattern)):
-        record = journal.get(os.path.basename(path)[: -len(".json")])
-        if record is not None and record.attempt_id != write_id and _settle(settings, record):
+    for record in settings.journal.records(batch_prefix(query_id, batch_id)):
+        if record.attempt_id != write_id and _settle(settings, record):
             published = True
     return published
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import fcntl
+import glob
 import json
 import os
 import re
@@ -182,11 +183,12 @@ class AttemptJournal:
                 record.heartbeat_at = time.time()
                 self._write(record)
 
-    def records(self) -> list[AttemptRecord]:
+    def records(self, prefix: str = "") -> list[AttemptRecord]:
+        """The journaled attempts, or those whose id starts with ``prefix`` (read without the rest)."""
         if not self.root.is_dir():
             return []
         found = []
-        for path in sorted(self.root.glob("*.json")):
+        for path in sorted(self.root.glob(glob.escape(prefix) + "*.json")):
             if path.name.startswith(".tmp-"):
                 continue
             record = self.get(path.stem)

@@ -56,6 +56,14 @@ def test_for_task_matches_try(tmp_path):
     assert {r.attempt_id for r in journal.for_task(TaskRef("d", "t", "r", 0))} == {"a1", "a2"}
 
 
+
+def test_records_with_a_prefix_read_only_those_attempts(tmp_path):
+    journal = AttemptJournal(tmp_path)
+    for attempt_id in ("q1-b1-x", "q1-b1-y", "q1-b10-x", "q2-b1-x"):
+        journal.create(_record(attempt_id))
+    assert [r.attempt_id for r in journal.records("q1-b1-")] == ["q1-b1-x", "q1-b1-y"]
+    assert len(journal.records()) == 4
+
 def _hold_lock(root, ready, release):
     journal = AttemptJournal(root)
     with journal.locked("a1"):
