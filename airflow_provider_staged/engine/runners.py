@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_staged.engine import spark_job
-from airflow_provider_staged.engine.session import build_session, hive_conf, jdbc_jars_conf
+from airflow_provider_staged.engine.session import build_session, hive_conf, jdbc_jars_conf, spark_submit_env
 from airflow_provider_staged.settings import StagedSettings
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class SparkSubmitEngine(Engine):
                 conf=conf,
                 name="staged-write",
                 application_args=["--spec", str(spec_path)],
-                env_vars={**_spark_env(), **env} or None,
+                env_vars={**spark_submit_env(), **env} or None,
                 **self.submit_kwargs,
             )
             self._hook.submit(application=spark_job.__file__)
@@ -141,15 +141,6 @@ class SparkSubmitEngine(Engine):
     def cancel(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
-
-
-def _spark_env() -> dict[str, str]:
-    """spark-submit from the pyspark wheel needs to find its own bin directory and Java."""
-    bin_dir = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
-    env = {"PATH": f"{bin_dir}:{path}" if bin_dir not in path.split(":") else path}
-    env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
-    return env
 
 
 ENGINES = ("embedded", "spark_submit", "connect")

@@ -33,6 +33,15 @@ def jdbc_jars_conf() -> dict[str, str]:
     return {"spark.jars": jar} if Path(jar).is_file() else {}
 
 
+
+def spark_submit_env() -> dict[str, str]:
+    """spark-submit from the pyspark wheel needs to find its own bin directory and Java."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    env = {"PATH": f"{bin_dir}:{path}" if bin_dir not in path.split(":") else path}
+    env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
 def hive_conf(metastore_uri: str, warehouse: str) -> dict[str, str]:
     """The Spark conf that points a session or a submitted job at the metastore."""
     return {

@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from airflow_provider_staged.engine.session import hive_conf, jdbc_jars_conf
+from airflow_provider_staged.engine.session import hive_conf, jdbc_jars_conf, spark_submit_env
 from airflow_provider_staged.services.metastore import spark_home, staged_home
 from airflow_provider_staged.services.processes import (
     ServiceError,
@@ -142,15 +142,13 @@ def start_gateway(
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     token = _new_token(home)
-    bin_dir = str(Path(sys.executable).parent)
     env = {
         **os.environ,
+        **spark_submit_env(),
         TOKEN_ENV: token,
         "SPARK_HOME": str(spark_home()),
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_IP": "127.0.0.1",  # loopback only, whatever the environment says
         "PYSPARK_PYTHON": sys.executable,
-        # spark-submit's scripts find the venv's python and pyspark from PATH.
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "HADOOP_USER_NAME": os.environ.get("HADOOP_USER_NAME", "staged"),
     }
     command = gateway_command(port, metastore_uri, warehouse, master, spark_conf)
