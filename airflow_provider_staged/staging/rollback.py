@@ -17,7 +17,6 @@ has (dropped, expired) is refused, not re-added: naming the others with a spec r
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
@@ -34,9 +33,9 @@ from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import (
-    _check_same_schema,  # a partition rollback switches partitions as a refresh does
-    _commit_parameters,
-    _partition_stats,
+    check_same_schema,  # a partition rollback switches partitions as a refresh does
+    partition_stats,
+    relocated,
 )
 from airflow_provider_staged.staging.kinds.hive_table import (
     HIVE_KINDS,
@@ -254,18 +253,14 @@ class HiveRollback(HiveStagedTable):
                 f"partition(s) {missing} of {self.target} were dropped since the rollback began: "
                 "nothing changed"
             )
-        _check_same_schema(current, manifest, self.target)
-        stats = _partition_stats(manifest, columns)
+        check_same_schema(current, manifest, self.target)
+        stats = partition_stats(manifest, columns)
         switched, superseded = [], []
         for name, location in sorted(self.partitions.items()):
             self._refuse_if_swept(location)
-            partition = copy.deepcopy(found[name])
-            superseded.append(normalize_location(partition.sd.location))
-            partition.sd.location = location
+            superseded.append(normalize_location(found[name].sd.location))
             # The fast statistics of the restored data; its commit time is now (update-time TTL).
-            written = _commit_parameters(stats.get(tuple(partition.values)))
-            partition.parameters = {**(partition.parameters or {}), **written}
-            switched.append(partition)
+            switched.append(relocated(found[name], location, stats))
         txn.alter_partitions(current.dbName, current.tableName, switched)
         return superseded
 

@@ -122,7 +122,7 @@ class HivePartitionStagedTable(HiveStagedTable):
         created = txn.get_table(self.identifier.database, self.identifier.table)
         registered = {tuple(p.values) for p in self._inside_spec(txn, created)}
         targets = sorted(self._targets(manifest, []) - registered)
-        stats = _partition_stats(manifest, self.partition_columns)
+        stats = partition_stats(manifest, self.partition_columns)
         txn.add_partitions(
             [self._partition(created, v, self._location(record, v), stats.get(v)) for v in targets]
         )
@@ -132,7 +132,7 @@ class HivePartitionStagedTable(HiveStagedTable):
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
     ) -> list[str]:
-        _check_same_schema(current, manifest, self.target)
+        check_same_schema(current, manifest, self.target)
         existing = {tuple(p.values): p for p in self._inside_spec(txn, current)}
         targets = sorted(self._targets(manifest, list(existing)))
         placeholder = self._empty_location(record)
@@ -141,14 +141,10 @@ class HivePartitionStagedTable(HiveStagedTable):
         self._update_table(txn, current, targets)
         # Visible as empty partitions until the switch below: as they were while absent.
         txn.add_partitions(new)
-        stats = _partition_stats(manifest, self.partition_columns)
+        stats = partition_stats(manifest, self.partition_columns)
         switched, superseded = [], []
         for partition in [*(existing[v] for v in targets if v in existing), *new]:
-            changed = copy.deepcopy(partition)
-            changed.sd.location = self._location(record, tuple(partition.values))
-            written = stats.get(tuple(changed.values))
-            changed.parameters = {**(changed.parameters or {}), **_commit_parameters(written)}
-            switched.append(changed)
+            switched.append(relocated(partition, self._location(record, tuple(partition.values)), stats))
             old = normalize_location(partition.sd.location)
             if old != placeholder:
                 superseded.append(old)
@@ -249,7 +245,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             dbName=table.dbName,
             tableName=table.tableName,
             sd=storage,
-            parameters=_commit_parameters(stats),
+            parameters=commit_parameters(stats),
         )
 
     def _location(self, record: AttemptRecord, values: tuple[str, ...]) -> str:
@@ -265,7 +261,7 @@ class HivePartitionStagedTable(HiveStagedTable):
         return location
 
 
-def _partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:
+def partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:
     """(files, bytes) per written partition, from the manifest."""
     stats: dict[tuple[str, ...], tuple[int, int]] = {}
     for item in manifest.files:
@@ -276,14 +272,25 @@ def _partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[s
     return stats
 
 
-def _commit_parameters(stats: tuple[int, int] | None) -> dict[str, str]:
+def relocated(
+    partition: ttypes.Partition, location: str, stats: dict[tuple[str, ...], tuple[int, int]]
+) -> ttypes.Partition:
+    """A copy of ``partition`` pointing at ``location``, with the statistics of what it holds there."""
+    changed = copy.deepcopy(partition)
+    changed.sd.location = location
+    written = commit_parameters(stats.get(tuple(changed.values)))
+    changed.parameters = {**(changed.parameters or {}), **written}
+    return changed
+
+
+def commit_parameters(stats: tuple[int, int] | None) -> dict[str, str]:
     """The metastore's fast statistics, given (without them it lists every partition's files),
     and the commit time (the partition's update time of the TTL's update-time strategy)."""
     files, size = stats or (0, 0)
     return {"numFiles": str(files), "totalSize": str(size), UPDATED_AT_KEY: str(int(time.time()))}
 
 
-def _check_same_schema(table: ttypes.Table, manifest: Manifest, target: str) -> None:
+def check_same_schema(table: ttypes.Table, manifest: Manifest, target: str) -> None:
     current = (table.parameters or {}).get(SCHEMA_KEY)
     wanted = schema_parameters(manifest).get(SCHEMA_KEY)
     if current and wanted and json.loads(current) != json.loads(wanted):
