@@ -146,9 +146,14 @@ class SparkSubmitEngine(Engine):
 ENGINES = ("embedded", "spark_submit", "connect")
 
 
-def make_engine(name: str, settings: StagedSettings, **kwargs: Any) -> Engine:
+def check_engine(name: str) -> None:
+    """Refuse an engine name that ``make_engine`` would not know (e.g. when a DAG is parsed)."""
     if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}: expected one of {sorted(ENGINES)}")
+        raise ValueError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}")
+
+
+def make_engine(name: str, settings: StagedSettings, **kwargs: Any) -> Engine:
+    check_engine(name)
     if name == "connect":  # its module imports this one
         from airflow_provider_staged.engine.connect import ConnectEngine
 

@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import Asset, Context, conf
 
 from airflow_provider_staged.callbacks import task_ref
-from airflow_provider_staged.engine.runners import ENGINES, Engine, make_engine
+from airflow_provider_staged.engine.runners import Engine, check_engine, make_engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.identifiers import TableIdentifier
@@ -73,8 +73,7 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         **kwargs: Any,
     ) -> None:
         self.purpose = StagingPurpose.parse(purpose).value
-        if engine not in ENGINES:
-            raise ValueError(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        check_engine(engine)
         self.table_options = _checked_table_options(table_options, target, partition_by)
         if jdbc_options:
             if "{{" not in target and not is_jdbc(target):
