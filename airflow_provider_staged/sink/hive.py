@@ -43,7 +43,7 @@ from airflow_provider_staged.staging.kinds.hive_sink import (
     STAGING_DIR,
     HiveAppendStagedTable,
     HiveOverwriteStagedTable,
-    _SinkCommit,
+    HiveSinkCommit,
     staging_dir,
 )
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
@@ -124,7 +124,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
 
     def commit_table(
         self, write_id: str, query_id: str, batch_id: int, streaming: bool, mode: str
-    ) -> _SinkCommit:
+    ) -> HiveSinkCommit:
         """The journaled commit of one write (the staged kind of its mode)."""
         kind = HiveOverwriteStagedTable if mode == "overwrite" else HiveAppendStagedTable
         return kind(
@@ -283,7 +283,7 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
             first.staging, files,
         )
 
-    def _staged(self, write: HiveWriteCommittable) -> _SinkCommit:
+    def _staged(self, write: HiveWriteCommittable) -> HiveSinkCommit:
         self.sink._root = normalize_location(write.staging).rsplit(f"/{STAGING_DIR}/", 1)[0]
         return self.sink.commit_table(
             write.write_id, write.query_id, write.batch_id, write.streaming, write.mode

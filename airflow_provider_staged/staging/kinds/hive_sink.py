@@ -85,7 +85,7 @@ def _move(source: str, target: str) -> None:
     filesystem.move(source_path, target_path)
 
 
-class _SinkCommit(HiveStagedTable):
+class HiveSinkCommit(HiveStagedTable):
     """What both sink kinds journal and check: the query's batch, the staged ready directory."""
 
     def __init__(
@@ -112,7 +112,7 @@ class _SinkCommit(HiveStagedTable):
         self._root = root
 
     @classmethod
-    def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> _SinkCommit:
+    def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> HiveSinkCommit:
         ref = record.catalog
         return cls(
             TableIdentifier.parse(record.target), query_id=ref["query_id"], batch_id=int(ref["batch_id"]),
@@ -165,7 +165,7 @@ class _SinkCommit(HiveStagedTable):
         delete_dir(self.staging)
 
 
-class HiveAppendStagedTable(_SinkCommit):
+class HiveAppendStagedTable(HiveSinkCommit):
     """One sink write appended to a Hive table (see the module docstring)."""
 
     kind = "hive_append"
@@ -259,7 +259,7 @@ class HiveAppendStagedTable(_SinkCommit):
             self.publish(record)
 
 
-class HiveOverwriteStagedTable(_SinkCommit):
+class HiveOverwriteStagedTable(HiveSinkCommit):
     """One sink write replacing a Hive table (the staged replace of CTAS), recording its batch."""
 
     kind = "hive_overwrite"
@@ -288,7 +288,7 @@ class HiveOverwriteStagedTable(_SinkCommit):
         super().discard(record)
 
     def after_commit(self, record: AttemptRecord) -> None:
-        _SinkCommit.after_commit(self, record)
+        HiveSinkCommit.after_commit(self, record)
         HiveStagedTable.after_commit(self, record)  # retention of superseded versions
 
 
