@@ -361,12 +361,18 @@ def sql(
         spark = embedded_spark(settings, master, properties.spark_values())
         session = make_session(spark, properties, lambda: settings)
     printer = Printer(properties, output, interactive_mode)
-    if init is not None and run_init(session, init.read_text(encoding="utf-8"), str(init)):
-        raise typer.Exit(1)
-    if interactive_mode:
-        interactive(session, printer)
-        return
-    text = execute if execute is not None else file.read_text(encoding="utf-8")  # type: ignore[union-attr]
-    source = str(file) if file is not None else "-e"
-    if run_text(session, text, source, printer, continue_on_error):
-        raise typer.Exit(1)
+    try:
+        if init is not None and run_init(session, init.read_text(encoding="utf-8"), str(init)):
+            raise typer.Exit(1)
+        if interactive_mode:
+            interactive(session, printer)
+            return
+        text = execute if execute is not None else file.read_text(encoding="utf-8")  # type: ignore[union-attr]
+        source = str(file) if file is not None else "-e"
+        if run_text(session, text, source, printer, continue_on_error):
+            raise typer.Exit(1)
+    finally:
+        if mode is Mode.gateway:
+            # Release the server's session now: a Connect client still open at exit cleans up
+            # through the server, retrying for minutes when the gateway has gone meanwhile.
+            spark.stop()

@@ -145,6 +145,15 @@ def gateway_url(spark_gateway: GatewayInfo) -> str:
     return spark_gateway.url
 
 
+@pytest.fixture(scope="module")
+def gateway_session(gateway_url: str) -> Iterator[Any]:
+    """The Connect session of this module's gateway-mode clients, stopped before the gateway is:
+    an open client cleans up through the server at exit, retrying for minutes once it is gone."""
+    spark = gateway_spark(gateway_url)
+    yield spark
+    spark.stop()
+
+
 @pytest.fixture(scope="module", params=["embedded", "gateway"])
 def mode(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -162,8 +171,7 @@ def client_env(metastore: MetastoreInfo, staged_home: Path) -> Iterator[dict[str
 
 def new_session(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
                 config: dict[str, str]) -> SqlSession:
-    spark = request.getfixturevalue("spark") if mode == "embedded" \
-        else gateway_spark(request.getfixturevalue("gateway_url"))
+    spark = request.getfixturevalue("spark" if mode == "embedded" else "gateway_session")
     properties = SessionProperties()
     for key, value in config.items():
         properties.put(*properties.checked(key, value), layer=Source.CONFIG)
