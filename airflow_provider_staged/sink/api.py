@@ -34,10 +34,11 @@ Nothing here imports Spark or Airflow.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -160,6 +161,16 @@ class Sink(ABC, Generic[CommT, GlobalCommT]):
     def name(self) -> str:
         """What the sink writes to, for messages and the journal."""
         return type(self).__name__
+
+    @contextlib.contextmanager
+    def shipping(self) -> Iterator[Sink[CommT, GlobalCommT]]:
+        """This sink as Spark's workers get it (pickled) for one write, valid while the block runs.
+
+        A sink whose workers need a secret (a password) yields a copy that finds it somewhere
+        living only for the write, so that it is in no pickle, plan or journal (``PostgresSink``);
+        the default is the sink itself.
+        """
+        yield self
 
 
 # Fault injection for the crash tests: SIGKILL the process group (the whole Spark driver) at

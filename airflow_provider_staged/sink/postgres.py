@@ -3,9 +3,12 @@ transaction publishes a write and records its batch (``staging.kinds.jdbc_sink``
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow
 from psycopg import sql
@@ -25,6 +28,7 @@ from airflow_provider_staged.sink.recovery import (
     settle_earlier_runs,
     write_committed,
 )
+from airflow_provider_staged.sink.secret_files import read_secret, secret_file
 from airflow_provider_staged.staging.kinds.jdbc_sink import (
     JdbcAppendStagedTable,
     drop_staged,
@@ -65,8 +69,14 @@ class PostgresSink(Sink[PostgresStagedCommittable, PostgresWriteCommittable]):
     """Appends to (``mode="append"``) or replaces (``"overwrite"``) ``target``, a
     ``jdbc://<postgres conn id>/<schema>.<table>`` (created from the rows' schema when missing).
 
-    The connection is looked up once, where the sink is made; it travels with the sink to the
-    Spark tasks (password included: keep the sink out of logs).
+    The connection is looked up where the sink is made. The password never travels with the
+    sink: a pickled sink (Spark's write options and plan, a staged build's journal) carries the
+    conn id, the endpoint and at most the path of a secret file (``secret_files``) that the
+    runtime creates for one write (``shipping``) — how Spark's Python workers, which get neither
+    the driver's objects nor its environment, reach the database. An unpickled sink reads the
+    password from that file, or, when it is gone (recovery after the write, a cluster without
+    a shared filesystem), looks the Airflow connection up again (``AIRFLOW_CONN_*``, a secrets
+    backend), as the ``jdbc_append`` kind does.
     """
 
     def __init__(
@@ -79,11 +89,36 @@ class PostgresSink(Sink[PostgresStagedCommittable, PostgresWriteCommittable]):
         self.target = target if isinstance(target, JdbcTarget) else JdbcTarget.parse(target)
         self.settings = settings
         self.mode = check_mode(mode)
-        self.connection = connection or postgres_connection(self.target.conn_id)
+        self._connection: PostgresConnection | None = connection or postgres_connection(self.target.conn_id)
+        self.endpoint = self._connection.endpoint()
+        self.secret_file: str | None = None
 
     @property
     def name(self) -> str:
         return self.target.uri
+
+    @property
+    def connection(self) -> PostgresConnection:
+        """The connection with its password, resolved once per process (see the class docstring)."""
+        if self._connection is None:
+            password = read_secret(self.secret_file) if self.secret_file is not None else None
+            if password is None:
+                self._connection = postgres_connection(self.target.conn_id)
+            else:
+                self._connection = PostgresConnection.from_endpoint(self.endpoint, password)
+        return self._connection
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the connection, which holds the password."""
+        return {**self.__dict__, "_connection": None}
+
+    @contextlib.contextmanager
+    def shipping(self) -> Iterator[PostgresSink]:
+        """A copy that reads the password from a 0600 file living only while the block runs."""
+        with secret_file(self.settings.journal_dir, self.connection.password) as path:
+            shipped = copy.copy(self)
+            shipped.secret_file = path
+            yield shipped
 
     def create_writer(self, context: WriterContext) -> SinkWriter[PostgresStagedCommittable]:
         return _CopyWriter(self, context)

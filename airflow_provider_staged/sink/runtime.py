@@ -21,7 +21,9 @@ as well (the sink is pickled into the write's options).
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -44,7 +46,7 @@ from airflow_provider_staged.storage import normalize_location
 
 if TYPE_CHECKING:
     import pyarrow
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -237,6 +239,13 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(StagedSinkDataSource)
 
 
+def _sink_writer(df: DataFrame, shipped: Sink[Any, Any], mode: str) -> DataFrameWriter:
+    """``df``'s batch write through the data source; Spark passes overwrite=True to it for
+    mode("overwrite")."""
+    writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(shipped))
+    return writer.option(_MODE_OPTION, mode).mode(mode)
+
+
 def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> None:
     """Write ``df`` through ``sink`` exactly once: all of it is published, or nothing."""
     check_mode(mode)
@@ -245,9 +254,8 @@ def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> No
         _write_native(sink, df, WriterContext(write_id, write_id, 0, mode, df.schema.json()))
         return
     register(df.sparkSession)
-    writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(sink)).option(_MODE_OPTION, mode)
-    # Spark passes overwrite=True to the data source for mode("overwrite").
-    writer.mode(mode).save()
+    with sink.shipping() as shipped:
+        _sink_writer(df, shipped, mode).save()
 
 
 def stage_batch(df: DataFrame, sink: Sink[Any, Any], path: str, mode: str = "append") -> list[Any]:
@@ -260,8 +268,8 @@ def stage_batch(df: DataFrame, sink: Sink[Any, Any], path: str, mode: str = "app
         save_committables(path, committables)
         return committables
     register(df.sparkSession)
-    writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(sink)).option(_MODE_OPTION, mode)
-    writer.option(_STAGE_OPTION, path).mode(mode).save()
+    with sink.shipping() as shipped:
+        _sink_writer(df, shipped, mode).option(_STAGE_OPTION, path).save()
     return load_committables(path)
 
 
@@ -312,11 +320,20 @@ def write_stream(
     register(df.sparkSession)
     return (
         writer.format(FORMAT_NAME)
-        .option(_SINK_OPTION, encode_sink(sink))
+        .option(_SINK_OPTION, encode_sink(_shipped_while_running(sink)))
         .option(_QUERY_OPTION, query_id)
         .option(_MODE_OPTION, mode)
         .start()
     )
+
+
+def _shipped_while_running(sink: Sink[Any, Any]) -> Sink[Any, Any]:
+    """``sink.shipping()`` for a streaming query: it lasts as long as this driver process (a
+    query's commits run until it stops, which no hook reports reliably; a restart ships anew)."""
+    stack = contextlib.ExitStack()
+    shipped = stack.enter_context(sink.shipping())
+    atexit.register(stack.close)
+    return shipped
 
 
 @dataclass(frozen=True)

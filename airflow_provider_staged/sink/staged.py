@@ -5,7 +5,8 @@ are pickled into the attempt's directory and journaled as written; the commit ru
 committers; abort lets the sink's global committer delete what was staged. ``is_published`` asks
 the global committer (``filter_recovered_committables``), so a sink that keeps the idempotency
 contract is recognised as committed after a crash. The journal keeps the pickled sink (needed to
-rebuild the attempt): a sink carrying credentials puts them in the journal.
+rebuild the attempt): a sink must keep credentials out of its pickle (``PostgresSink`` does; see
+``Sink.shipping``).
 """
 
 from __future__ import annotations
