@@ -43,6 +43,7 @@ from airflow_provider_staged.staging.kinds.hive_table import (
     _doomed,  # the retention decision itself, so a rollback never races the sweep's
     _version_dir,
     list_versions,
+    version_records,
 )
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
@@ -369,7 +370,7 @@ def _refuse_if_due(
     """A version that retention may delete any moment is not rolled back to: a sweep that
     decided before this rollback was journaled would delete what the table then points at."""
     listed = [e for e in list_versions(location.rpartition("/")[0]) if e.location == location]
-    records = [r for r in settings.journal.records() if r.kind in HIVE_KINDS and r.target == identifier.name]
+    records = version_records(settings.journal.records(), identifier.name)
     live = set()
     with MetastoreClient(settings.metastore_uri) as client:
         table = client.get_table(identifier.database, identifier.table)

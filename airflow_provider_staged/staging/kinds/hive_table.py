@@ -49,6 +49,11 @@ log = logging.getLogger(__name__)
 # Kinds whose attempts are (or, for a rollback, point at) version directories under one
 # table root: the sweep reads them all.
 HIVE_KINDS = ("hive_table", "hive_partitions", "hive_rollback", "hive_overwrite")
+# A sink append stages apart (``_staging/``) and owns a version directory only when it creates
+# the table: ``<root>/_v=<attempt id>``. Retention must know it, or that version, once an
+# overwrite replaced it, would look like an orphan and be deleted at once, inside the grace.
+APPEND_KIND = "hive_append"
+VERSION_KINDS = (*HIVE_KINDS, APPEND_KIND)
 
 
 class HiveStagedTable(JournaledStagedTable):
@@ -225,7 +230,7 @@ def sweep_listed(
     """:func:`sweep_versions` of directories ``listed`` BEFORE ``journal_records`` were read
     (a sweep of many tables lists every root, then reads the journal once)."""
     now = time.time() if now is None else now
-    records = [r for r in journal_records if r.kind in HIVE_KINDS and r.target == staged.target]
+    records = version_records(journal_records, staged.target)
     if not _doomed(listed, records, set(), retention, now):
         return []
     with staged._client() as client:
@@ -246,9 +251,9 @@ def _doomed(
     listed: list[Entry], records: list[AttemptRecord], live: set[str], retention: RetentionPolicy, now: float
 ) -> list[str]:
     """The listed version directories to delete: orphans, and superseded versions past retention."""
-    in_flight = {normalize_location(r.location) for r in records if not r.state.ended}
+    in_flight = {version_location(r) for r in records if not r.state.ended}
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
-    committed = {normalize_location(r.location) for r in commits}
+    committed = {version_location(r) for r in commits}
     # When each version stopped being read: the newest commit that superseded (part of) it; a
     # version whose superseding commit was not recorded counts as superseded by the newest one.
     newest_commit = max((r.updated_at for r in commits), default=now)
@@ -265,6 +270,18 @@ def _doomed(
         else:
             orphans.append(entry.location)  # aborted, or never journaled: never readable
     return orphans + retention.expired(candidates, now)
+
+
+def version_records(records: list[AttemptRecord], target: str) -> list[AttemptRecord]:
+    """The attempts of ``target`` that write, create or point at its version directories."""
+    return [r for r in records if r.kind in VERSION_KINDS and r.target == target]
+
+
+def version_location(record: AttemptRecord) -> str:
+    """The version directory an attempt writes: its location, or the one a sink append creates."""
+    if record.kind == APPEND_KIND:
+        return f"{normalize_location(record.catalog['root'])}/{version_dir_name(record.attempt_id)}"
+    return normalize_location(record.location)
 
 
 def superseded_locations(record: AttemptRecord) -> list[str]:
