@@ -42,10 +42,11 @@ def read_airflow(session: Session, dag_ids: Collection[str]) -> AirflowFacts:
         select(func.max(DagRun.id)).where(DagRun.dag_id.in_(ids)).group_by(DagRun.dag_id).scalar_subquery()
     )
     for run in session.execute(
-        select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after).where(DagRun.id.in_(newest_run))
+        select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.end_date)
+        .where(DagRun.id.in_(newest_run))
     ):
         state = run.state.value if hasattr(run.state, "value") else run.state
-        facts.runs[run.dag_id] = RunFacts(run.run_id, state, run.run_after)
+        facts.runs[run.dag_id] = RunFacts(run.run_id, state, run.run_after, run.end_date)
     newest_event = (
         select(func.max(AssetEvent.id))
         .where(AssetEvent.source_dag_id.in_(ids))

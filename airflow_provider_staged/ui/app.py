@@ -31,14 +31,14 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
 from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
-from airflow_provider_staged.materialized.catalog_status import read_state, status_from
+from airflow_provider_staged.materialized.catalog_status import status_from
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.scheduler import RefreshTrigger, WorkflowException
 from airflow_provider_staged.services.metastore import metastore_status
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.ui.airflow_reads import read_airflow
 from airflow_provider_staged.ui.rows import page_row, refresh_from_table
-from airflow_provider_staged.ui.sources import CatalogReads, read_entries
+from airflow_provider_staged.ui.sources import CatalogReads, read_entries, read_state_file
 
 PAGE = Path(__file__).with_name("page.html")
 
@@ -98,15 +98,15 @@ def list_tables(user: GetUserDep, session: SessionDep) -> JSONResponse:
     sees_unparsed = auth.is_authorized_dag(method="GET", user=user)
     editable = auth.filter_authorized_dag_ids(dag_ids=readable, user=user, method="PUT")
     clock.lap("authorization")
-    catalog_error, tables, metastore_calls = None, {}, 0
+    states = {entry.identifier: read_state_file(entry.path) for entry in entries}
+    # Without a metastore it reads nothing: its counts stay 0.
+    catalog_error, tables, reads = None, {}, CatalogReads(config.metastore_uri or "")
     if config.metastore_uri is None:
         catalog_error = ("no metastore: start the local one (`staged up`) or set "
                          "STAGED_METASTORE_URI for the api-server")
     else:
         try:
-            reads = CatalogReads(config.metastore_uri)
-            tables = reads.tables(dag_ids)
-            metastore_calls = reads.calls
+            tables = reads.cached_tables(entries, states, airflow.dags, airflow.runs)
         except StagingError as err:
             catalog_error = str(err)
     clock.lap("catalog")
@@ -120,11 +120,11 @@ def list_tables(user: GetUserDep, session: SessionDep) -> JSONResponse:
             continue
         table = tables.get(entry.identifier)
         params = dict(table.parameters or {}) if table is not None else None
-        try:
-            status = status_from(params, read_state(entry.path), entry.path)
-        except WorkflowException as err:  # an unreadable state file: show the row, say why
-            broken.append({"definition": entry.path.name, "error": str(err)})
+        state = states[entry.identifier]
+        if state.error is not None:  # an unreadable state file: show the row, say why
+            broken.append({"definition": entry.path.name, "error": state.error})
             continue
+        status = status_from(params, state.state, entry.path)
         last_refresh = airflow.refreshes.get(dag_id) or refresh_from_table(params)
         rows.append(page_row(entry, status, table is not None, dag, airflow.runs.get(dag_id),
                              last_refresh, dag_id in editable, now))
@@ -138,7 +138,10 @@ def list_tables(user: GetUserDep, session: SessionDep) -> JSONResponse:
         "user": user.get_name(),
         "stats": {
             "tables": len(rows),
-            "metastore_calls": metastore_calls,
+            "metastore_calls": reads.calls,
+            # Tables read from the metastore by this request, and served from the page's cache.
+            "catalog_reread": reads.reread,
+            "catalog_cached": reads.cached,
             "airflow_queries": airflow.queries,
             "seconds": clock.total(),
             "stage_seconds": clock.stages,

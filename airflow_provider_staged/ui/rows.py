@@ -40,6 +40,7 @@ class RunFacts:
     run_id: str
     state: str | None
     run_after: datetime | None
+    end_date: datetime | None
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class TableEntry:
     identifier: TableIdentifier
     path: Path
     definition: MaterializedTableDefinition
+    file_key: tuple[int, int, int]  # (inode, mtime_ns, size) of the file when it was parsed
 
 
 def refresh_from_event(extra: Mapping[str, Any], timestamp: datetime) -> RefreshFacts:

@@ -27,7 +27,7 @@ WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')
 FRESHNESS = INTERVAL '1' HOUR
 AS SELECT ds, hh, count(*) AS n FROM src GROUP BY ds, hh;
 """, "db__t.sql")
-ENTRY = TableEntry(DEFINITION.identifier, Path("/defs/db__t.sql"), DEFINITION)
+ENTRY = TableEntry(DEFINITION.identifier, Path("/defs/db__t.sql"), DEFINITION, (1, 0, 0))
 ACTIVE = DagFacts("mt__db__t", False, "0 * * * *", NOW + timedelta(minutes=30))
 
 
