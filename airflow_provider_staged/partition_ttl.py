@@ -173,11 +173,12 @@ def check_interval(options: Mapping[str, str]) -> float | None:
 
 
 def with_ttl_options(parameters: Mapping[str, str] | None, options: Mapping[str, str]) -> dict[str, str]:
-    """Table ``parameters`` carrying exactly the TTL ``options`` (a removed option is removed)."""
+    """Table ``parameters`` carrying exactly the TTL options of ``options`` (a removed option is
+    removed) and its other keys (e.g. a CTAS's TBLPROPERTIES) set, the rest kept."""
     kept = {k: v for k, v in (parameters or {}).items() if k not in TTL_OPTIONS and k != NEXT_EXPIRY_KEY}
     if NEXT_EXPIRY_KEY in (parameters or {}) and ttl_options(parameters or {}) == ttl_options(options):
         kept[NEXT_EXPIRY_KEY] = parameters[NEXT_EXPIRY_KEY]  # still valid for the same TTL
-    return {**kept, **ttl_options(options)}
+    return {**kept, **options}
 
 
 def resolved_options(

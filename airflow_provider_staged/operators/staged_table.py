@@ -23,7 +23,7 @@ from airflow_provider_staged.partition_ttl import TTL_OPTIONS, parse_ttl
 from airflow_provider_staged.settings import StagedSettings, parse_bool
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.targets import asset_uri, is_jdbc, resolve_sink
 
@@ -123,12 +123,8 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
             raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
         task, purpose = task_ref(context), StagingPurpose.parse(self.purpose)
         if self.table_options:
-            # A TTL drops partitions in one metastore call: the catalog tracks every partition.
-            self._staged = HivePartitionStagedTable(
-                TableIdentifier.parse(self.target), self.partition_by, {}, settings.journal,
-                settings.metastore_uri, settings.retention, task, conn_id=self.staged_conn_id,
-                purpose=purpose, table_options=self.table_options,
-            )
+            self._staged = staged_hive_table(TableIdentifier.parse(self.target), purpose, settings, task,
+                                             self.partition_by, self.table_options, self.staged_conn_id)
         else:
             sink = resolve_sink(self.target, settings, task, self.jdbc_options, self.staged_conn_id)
             self._staged = sink.apply_staging(StagingContext(purpose))

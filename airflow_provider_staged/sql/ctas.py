@@ -1,13 +1,17 @@
 """Recognise CTAS / RTAS statements that the client runs atomically through the staged tables.
 
 ``CREATE TABLE [IF NOT EXISTS] t``, ``REPLACE TABLE t`` and ``CREATE OR REPLACE TABLE t``
-followed by ``[USING parquet] [PARTITIONED BY (cols)] [OPTIONS (...)] AS query`` become a
-:class:`CtasPlan`; the query keeps its original text (sqlglot only checks the structure, its
-regenerated SQL is never run). Other clauses are refused with the list of supported ones.
+followed by ``[USING parquet] [PARTITIONED BY (cols)] [COMMENT '...'] [OPTIONS (...)]
+[TBLPROPERTIES (...)] AS query`` (Spark's clauses, in any order) become a :class:`CtasPlan`;
+the query keeps its original text (sqlglot only checks the structure, its regenerated SQL is
+never run). Other clauses are refused with the list of supported ones. ``TBLPROPERTIES`` and
+``COMMENT`` become table parameters set by the commit's one metastore call (data, never SQL);
+keys Spark or the staged tables own are refused.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,10 +21,22 @@ from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
 from airflow_provider_staged.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.partition_ttl import TtlError, parse_ttl
 from airflow_provider_staged.staging.api import StagingPurpose
 
-SUPPORTED = "USING parquet, PARTITIONED BY (columns), OPTIONS ('key' = 'value')"
+SUPPORTED = ("USING parquet, PARTITIONED BY (columns), COMMENT 'text', OPTIONS ('key' = 'value'), "
+             "TBLPROPERTIES ('key' = 'value')")
 _FALLBACK = "or SET 'table.ctas.atomicity-enabled' = 'false' for Spark's plain (non-atomic) path"
+# The table parameter Spark reads a table's comment from (DESCRIBE's "Comment").
+COMMENT_KEY = "comment"
+# Keys Spark reserves for its own clauses (TableCatalog.TABLE_RESERVED_PROPERTIES), and the
+# prefixes of what Spark (schema, provider) and the staged tables (version, stats) write.
+RESERVED_KEYS = ("comment", "collation", "location", "owner", "provider", "external", "is_managed_location")
+RESERVED_PREFIXES = ("staged.", "spark.sql.")
+# Metastore limits of TABLE_PARAMS (PARAM_KEY varchar(256), PARAM_VALUE 4000 characters).
+_PROPERTY_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,255}")
+MAX_VALUE_LENGTH = 4000
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class CtasError(ValueError):
@@ -34,6 +50,8 @@ class CtasPlan:
     query: str
     partition_by: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
+    # Table parameters from TBLPROPERTIES, and COMMENT as ``comment``; empty: none given.
+    properties: dict[str, str] = field(default_factory=dict)
 
 
 def _words(tokens: Sequence[Token], count: int) -> list[str]:
@@ -78,6 +96,7 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
     target = _identifier(create.this, current_database)
     partition_by: tuple[str, ...] = ()
     options: dict[str, str] = {}
+    properties: dict[str, str] = {}
     for prop in (create.args.get("properties") or exp.Properties(expressions=[])).expressions:
         if isinstance(prop, exp.FileFormatProperty) and not prop.args.get("hive_format") \
                 and prop.name.lower() == "parquet":
@@ -90,8 +109,19 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
         if isinstance(prop, exp.OptionsProperty):
             options = {_literal(item.this): _literal(item.args["value"]) for item in prop.expressions}
             continue
+        if isinstance(prop, exp.SchemaCommentProperty):
+            properties[COMMENT_KEY] = _checked_value(COMMENT_KEY, _text(prop.this, "COMMENT"))
+            continue
+        if type(prop) is exp.Property:  # one TBLPROPERTIES item: sqlglot's generic property
+            key, value = _property(prop, target)
+            properties[key] = value
+            continue
         raise CtasError(f"unsupported clause {prop.sql(dialect='spark')!r} in an atomic CTAS of {target}: "
                         f"supported {SUPPORTED}; {_FALLBACK}")
+    try:  # partition TTL options (Paimon's names) are table properties too: checked as the operator does
+        parse_ttl(properties, partition_by)
+    except TtlError as err:
+        raise CtasError(f"table properties of {target}: {err}") from None
     if create.args.get("replace") and create.args.get("exists"):
         raise CtasError("CREATE OR REPLACE TABLE IF NOT EXISTS is not a valid statement")
     if replace_only:
@@ -102,7 +132,7 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
         purpose = StagingPurpose.CREATE_TABLE_AS_IF_NOT_EXISTS
     else:
         purpose = StagingPurpose.CREATE_TABLE_AS
-    return CtasPlan(target, purpose, query, partition_by, options)
+    return CtasPlan(target, purpose, query, partition_by, options, properties)
 
 
 def _identifier(table: exp.Table, current_database: str) -> TableIdentifier:
@@ -110,6 +140,49 @@ def _identifier(table: exp.Table, current_database: str) -> TableIdentifier:
         raise CtasError(f"catalog {table.catalog!r}: atomic CTAS writes to the session catalog "
                         f"(spark_catalog); {_FALLBACK}")
     return TableIdentifier(table.db or current_database, table.name)
+
+
+def _property(prop: exp.Property, target: TableIdentifier) -> tuple[str, str]:
+    """One ``'key' = value`` of TBLPROPERTIES, checked (Spark takes keys as strings or dotted names)."""
+    key_node = prop.this
+    key = key_node.this if isinstance(key_node, exp.Literal) and key_node.is_string \
+        else key_node.sql(dialect="spark")
+    return _checked_key(key, target), _checked_value(key, _text(prop.args["value"], key))
+
+
+def _checked_key(key: str, target: TableIdentifier) -> str:
+    """A TBLPROPERTIES key the staged commit may set, or :class:`CtasError` naming it."""
+    lowered = key.lower()
+    if lowered in RESERVED_KEYS:
+        raise CtasError(f"table property {key!r} of {target} is reserved: Spark sets it from its own clause "
+                        "(COMMENT, LOCATION, USING, ...)")
+    if lowered.startswith(RESERVED_PREFIXES):
+        raise CtasError(f"table property {key!r} of {target} is reserved: keys starting with "
+                        f"{' or '.join(repr(p) for p in RESERVED_PREFIXES)} are written by Spark and the "
+                        "staged commit")
+    if not _PROPERTY_KEY.fullmatch(key):
+        raise CtasError(f"invalid table property key {key!r}: use letters, digits and . _ - : "
+                        "(at most 256 characters)")
+    return key
+
+
+def _checked_value(key: str, value: str) -> str:
+    if len(value) > MAX_VALUE_LENGTH or _CONTROL.search(value):
+        raise CtasError(f"invalid value of table property {key!r}: {value[:80]!r}: at most "
+                        f"{MAX_VALUE_LENGTH} characters, no control characters")
+    return value
+
+
+def _text(node: exp.Expression, what: str) -> str:
+    """A string, number or boolean literal's text (Spark joins adjacent strings: 'a' 'b')."""
+    if isinstance(node, exp.Concat) and all(isinstance(part, exp.Literal) and part.is_string
+                                            for part in node.expressions):
+        return "".join(str(part.this) for part in node.expressions)
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    raise CtasError(f"{what}: expected a literal value, found {node.sql(dialect='spark')!r}")
 
 
 def _literal(node: exp.Expression) -> str:

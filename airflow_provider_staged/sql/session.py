@@ -179,11 +179,11 @@ class SqlSession:
 
     def _atomic_ctas(self, plan: CtasPlan) -> ResultSet:
         from airflow_provider_staged.execution import execute_staged
-        from airflow_provider_staged.staging.api import StagingContext
-        from airflow_provider_staged.targets import resolve_sink
+        from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
 
         settings = self.settings
-        staged = resolve_sink(plan.target.name, settings, None).apply_staging(StagingContext(plan.purpose))
+        staged = staged_hive_table(plan.target, plan.purpose, settings, None, plan.partition_by,
+                                   plan.properties or None)
         spec = {"partition_by": list(plan.partition_by), "options": plan.options}
         manifest = execute_staged(staged, SessionEngine(settings, self.spark), plan.query, spec,
                                   settings.attempt_ttl_seconds)

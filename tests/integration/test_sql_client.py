@@ -96,6 +96,18 @@ def corpus(db: str) -> list[Case]:
         # the metastore cannot change a table's partition keys: refused, the table as it was
         Case("CREATE OR REPLACE TABLE parts AS SELECT 1 AS b", error="partition keys can not be changed"),
         Case("SELECT answer FROM parts", rows([(42,)])),
+        # TBLPROPERTIES and COMMENT (Spark's clause order) set by the commit's metastore call
+        Case("CREATE TABLE props USING parquet PARTITIONED BY (ds) COMMENT 'built; atomically' "
+             "TBLPROPERTIES ('quality.tier' = 'gold', 'partition.expiration-time' = '30 d') AS "
+             "SELECT id, '2024-01-0' || CAST(id % 2 + 1 AS STRING) AS ds FROM range(4)",
+             atomic(f"{db}.props", 4)),
+        Case("SHOW TBLPROPERTIES props ('quality.tier')", rows([("quality.tier", "gold")])),
+        Case("SHOW PARTITIONS props", rows([("ds=2024-01-01",), ("ds=2024-01-02",)])),
+        Case("DESCRIBE TABLE EXTENDED props", lambda r: ("Comment", "built; atomically") in
+             {row[:2] for row in r.rows}),
+        Case("CREATE TABLE props_bad TBLPROPERTIES ('staged.version' = 'x') AS SELECT 1 AS a",
+             error="'staged.version' of"),
+        Case("SHOW TABLES LIKE 'props_bad'", rows([])),
         # failure atomicity: a failing CTAS leaves no table, a failing RTAS the old one
         Case("CREATE TABLE boom AS SELECT id, CASE WHEN id = 3 THEN raise_error('boom at 3') END AS x "
              "FROM range(5)", error="boom at 3"),

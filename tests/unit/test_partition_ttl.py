@@ -110,6 +110,8 @@ def test_table_parameters_carry_exactly_the_given_options():
         "partition.expiration-time": "2 d",
     }
     assert with_ttl_options(params, {}) == {"a": "1"}
+    # Other options (a CTAS's TBLPROPERTIES) are set; parameters not named stay.
+    assert with_ttl_options(params, {"a": "2", "tier": "gold"}) == {"a": "2", "tier": "gold"}
 
 
 def test_definition_with_ttl_and_a_bad_one():

@@ -40,6 +40,7 @@ from airflow_provider_staged.partition_ttl import (
     TtlError,
     earliest_expiry,
     parse_ttl,
+    ttl_options,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
@@ -259,6 +260,28 @@ class HivePartitionStagedTable(HiveStagedTable):
         location = f"{root}/{EMPTY_DIR_NAME}"
         Path(location.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
         return location
+
+
+def staged_hive_table(
+    identifier: TableIdentifier,
+    purpose: StagingPurpose,
+    settings: StagedSettings,
+    task: TaskRef | None,
+    partition_by: Sequence[str] = (),
+    table_options: Mapping[str, str] | None = None,
+    conn_id: str | None = None,
+) -> HiveStagedTable:
+    """The staged kind of a Hive CTAS / RTAS that sets ``table_options`` (None: keeps the table's).
+
+    With a partition TTL the catalog tracks every partition (an expired one is dropped in one
+    metastore call); otherwise the whole table switches versions.
+    """
+    journal, uri, retention = settings.journal, settings.metastore_uri, settings.retention
+    if table_options and ttl_options(table_options):
+        return HivePartitionStagedTable(identifier, partition_by, {}, journal, uri, retention, task,
+                                        conn_id=conn_id, purpose=purpose, table_options=table_options)
+    return HiveStagedTable(identifier, purpose, journal, uri, retention, task, conn_id=conn_id,
+                           table_options=table_options)
 
 
 def partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:
