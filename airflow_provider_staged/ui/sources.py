@@ -80,6 +80,8 @@ class StateFile:
 def read_state_file(definition_path: Path) -> StateFile:
     # The key first: a rewrite between the two reads then changes the next request's token.
     key = file_key(state_path(definition_path))
+    if key is None:  # most tables: their status is in the table, the file holds nothing
+        return StateFile({}, None)
     try:
         return StateFile(read_state(definition_path), key)
     except WorkflowException as err:
