@@ -139,7 +139,6 @@ def test_endpoint_lists_every_table_in_batched_reads(
     again = admin.get(f"{PAGE}/api/tables").raise_for_status().json()
     assert {row["table"]: row for row in again["tables"]}[PARTITIONED.name] == row
     assert again["stats"]["catalog_cached"] >= len(DEFINITIONS)
-    assert again["stats"]["catalog_reread"] < again["stats"]["catalog_cached"]
 
 
 def test_page_is_in_the_ui_navigation(airflow_server: AirflowInfo, admin: httpx.Client) -> None:
