@@ -9,6 +9,8 @@ definition file in the definitions folder, ``<db>__<table>.sql``:
   (:mod:`.catalog_status`), which every later refresh reads;
 - modify cron: rewrite the definition with ``'schedule.cron'`` in its WITH clause (the header is
   written in canonical form, the query is kept verbatim) and wait for the new schedule;
+- modify definition (CREATE OR ALTER): rewrite the definition file atomically and wait until
+  Airflow shows the DAG parsed from it (its docs carry the definition's text);
 - delete: remove the definition, then ``DELETE /api/v2/dags/{id}`` until it stays gone;
 - refresh: ``POST /api/v2/dags/{id}/dagRuns`` with the five FLIP-448 keys as ``conf``.
 """
@@ -59,6 +61,7 @@ from airflow_provider_staged.materialized.scheduler import (
     DeleteRefreshWorkflow,
     ModifyRefreshWorkflow,
     ModifyRefreshWorkflowCronExpr,
+    ModifyRefreshWorkflowDefinition,
     RefreshHandler,
     RefreshHandlerSerializer,
     RefreshTrigger,
@@ -264,8 +267,26 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             write_text_atomically(path, text)
             self._wait_for_dag(handler.dag_id, path, f"the schedule {cron!r} of {handler.dag_id}",
                                lambda dag: dag.timetable_summary == cron)
+        elif isinstance(workflow, ModifyRefreshWorkflowDefinition):
+            self._replace_definition(handler, workflow.definition_text)
         else:
             raise WorkflowException(f"unsupported modify operation {type(workflow).__name__}")
+
+    def _replace_definition(self, handler: AirflowRefreshHandler, text: str) -> None:
+        path = self._required_file(handler)
+        definition = self._validated(text, path, read_identifier(path))
+        self._dag(handler.dag_id)  # fail before rewriting anything if the DAG is unknown
+        write_text_atomically(path, text)
+        # A parse that began before the write still shows the old text: wait for the new one.
+        expected = definition.text.strip()
+        self._wait_for_dag(handler.dag_id, path, f"the new definition of {handler.dag_id}",
+                           lambda dag: expected in (self._dag_doc(handler) or ""))
+
+    def _dag_doc(self, handler: AirflowRefreshHandler) -> str | None:
+        try:
+            return DAGApi(self.client).get_dag_details(handler.dag_id).doc_md
+        except ApiException as err:
+            raise _api_failure(f"cannot read DAG {handler.dag_id}", err) from None
 
     def delete_refresh_workflow(self, workflow: DeleteRefreshWorkflow[AirflowRefreshHandler]) -> None:
         dag_id = workflow.refresh_handler.dag_id

@@ -8,7 +8,7 @@ changes the workflow in Airflow and then records the refresh status and handler 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,10 +37,16 @@ from airflow_provider_staged.materialized.failure_streak import FailureStreak
 from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
+from airflow_provider_staged.materialized.query_change import (
+    Column,
+    QueryChangeError,
+    check_definition_change,
+)
 from airflow_provider_staged.materialized.scheduler import (
     CreatePeriodicRefreshWorkflow,
     DeleteRefreshWorkflow,
     ModifyRefreshWorkflowCronExpr,
+    ModifyRefreshWorkflowDefinition,
     RefreshStatus,
     RefreshTrigger,
     ResumeRefreshWorkflow,
@@ -106,6 +112,32 @@ class MaterializedTables:
         )
         self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler),
                         failures=FailureStreak())
+        return handler
+
+    def alter(
+        self,
+        definition_text: str,
+        table_columns: Callable[[TableIdentifier], Sequence[Column] | None],
+        query_columns: Callable[[str], Sequence[Column]],
+    ) -> AirflowRefreshHandler:
+        """``CREATE OR ALTER`` of an existing table: its workflow refreshes the new definition.
+
+        The table keeps its data, refresh status and handler; the new query may only append
+        columns (:mod:`.query_change`). ``table_columns``: the table's columns in the catalog,
+        None when it was never refreshed; ``query_columns``: a query's output columns (Spark).
+        """
+        try:
+            new = parse_definition(definition_text)
+        except DefinitionError as err:
+            raise WorkflowException(str(err)) from None
+        handler, path = self._locate(new.identifier)
+        try:
+            old = load_definition(path)
+            check_definition_change(old, new, table_columns(new.identifier), query_columns(new.query))
+        except (DefinitionError, QueryChangeError) as err:
+            # Flink's message has two lines; clients print one: keep the column that differs.
+            raise WorkflowException(" ".join(str(err).splitlines())) from None
+        self.scheduler.modify_refresh_workflow(ModifyRefreshWorkflowDefinition(handler, definition_text))
         return handler
 
     def suspend(self, identifier: TableIdentifier, reason: str | None = None) -> None:

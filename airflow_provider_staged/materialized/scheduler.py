@@ -119,6 +119,15 @@ class ModifyRefreshWorkflowCronExpr(ModifyRefreshWorkflow[H]):
 
 
 @dataclass(frozen=True)
+class ModifyRefreshWorkflowDefinition(ModifyRefreshWorkflow[H]):
+    """Replace the definition the workflow refreshes (``CREATE OR ALTER MATERIALIZED TABLE`` of an
+    existing table, FLIP-492): later refreshes run its query, schedule and options. The caller has
+    checked that the table's data allows it (:mod:`.query_change`)."""
+
+    definition_text: str
+
+
+@dataclass(frozen=True)
 class DeleteRefreshWorkflow(RefreshWorkflow, Generic[H]):
     """Delete the workflow located by ``refresh_handler``."""
 

@@ -42,11 +42,12 @@ _DDL_WORDS = ("CREATE", "DROP", "ALTER", "REPLACE", "USE")
 
 HELP = """Run SQL on Spark + the Hive Metastore: interactively, or from -e / -f.
 
-CREATE TABLE t AS SELECT (also IF NOT EXISTS, REPLACE TABLE, CREATE OR REPLACE TABLE) builds the \
-table atomically through the staged tables. Materialized-table statements (CREATE MATERIALIZED \
-TABLE, ALTER MATERIALIZED TABLE t SUSPEND | RESUME | REFRESH [PARTITION (k = 'v')], DROP, \
-DESCRIBE, SHOW MATERIALIZED TABLES) drive their refresh DAGs in Airflow. Everything else is \
-Spark SQL.
+CREATE TABLE t AS SELECT (also IF NOT EXISTS, REPLACE TABLE, CREATE OR REPLACE TABLE; with \
+USING parquet, PARTITIONED BY, COMMENT, OPTIONS, TBLPROPERTIES) builds the table atomically \
+through the staged tables. Materialized-table statements (CREATE [OR ALTER] MATERIALIZED TABLE, \
+ALTER MATERIALIZED TABLE t SUSPEND | RESUME | REFRESH [PARTITION (k = 'v')], DROP, DESCRIBE, \
+SHOW MATERIALIZED TABLES) drive their refresh DAGs in Airflow; CREATE OR ALTER of an existing \
+table keeps its data and may only append columns. Everything else is Spark SQL.
 
 \b
 Examples:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.runners import Engine
 from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
 from airflow_provider_staged.sql.ctas import CtasPlan, is_ctas, plan_ctas
 from airflow_provider_staged.sql.output import ResultSet
@@ -37,6 +38,7 @@ from airflow_provider_staged.sql.properties import (
 from airflow_provider_staged.sql.splitting import SplitError, Statement, tokenize
 
 if TYPE_CHECKING:
+    from airflow_provider_staged.identifiers import TableIdentifier
     from airflow_provider_staged.materialized.manager import MaterializedTables
     from airflow_provider_staged.settings import StagedSettings
 
@@ -198,17 +200,30 @@ class SqlSession:
 
     def _materialized(self, statement: mts.MaterializedTableStatement) -> ResultSet:
         with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
+            if isinstance(statement, mts.CreateMaterializedTable):
+                return self._create(tables, statement)
             return _MATERIALIZED[type(statement)](tables, statement)
 
+    def _create(self, tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
+        identifier = statement.definition.identifier
+        if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:
+            handler = tables.alter(statement.definition.text, self._table_columns, self._query_columns)
+            return ResultSet.info(f"Materialized table {identifier} altered: {handler.as_summary_string()} "
+                                  "refreshes the new definition (the table keeps its data)")
+        handler = tables.create(statement.definition.text)
+        return ResultSet.info(f"Materialized table {identifier} created: "
+                              f"{handler.as_summary_string()} (ACTIVATED)")
 
-def _create(tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
-    identifier = statement.definition.identifier
-    if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:
-        raise ValueError(f"CREATE OR ALTER of the existing materialized table {identifier}: changing a "
-                         "definition is not supported yet; DROP MATERIALIZED TABLE it, then CREATE it")
-    handler = tables.create(statement.definition.text)
-    return ResultSet.info(f"Materialized table {identifier} created: "
-                          f"{handler.as_summary_string()} (ACTIVATED)")
+    def _table_columns(self, identifier: TableIdentifier) -> list[Column] | None:
+        """The columns the catalog has for ``identifier`` (None: no such table yet)."""
+        if not self.spark.catalog.tableExists(identifier.name):
+            return None
+        self.spark.catalog.refreshTable(identifier.quoted)  # a refresh in Airflow may have changed it
+        return schema_columns(self.spark.table(identifier.quoted).schema.json())
+
+    def _query_columns(self, query: str) -> list[Column]:
+        """The output columns of ``query``: Spark analyses it, nothing runs."""
+        return schema_columns(self.spark.sql(query).schema.json())
 
 
 def _suspend(tables: MaterializedTables, statement: mts.SuspendMaterializedTable) -> ResultSet:
@@ -276,7 +291,6 @@ def _like(pattern: str) -> re.Pattern[str]:
 
 
 _MATERIALIZED: dict[type, Callable[[Any, Any], ResultSet]] = {
-    mts.CreateMaterializedTable: _create,
     mts.SuspendMaterializedTable: _suspend,
     mts.ResumeMaterializedTable: _resume,
     mts.RefreshMaterializedTable: _refresh,

@@ -242,6 +242,11 @@ def materialized_cases(db: str) -> list[Case]:
               "WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')\n"
               "FRESHNESS = INTERVAL '1' DAY\nREFRESH_MODE = FULL\n"
               f"AS SELECT ds, count(*) AS orders FROM {db}.orders GROUP BY ds")
+
+    def alter(columns: str, where: str = "") -> str:
+        return create.replace("CREATE", "CREATE OR ALTER", 1).replace(
+            "count(*) AS orders", columns).replace("GROUP BY", f"{where}GROUP BY")
+
     return [
         Case(f"CREATE DATABASE IF NOT EXISTS {db}", info("succeeded")),
         Case(f"CREATE OR REPLACE TABLE {db}.orders AS SELECT CAST(id AS STRING) AS order_id, "
@@ -264,6 +269,20 @@ def materialized_cases(db: str) -> list[Case]:
         Case(f"ALTER MATERIALIZED TABLE {table} REFRESH PARTITION (nope = '1')", error="nope"),
         Case(f"ALTER MATERIALIZED TABLE {table} BOGUS", error="expected SUSPEND, RESUME"),
         Case(f"DESCRIBE MATERIALIZED TABLE {table}", described),
+        # CREATE OR ALTER of the existing table: the workflow refreshes the new definition
+        Case(alter("count(*) AS orders", "WHERE amount > 0 "), info("altered")),
+        Case(f"DESCRIBE MATERIALIZED TABLE {table}", lambda r: "amount > 0" in dict(r.rows)["query"]),
+        # once the table has data (as a refresh writes it), the new query may only append columns
+        Case(f"CREATE OR REPLACE TABLE {table} PARTITIONED BY (ds) AS SELECT count(*) AS orders, ds "
+             f"FROM {db}.orders GROUP BY ds", atomic(table, 1)),
+        Case(alter("sum(amount) AS orders"),
+             error="Column mismatch at position 1: Original column is [`orders` BIGINT], but new column is "
+                   "[`orders` DECIMAL(12,1)]"),
+        Case(alter("count(*) AS orders, sum(amount) AS revenue"), error="cannot append columns"),
+        Case(alter("count(*) AS orders").replace(
+            "PARTITIONED BY (ds)\nWITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')\n", ""),
+             error="cannot change PARTITIONED BY (ds) to ()"),
+        Case(f"DESCRIBE MATERIALIZED TABLE {table}", lambda r: "amount > 0" in dict(r.rows)["query"]),
         Case(f"DROP MATERIALIZED TABLE {table}", info("dropped")),
         Case(f"SHOW MATERIALIZED TABLES FROM {db}", rows([])),
         Case(f"DROP MATERIALIZED TABLE IF EXISTS {table}", info("nothing dropped")),

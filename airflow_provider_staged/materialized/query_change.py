@@ -1,0 +1,106 @@
+"""Which changes ``CREATE OR ALTER MATERIALIZED TABLE`` may make to an existing table (pure).
+
+Flink (FLIP-492, ``MaterializedTableUtils.validateAndExtractNewColumns``): altering the query
+keeps the table's data, so the new query may only append columns at the end of the table's
+schema; dropping, renaming, reordering or retyping a column is refused with Flink's messages.
+Here the table's data also fixes its partition columns and refresh mode, and a partition
+refresh cannot change the schema of the partitions it leaves alone: a partitioned table keeps
+its schema.
+
+Columns are ``(name, type)`` with the type as Spark's schema JSON writes it (``"long"``, or a
+dict for nested types); names compare case-insensitively, as Spark resolves them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+
+Column = tuple[str, Any]
+
+# Spark's JSON names of the types whose SQL name differs.
+_SQL_NAMES = {"long": "BIGINT", "integer": "INT", "short": "SMALLINT", "byte": "TINYINT"}
+
+
+class QueryChangeError(ValueError):
+    """A change of a materialized table's definition that its existing data does not allow."""
+
+
+def schema_columns(schema_json: str | Mapping[str, Any]) -> list[Column]:
+    """The columns of a Spark schema (``StructType.json()``, e.g. a table's stored schema)."""
+    schema = json.loads(schema_json) if isinstance(schema_json, str) else schema_json
+    return [(field["name"], field["type"]) for field in schema["fields"]]
+
+
+def stored_order(columns: Sequence[Column], partition_by: Sequence[str]) -> list[Column]:
+    """``columns`` in the order a table stores them: data columns, then partition columns."""
+    keys = {key.lower() for key in partition_by}
+    return [c for c in columns if c[0].lower() not in keys] + [c for c in columns if c[0].lower() in keys]
+
+
+def column_text(column: Column) -> str:
+    """Flink's rendering of a column: ``\\`name\\` TYPE``."""
+    name, kind = column
+    if isinstance(kind, Mapping):
+        type_name = str(kind.get("type", "struct")).upper()
+    else:
+        type_name = _SQL_NAMES.get(kind, str(kind).upper())
+    return f"`{name}` {type_name}"
+
+
+def appended_columns(old: Sequence[Column], new: Sequence[Column]) -> list[Column]:
+    """The columns ``new`` appends to ``old``; :class:`QueryChangeError` for any other change."""
+    if len(old) > len(new):
+        raise QueryChangeError(
+            "Failed to modify query because drop column is unsupported. When modifying a query, you can "
+            "only append new columns at the end of original schema. The original schema has "
+            f"{len(old)} columns, but the newly derived schema from the query has {len(new)} columns."
+        )
+    for position, (before, after) in enumerate(zip(old, new, strict=False), start=1):
+        if before[0].lower() != after[0].lower() or before[1] != after[1]:
+            raise QueryChangeError(
+                "When modifying the query of a materialized table, currently only support appending "
+                "columns at the end of original schema, dropping, renaming, and reordering columns are "
+                f"not supported.\nColumn mismatch at position {position}: Original column is "
+                f"[{column_text(before)}], but new column is [{column_text(after)}]."
+            )
+    return list(new[len(old):])
+
+
+def check_definition_change(
+    old: MaterializedTableDefinition, new: MaterializedTableDefinition, stored: Sequence[Column] | None,
+    query_columns: Sequence[Column],
+) -> list[Column]:
+    """Check ``new`` may replace ``old``; return the columns it appends to the table.
+
+    ``stored``: the table's columns in the catalog (None: never refreshed, so no data to keep);
+    ``query_columns``: the new query's output columns.
+    """
+    table = old.identifier
+    if tuple(k.lower() for k in new.partition_by) != tuple(k.lower() for k in old.partition_by):
+        raise QueryChangeError(
+            f"CREATE OR ALTER of {table} cannot change PARTITIONED BY ({', '.join(old.partition_by)}) to "
+            f"({', '.join(new.partition_by)}): the table's data is laid out by it; DROP MATERIALIZED "
+            "TABLE it, then CREATE it"
+        )
+    if new.refresh_mode is not old.refresh_mode:
+        raise QueryChangeError(
+            f"CREATE OR ALTER of {table} cannot change the refresh mode {old.refresh_mode.value} to "
+            f"{new.refresh_mode.value}; DROP MATERIALIZED TABLE it, then CREATE it"
+        )
+    if stored is None:
+        return []
+    count = len(stored) - len(new.partition_by)  # the data columns come first, partition columns last
+    wanted = stored_order(query_columns, new.partition_by)
+    appended_columns(stored[count:], wanted[len(wanted) - len(new.partition_by):])
+    added = appended_columns(stored[:count], wanted[:len(wanted) - len(new.partition_by)])
+    if added and new.partition_by:
+        names = ", ".join(column_text(column) for column in added)
+        raise QueryChangeError(
+            f"CREATE OR ALTER of the partitioned table {table} cannot append columns ({names}): a "
+            "partition refresh cannot change the schema of the partitions it leaves alone"
+        )
+    return added
