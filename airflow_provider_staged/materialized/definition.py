@@ -249,6 +249,10 @@ class _Parser:
         settings = _Options(self, options, option_tokens, partition_by)
         threshold = settings.threshold()
         refresh_mode = derive_refresh_mode(freshness, explicit_mode, threshold)
+        if refresh_mode is RefreshMode.CONTINUOUS and settings.get("engine") == "connect":
+            settings.fail("engine", "option 'engine' = 'connect' is not supported for a CONTINUOUS table: "
+                          "its streaming query runs in the refresh task's own (embedded) Spark; remove "
+                          "the option, or use REFRESH_MODE = FULL")
         schedule = settings.cron()
         if refresh_mode is RefreshMode.FULL:  # Flink's FULL limits hold with a cron override too
             try:
