@@ -324,10 +324,10 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
 
     def commit(self, global_committables: list[HiveWriteCommittable]) -> list[HiveWriteCommittable]:
         for write in global_committables:
-            commit_once(self._staged(write), lambda write=write: self._written(write))
+            commit_once(self._staged(write), lambda write=write: self.manifest_of(write))
         return []
 
-    def _written(self, write: HiveWriteCommittable) -> Manifest:
+    def manifest_of(self, write: HiveWriteCommittable) -> Manifest:
         """The write's manifest, once its attempt began (an overwrite's files become its version)."""
         staged = self._staged(write)
         if isinstance(staged, HiveOverwriteStagedTable):

@@ -205,15 +205,18 @@ class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, Postgr
 
     def commit(self, global_committables: list[PostgresWriteCommittable]) -> list[PostgresWriteCommittable]:
         for write in global_committables:
-            staged = self.sink.commit_table(write)
-            columns = postgres_columns(json.loads(write.schema_json))
-            commit_once(staged, lambda staged=staged, write=write, columns=columns: Manifest(
-                location=staged.location, format="jdbc",
-                columns=[(c.name, c.definition) for c in columns],
-                files=[DataFile(table, rows, 0) for table, rows in write.tables],
-                rows=sum(rows for _, rows in write.tables),
-            ))
+            commit_once(self.sink.commit_table(write), lambda write=write: self.manifest_of(write))
         return []
+
+    def manifest_of(self, write: PostgresWriteCommittable) -> Manifest:
+        """The write's manifest, once its attempt began: the staged tables to copy, their columns."""
+        columns = postgres_columns(json.loads(write.schema_json))
+        return Manifest(
+            location=self.sink.commit_table(write).location, format="jdbc",
+            columns=[(c.name, c.definition) for c in columns],
+            files=[DataFile(table, rows, 0) for table, rows in write.tables],
+            rows=sum(rows for _, rows in write.tables),
+        )
 
     def abort(self, global_committables: list[PostgresWriteCommittable]) -> None:
         for write in global_committables:

@@ -25,11 +25,12 @@ import atexit
 import base64
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pyspark import cloudpickle
@@ -58,6 +59,8 @@ _QUERY_OPTION = "query_id"
 _MODE_OPTION = "mode"
 # Where the commit step pickles the committables instead of committing (a staged build's write).
 _STAGE_OPTION = "stage_to"
+# The write id a staged build chose before the job (journaled beside its committables).
+_WRITE_OPTION = "write_id"
 _OUTPUT_MODES = ("append", "complete", "update")
 
 
@@ -216,7 +219,7 @@ class StagedSinkDataSource(DataSource):
 
     def _context(self, schema: StructType, overwrite: bool, streaming: bool) -> WriterContext:
         mode = "overwrite" if overwrite else self.options.get(_MODE_OPTION, "append")
-        run = new_write_id()
+        run = self.options.get(_WRITE_OPTION) or new_write_id()
         return WriterContext(
             write_id=run,
             query_id=self.options.get(_QUERY_OPTION) or run,
@@ -260,17 +263,51 @@ def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> No
 
 def stage_batch(df: DataFrame, sink: Sink[Any, Any], path: str, mode: str = "append") -> list[Any]:
     """Run ``sink``'s writers over ``df`` without committing: the committables, also pickled to
-    ``path`` (a local file), for a staged build to commit later."""
+    ``path`` (a local file), for a staged build to commit later.
+
+    The write's context is saved beside ``path`` before the writers run: a write cut short (a
+    killed driver) is then still aborted completely by ``abort_staged``.
+    """
     check_mode(mode)
+    write_id = new_write_id()
+    context = WriterContext(write_id, write_id, 0, mode, df.schema.json())
+    save_write_context(path, context)
     if _native(sink):
-        write_id = new_write_id()
-        committables = sink.write_native(df, WriterContext(write_id, write_id, 0, mode, df.schema.json()))
+        committables = sink.write_native(df, context)
         save_committables(path, committables)
         return committables
     register(df.sparkSession)
     with sink.shipping() as shipped:
-        _sink_writer(df, shipped, mode).option(_STAGE_OPTION, path).save()
+        _sink_writer(df, shipped, mode).option(_STAGE_OPTION, path).option(_WRITE_OPTION, write_id).save()
     return load_committables(path)
+
+
+def abort_staged(sink: Sink[Any, Any], path: str) -> None:
+    """Abort what ``stage_batch`` into ``path`` staged, also when the writers were cut short before
+    the committables were saved: then an empty writer of the saved context tells the global
+    committer which write to delete (a sink stages each write under its id)."""
+    if os.path.exists(path):
+        committables = load_committables(path)
+    elif os.path.exists(_context_path(path)):
+        with open(_context_path(path), encoding="utf-8") as handle:
+            committables = _write_task(sink, WriterContext(**json.load(handle)), iter(()))
+    else:
+        return  # the writers never started
+    if committables:
+        abort_write(sink, committables)
+
+
+def _context_path(path: str) -> str:
+    return os.path.join(os.path.dirname(path), "write-context.json")
+
+
+def save_write_context(path: str, context: WriterContext) -> None:
+    """Save the context of the write whose committables will be saved to ``path``."""
+    target = _context_path(path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(f"{target}.tmp", "w", encoding="utf-8") as handle:
+        json.dump(asdict(context), handle)
+    os.replace(f"{target}.tmp", target)
 
 
 def save_committables(path: str, committables: list[Any]) -> None:

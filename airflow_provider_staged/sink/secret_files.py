@@ -22,6 +22,8 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from airflow_provider_staged.services.processes import pid_alive
+
 SECRETS_DIR = "secrets"
 
 
@@ -30,21 +32,11 @@ def secrets_dir(journal_dir: str) -> Path:
     return Path(os.path.abspath(journal_dir)).parent / SECRETS_DIR
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def _sweep_dead(directory: Path, host: str) -> None:
     """Delete the secret files that drivers on this host left when they died."""
     for path in directory.glob(f"{host}-*-*"):
         pid = path.name[len(host) + 1:].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             path.unlink(missing_ok=True)
 
 

@@ -18,7 +18,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.sink.api import Sink, run_commit
-from airflow_provider_staged.sink.runtime import decode_sink, encode_sink, load_committables, stage_batch
+from airflow_provider_staged.sink.runtime import (
+    abort_staged,
+    decode_sink,
+    encode_sink,
+    load_committables,
+    stage_batch,
+)
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, run_attempt
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
@@ -103,10 +109,8 @@ class SinkStagedTable(JournaledStagedTable):
         return not global_committer.filter_recovered_committables([global_committer.combine(committables)])
 
     def discard(self, record: AttemptRecord) -> None:
-        committables = self._committables(record)
-        global_committer = self.sink.create_global_committer()
-        if committables and global_committer is not None:
-            global_committer.abort([global_committer.combine(committables)])
+        # Also a write whose driver died mid-write: its writers' staging goes too.
+        abort_staged(self.sink, os.path.join(record.location, COMMITTABLES_FILE))
         delete_dir(record.location)
 
     def after_commit(self, record: AttemptRecord) -> None:
