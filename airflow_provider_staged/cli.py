@@ -7,6 +7,7 @@ line) or ``STAGED_DEBUG=1`` raises the error instead, with its traceback.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -19,17 +20,9 @@ from typer.core import TyperGroup
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.cli_output import Output, OutputOption, console, print_json, print_rows
-from airflow_provider_staged.gateway_cli import app as gateway_app
 from airflow_provider_staged.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.lifecycle_cli import register as register_lifecycle
-from airflow_provider_staged.materialized.cli import app as materialized_app
 from airflow_provider_staged.materialized.scheduler import WorkflowException
-from airflow_provider_staged.services.local_stack import (
-    DEFINITIONS_ENV,
-    stack_down,
-    stack_status,
-    stack_up,
-)
 from airflow_provider_staged.services.metastore import (
     metastore_status,
     staged_home,
@@ -37,8 +30,6 @@ from airflow_provider_staged.services.metastore import (
     stop_metastore,
 )
 from airflow_provider_staged.services.processes import ServiceError
-from airflow_provider_staged.sql.client import HELP as SQL_HELP
-from airflow_provider_staged.sql.client import sql as sql_command
 from airflow_provider_staged.staging.errors import StagingError
 
 if TYPE_CHECKING:
@@ -52,10 +43,31 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     ValueError, StagingError, WorkflowException, ServiceError, FileNotFoundError,
 )
 DEBUG_FLAG = "--debug"
+# Sub-commands whose modules are imported only when the command runs (or `staged --help` lists
+# it): `staged sql` starts without Airflow's REST client, the others without sqlglot.
+LAZY_COMMANDS = {
+    "mt": ("airflow_provider_staged.materialized.cli", "app"),
+    "gateway": ("airflow_provider_staged.gateway_cli", "app"),
+    "sql": ("airflow_provider_staged.sql.client", "app"),
+}
 
 
 class _UserErrorGroup(TyperGroup):
-    """Reports an error of any command as one ``error:`` line: exit code 1, usage errors 2."""
+    """Reports an error of any command as one ``error:`` line: exit code 1, usage errors 2.
+
+    Also registers the :data:`LAZY_COMMANDS` when asked for them.
+    """
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(name for name in LAZY_COMMANDS if name not in self.commands)]
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, attribute = LAZY_COMMANDS[cmd_name]
+            command = typer.main.get_command(getattr(importlib.import_module(module), attribute))
+            command.name = cmd_name  # a sub-app's group has none; the help lists commands by it
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -104,10 +116,7 @@ app = typer.Typer(
 services = typer.Typer(help="The local Hive Metastore alone (`staged up` starts it with Airflow).",
                        no_args_is_help=True)
 app.add_typer(services, name="services")
-app.add_typer(materialized_app, name="mt", help="Materialized tables.")
-app.add_typer(gateway_app, name="gateway")
 register_lifecycle(app)  # versions, rollback, expire, maintain (lifecycle_cli.py)
-app.command("sql", help=SQL_HELP)(sql_command)  # the SQL client (sql/client.py)
 
 ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
 
@@ -128,12 +137,16 @@ def up(
     port: Annotated[int | None, typer.Option(help="the Airflow UI/API port [default: a free one]")] = None,
 ) -> None:
     """Start the local metastore and Airflow (UI, scheduler, DAG processor, triggerer) on 127.0.0.1."""
+    from airflow_provider_staged.services.local_stack import stack_up
+
     _print_status(stack_up(staged_home(), dags_folder, port), Output.text)
 
 
 @app.command()
 def down() -> None:
     """Stop the local Airflow and metastore (every process they started)."""
+    from airflow_provider_staged.services.local_stack import stack_down
+
     stopped = stack_down(staged_home())
     console.print(f"stopped: {', '.join(stopped)}" if stopped else f"nothing ran under {staged_home()}")
 
@@ -141,6 +154,8 @@ def down() -> None:
 @app.command()
 def status(output: OutputOption = Output.text) -> None:
     """What runs under $STAGED_HOME: processes, URLs, how to log in. Exit code 1 if not all runs."""
+    from airflow_provider_staged.services.local_stack import stack_status
+
     current = stack_status(staged_home())
     _print_status(current, output)
     if not current.running:
@@ -154,6 +169,7 @@ def run_dag(
 ) -> None:
     """Unpause a DAG of the local Airflow (`staged up`), trigger a run and wait for it to end."""
     from airflow_provider_staged.services.airflow_local import run_dag as trigger_and_wait
+    from airflow_provider_staged.services.local_stack import stack_status
 
     airflow = stack_status(staged_home()).airflow
     if airflow is None:
@@ -166,6 +182,8 @@ def run_dag(
 
 
 def _print_status(current: StackStatus, output: Output) -> None:
+    from airflow_provider_staged.services import local_stack
+
     if output is Output.json:
         print_json(current.as_dict())
         return
@@ -182,7 +200,8 @@ def _print_status(current: StackStatus, output: Output) -> None:
             f"REST API    {airflow.endpoint}/api/v2 (token: POST {airflow.endpoint}/auth/token)",
             f"login       user admin (or viewer, read-only); passwords in {airflow.passwords_file}",
             f"DAGs        {airflow.dags_folder}",
-            f"definitions {airflow.env.get(DEFINITIONS_ENV, '-')} (`staged mt create` writes here)",
+            f"definitions {airflow.env.get(local_stack.DEFINITIONS_ENV, '-')} (`staged mt create` writes "
+            "here)",
         ]
     listening = ", ".join(f"{address}:{port}" for _, address, port in current.listening())
     lines.append(f"listening   {listening or '-'}")

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from airflow_provider_staged.materialized import cli as mt_cli
 from airflow_provider_staged.services.metastore import metastore_status, staged_home
 from airflow_provider_staged.sql.output import RENDERERS, ResultSet
 from airflow_provider_staged.sql.properties import (
@@ -160,6 +159,8 @@ def run_init(session: SqlSession, text: str, source: str) -> int:
 def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
     """The staged catalog: ``--conn`` (an Airflow connection), ``STAGED_METASTORE_URI``, or the
     local metastore under $STAGED_HOME (started when ``start_local`` and none runs)."""
+    from airflow_provider_staged.materialized import cli as mt_cli
+
     if conn:
         from airflow_provider_staged.cli import _settings
 
@@ -220,6 +221,8 @@ def gateway_spark(url: str) -> Any:
 def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
     """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
     and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
+    from airflow_provider_staged.materialized import cli as mt_cli
+
     given = {name: os.environ.get(variable) for name, variable in mt_cli.ENV.items()}
     folder = given.pop("definitions_dir")
     setup = mt_cli.scheduler_setup(options, definitions_dir=Path(folder) if folder else None, **given)
@@ -349,8 +352,11 @@ def sql(
     interactive_mode = execute is None and file is None
     defaults = {RESULT_MODE: "table"} if interactive_mode else {}
     properties = SessionProperties(defaults)
-    for key, value in mt_cli.parse_pairs(conf, "--conf").items():
-        properties.put(*properties.checked(key, value), layer=Source.CONFIG)
+    if conf:  # the materialized-table CLI (Airflow's REST client) is imported only when needed
+        from airflow_provider_staged.materialized.cli import parse_pairs
+
+        for key, value in parse_pairs(conf, "--conf").items():
+            properties.put(*properties.checked(key, value), layer=Source.CONFIG)
     mode = mode or (Mode.gateway if gateway else Mode.embedded)
     quiet_spark_errors()
     if mode is Mode.gateway:
@@ -377,3 +383,8 @@ def sql(
             # Release the server's session now: a Connect client still open at exit cleans up
             # through the server, retrying for minutes when the gateway has gone meanwhile.
             spark.stop()
+
+
+# ``staged sql``, registered by ``staged`` (cli.py) when it is run or listed: a single command.
+app = typer.Typer(add_completion=False)
+app.command("sql", help=HELP)(sql)

@@ -1,0 +1,37 @@
+"""`staged` imports a sub-command's module only when it runs or is listed, and keeps every help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from airflow_provider_staged.cli import LAZY_COMMANDS, app
+
+PROBE = """
+import sys
+from typer.testing import CliRunner
+from airflow_provider_staged.cli import app
+result = CliRunner().invoke(app, ["sql", "--help"])
+assert result.exit_code == 0 and "TBLPROPERTIES" in result.output, result.output
+print(sorted(name for name in ("httpx", "airflow_client", "airflow_provider_staged.materialized.cli",
+                               "airflow_provider_staged.gateway_cli", "pyspark") if name in sys.modules))
+"""
+
+
+def test_sql_starts_without_the_other_commands_modules() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_every_lazy_command_is_listed_and_has_its_help() -> None:
+    runner = CliRunner()
+    listing = runner.invoke(app, ["--help"])
+    assert listing.exit_code == 0
+    for name in LAZY_COMMANDS:
+        assert f" {name} " in listing.output, listing.output
+        assert runner.invoke(app, [name, "--help"]).exit_code == 0
+    assert "refresh" in runner.invoke(app, ["mt", "--help"]).output
+    assert "start" in runner.invoke(app, ["gateway", "--help"]).output
