@@ -3,9 +3,9 @@
 Flink (FLIP-492, ``MaterializedTableUtils.validateAndExtractNewColumns``): altering the query
 keeps the table's data, so the new query may only append columns at the end of the table's
 schema; dropping, renaming, reordering or retyping a column is refused with Flink's messages.
-Here the table's data also fixes its partition columns and refresh mode, and a partition
-refresh cannot change the schema of the partitions it leaves alone: a partitioned table keeps
-its schema.
+Here the table's data also fixes its partition columns and refresh mode, a partition refresh
+cannot change the schema of the partitions it leaves alone (a partitioned table keeps its
+schema), and a CONTINUOUS table's stream resumes from its checkpoint (it keeps its query).
 
 Columns are ``(name, type)`` with the type as Spark's schema JSON writes it (``"long"``, or a
 dict for nested types); names compare case-insensitively, as Spark resolves them.
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.freshness import RefreshMode
 
 Column = tuple[str, Any]
 
@@ -90,6 +91,11 @@ def check_definition_change(
         raise QueryChangeError(
             f"CREATE OR ALTER of {table} cannot change the refresh mode {old.refresh_mode.value} to "
             f"{new.refresh_mode.value}; DROP MATERIALIZED TABLE it, then CREATE it"
+        )
+    if new.refresh_mode is RefreshMode.CONTINUOUS and new.query.strip() != old.query.strip():
+        raise QueryChangeError(
+            f"CREATE OR ALTER of the CONTINUOUS table {table} cannot change its query: the streaming "
+            "query resumes from the old query's checkpoint; DROP MATERIALIZED TABLE it, then CREATE it"
         )
     if stored is None:
         return []

@@ -98,3 +98,13 @@ def test_partitioned_table_keeps_its_layout_and_schema() -> None:
         check_definition_change(old, definition(), stored, [("n", "integer"), ("ds", "string")])
     with pytest.raises(QueryChangeError, match="cannot change the refresh mode FULL to CONTINUOUS"):
         check_definition_change(old, definition(partitioned=True, mode="CONTINUOUS"), stored, stored)
+
+
+def test_continuous_table_keeps_its_query() -> None:
+    old = definition(mode="CONTINUOUS")
+    stored = [("ds", "string"), ("n", "integer")]
+    # a new freshness is fine, a new query is not: the stream resumes from the old one's checkpoint
+    assert check_definition_change(old, definition(mode="CONTINUOUS"), stored, stored) == []
+    with pytest.raises(QueryChangeError, match=r"CONTINUOUS table db\.t cannot change its query"):
+        check_definition_change(old, definition(mode="CONTINUOUS", query="SELECT ds, 2 AS n FROM s"), stored,
+                                stored)
