@@ -79,6 +79,7 @@ class ThriftCalls:
 
     NAMES = (
         "open",
+        "getStatus",  # the liveness check of a reused connection (metastore.client)
         "lock",
         "check_lock",
         "unlock",

@@ -1,9 +1,17 @@
-"""A small, typed wrapper around ``hmsclient``'s Thrift client for the calls we need."""
+"""A small, typed wrapper around ``hmsclient``'s Thrift client for the calls we need.
+
+Connections are reused within a process (``idle_connections``): a ``with MetastoreClient(uri)``
+block borrows an open connection that still answers, or opens one, and gives it back unless the
+block raised (then its state is unknown: a reply may be half read). The metastore builds each
+connection's server-side state (object store, transaction handler) on its first calls, so a
+warm connection makes a commit's ``lock`` and ``get_table`` several times cheaper.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from hmsclient import hmsclient
@@ -11,6 +19,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
 
+from airflow_provider_staged.idle_connections import IdleConnections
 from airflow_provider_staged.metastore.locks import table_lock
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
 from airflow_provider_staged.storage import normalize_location
@@ -29,65 +38,104 @@ def parse_metastore_uri(uri: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port
 
 
+class ThriftConnections(IdleConnections[hmsclient.HMSClient]):
+    """Open metastore connections of this process, keyed by (URI, timeout)."""
+
+    def alive(self, conn: hmsclient.HMSClient) -> bool:
+        try:
+            conn.getStatus()  # fb303: answered by the server thread itself, no database work
+            return True
+        except Exception:
+            return False
+
+    def reusable(self, conn: hmsclient.HMSClient, failed: bool) -> bool:
+        return not failed
+
+    def close(self, conn: hmsclient.HMSClient) -> None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+METASTORE_CONNECTIONS = ThriftConnections()
+METASTORE_CONNECTIONS.register()
+
+
+def _connect(uri: str, timeout_ms: int) -> hmsclient.HMSClient:
+    host, port = parse_metastore_uri(uri)
+    socket = TSocket.TSocket(host, port)
+    socket.setTimeout(timeout_ms)
+    # Accelerated: Thrift's C codec (de)serializes tables and partitions ~10x faster.
+    protocol = TBinaryProtocol.TBinaryProtocolAccelerated(TTransport.TBufferedTransport(socket))
+    client = hmsclient.HMSClient(iprot=protocol, oprot=protocol)
+    try:
+        client.open()
+    except Exception as err:
+        raise StagingError(f"cannot reach the Hive Metastore at {uri}: {err}") from err
+    return client
+
+
 class MetastoreClient:
-    """One Thrift connection to a metastore; use as a context manager or ``connect()``."""
+    """A metastore connection for one ``with`` block (borrowed from this process's idle ones)."""
 
     def __init__(self, uri: str, timeout_ms: int = 30_000) -> None:
+        parse_metastore_uri(uri)  # a bad URI fails here, before any block runs
         self.uri = uri
-        host, port = parse_metastore_uri(uri)
-        socket = TSocket.TSocket(host, port)
-        socket.setTimeout(timeout_ms)
-        protocol = TBinaryProtocol.TBinaryProtocol(TTransport.TBufferedTransport(socket))
-        self._client = hmsclient.HMSClient(iprot=protocol, oprot=protocol)
+        self.timeout_ms = timeout_ms
+        self._borrowed: contextlib.AbstractContextManager[hmsclient.HMSClient] | None = None
+        self._client: hmsclient.HMSClient | None = None
 
     def __enter__(self) -> MetastoreClient:
-        try:
-            self._client.open()
-        except Exception as err:
-            raise StagingError(f"cannot reach the Hive Metastore at {self.uri}: {err}") from err
+        borrowed = METASTORE_CONNECTIONS.connection(
+            (self.uri, self.timeout_ms), lambda: _connect(self.uri, self.timeout_ms)
+        )
+        self._client = borrowed.__enter__()
+        self._borrowed = borrowed
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            self._client.close()
+    def __exit__(self, *exc: Any) -> None:
+        borrowed, self._borrowed, self._client = self._borrowed, None, None
+        if borrowed is not None:
+            borrowed.__exit__(*exc)
 
     @property
     def thrift(self) -> hmsclient.HMSClient:
+        if self._client is None:
+            raise RuntimeError("MetastoreClient used outside its with block")
         return self._client
 
     def database_location(self, database: str) -> str:
         try:
-            return self._client.get_database(database).locationUri
+            return self.thrift.get_database(database).locationUri
         except NoSuchObjectException:
             raise TableNotFoundError(f"database {database!r} does not exist") from None
 
     def ensure_database(self, name: str, warehouse: str) -> bool:
         """Create database ``name`` at ``<warehouse>/<name>.db`` unless it exists."""
         try:
-            self._client.get_database(name)
+            self.thrift.get_database(name)
             return False
         except NoSuchObjectException:
             location = f"{normalize_location(warehouse)}/{name}.db"
             try:
-                self._client.create_database(ttypes.Database(name=name, locationUri=location, parameters={}))
+                self.thrift.create_database(ttypes.Database(name=name, locationUri=location, parameters={}))
             except AlreadyExistsException:
                 return False
             return True
 
     def get_table(self, database: str, table: str) -> ttypes.Table | None:
         try:
-            return self._client.get_table(database, table)
+            return self.thrift.get_table(database, table)
         except NoSuchObjectException:
             return None
 
     def create_table(self, table: ttypes.Table) -> None:
-        self._client.create_table_with_environment_context(table, _NO_STATS)
+        self.thrift.create_table_with_environment_context(table, _NO_STATS)
 
     def alter_table(self, table: ttypes.Table) -> None:
-        self._client.alter_table_with_environment_context(table.dbName, table.tableName, table, _NO_STATS)
+        self.thrift.alter_table_with_environment_context(table.dbName, table.tableName, table, _NO_STATS)
 
     def partitions(self, database: str, table: str) -> list[ttypes.Partition]:
-        return self._client.get_partitions(database, table, -1)
+        return self.thrift.get_partitions(database, table, -1)
 
     def partitions_matching(
         self, database: str, table: str, columns: list[str], spec: dict[str, str]
@@ -99,21 +147,21 @@ class MetastoreClient:
         values = [spec.get(column, "") for column in columns]
         while values and values[-1] == "":
             values.pop()
-        return self._client.get_partitions_ps(database, table, values, -1)
+        return self.thrift.get_partitions_ps(database, table, values, -1)
 
     def add_partitions(self, partitions: list[ttypes.Partition]) -> None:
         if partitions:
-            self._client.add_partitions(partitions)
+            self.thrift.add_partitions(partitions)
 
     def alter_partitions(self, database: str, table: str, parts: list[ttypes.Partition]) -> None:
         """Change all ``parts`` in one metastore transaction (all or none)."""
         if parts:
-            self._client.alter_partitions_with_environment_context(database, table, parts, _NO_STATS)
+            self.thrift.alter_partitions_with_environment_context(database, table, parts, _NO_STATS)
 
     def drop_partition(self, database: str, table: str, values: list[str]) -> None:
         """Unregister a partition; its files stay (they are deleted by whoever owns them)."""
         with contextlib.suppress(NoSuchObjectException):
-            self._client.drop_partition(database, table, values, False)
+            self.thrift.drop_partition(database, table, values, False)
 
     @contextlib.contextmanager
     def locked(self, database: str, table: str) -> Iterator[MetastoreClient]:

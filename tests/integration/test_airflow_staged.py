@@ -45,7 +45,8 @@ SQL_SLOW = (
 SQL_SLOWER = SQL_SLOW.replace("range(2000)", "range(8000)")
 TIMEOUT = 120
 # The metastore connections our client makes before the commit: begin reads the target once
-# (the staging location comes from the same read).
+# (the staging location comes from the same read). The commit would reuse that connection; the
+# proxy cuts it while the Spark job runs (idle), so the commit finds the metastore gone.
 CONNECTIONS_BEFORE_COMMIT = 1
 
 
