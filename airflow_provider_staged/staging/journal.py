@@ -21,10 +21,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from airflow_provider_staged.staging.errors import CommitConflictError
 
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# Beside the records (``records`` reads only ``*.json`` of the root): per-target hints of retention.
+_MARKS_DIR = ".retention"
 
 
 class AttemptState(str, enum.Enum):
@@ -182,6 +185,27 @@ class AttemptJournal:
             if record is not None and not record.state.ended:
                 record.heartbeat_at = time.time()
                 self._write(record)
+
+    def _mark_path(self, target: str) -> Path:
+        return self.root / _MARKS_DIR / quote(target, safe="")
+
+    def retention_mark(self, target: str) -> float | None:
+        """When the oldest version of ``target`` that the last retention sweep kept was superseded
+        (None: no sweep recorded one). A hint: before ``RetentionPolicy.earliest_expiry`` of it,
+        a sweep of ``target`` has nothing to delete but orphans, and may be skipped."""
+        try:
+            return float(self._mark_path(target).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def set_retention_mark(self, target: str, superseded_at: float) -> None:
+        """Record ``retention_mark``; not fsynced: a mark lost in a crash only means a full sweep."""
+        path = self._mark_path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(repr(superseded_at))
+        os.replace(tmp, path)
 
     def records(self, prefix: str = "") -> list[AttemptRecord]:
         """The journaled attempts, or those whose id starts with ``prefix`` (read without the rest)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import secrets
 import time
@@ -61,6 +62,14 @@ class RetentionPolicy:
             raise ValueError(f"invalid max_age_seconds {self.max_age_seconds!r}: must be >= 0")
         if self.grace_seconds < 0:
             raise ValueError(f"invalid grace_seconds {self.grace_seconds!r}: must be >= 0")
+
+    def earliest_expiry(self, superseded_at: float) -> float:
+        """The earliest time a version superseded at ``superseded_at`` can be deleted (inf: never),
+        whatever its rank: by count only past the grace period, by age only past the maximum age."""
+        delays = [] if self.max_age_seconds is None else [self.max_age_seconds]
+        if self.keep_versions is not None:
+            delays.append(self.grace_seconds)
+        return superseded_at + min(delays, default=math.inf)
 
     def expired(self, superseded: dict[str, float], now: float) -> list[str]:
         """Which of ``superseded`` (version name -> time it was superseded) to delete."""

@@ -194,9 +194,16 @@ class HiveStagedTable(JournaledStagedTable):
 
     def after_commit(self, record: AttemptRecord) -> None:
         # A create-only purpose supersedes nothing: skip the sweep's metastore read and listing.
-        # Leftovers of earlier failed attempts go with the next replace or the TTL sweep.
-        if self.purpose.replaces:
-            sweep_versions(self, self.retention, normalize_location(record.location).rpartition("/")[0])
+        # Leftovers of earlier failed attempts go with a later sweep or the TTL sweep.
+        if not self.purpose.replaces:
+            return
+        now = time.time()
+        oldest = self.journal.retention_mark(self.target)
+        # Nothing kept by the last sweep, nor superseded since (later: by this commit), can be
+        # due yet: skip the listing and the journal read (O(journal)) on the commit's path.
+        if oldest is not None and now <= self.retention.earliest_expiry(min(oldest, record.updated_at)):
+            return
+        sweep_versions(self, self.retention, normalize_location(record.location).rpartition("/")[0], now)
 
 
 def sweep_versions(
@@ -209,10 +216,17 @@ def sweep_versions(
     of a running attempt is in the journal; a commit that lands meanwhile is seen as live.
     The catalog is read only when something could be due: without the live locations the
     doomed set can only be larger, so an empty one needs no metastore call (the usual case
-    right after a commit, inside the grace period).
+    right after a commit, inside the grace period). Records the oldest version it kept as the
+    table's ``retention_mark`` in the journal, which lets ``after_commit`` skip sweeps.
     """
+    now = time.time() if now is None else now
     listed = list_versions(root)
-    return sweep_listed(staged, retention, listed, staged.journal.records(), now)
+    records = staged.journal.records()
+    deleted = sweep_listed(staged, retention, listed, records, now)
+    candidates, _ = _candidates(listed, version_records(records, staged.target), set(), now)
+    kept = [at for location, at in candidates.items() if location not in deleted]
+    staged.journal.set_retention_mark(staged.target, min(kept, default=now))
+    return deleted
 
 
 def list_versions(root: str) -> list[Entry]:
@@ -251,6 +265,15 @@ def _doomed(
     listed: list[Entry], records: list[AttemptRecord], live: set[str], retention: RetentionPolicy, now: float
 ) -> list[str]:
     """The listed version directories to delete: orphans, and superseded versions past retention."""
+    candidates, orphans = _candidates(listed, records, live, now)
+    return orphans + retention.expired(candidates, now)
+
+
+def _candidates(
+    listed: list[Entry], records: list[AttemptRecord], live: set[str], now: float
+) -> tuple[dict[str, float], list[str]]:
+    """The listed versions that retention decides on (location -> when it was superseded), and
+    the orphans (neither live, in flight nor committed)."""
     in_flight = {version_location(r) for r in records if not r.state.ended}
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
     committed = {version_location(r) for r in commits}
@@ -269,7 +292,7 @@ def _doomed(
             candidates[entry.location] = superseded_at.get(entry.location, newest_commit)
         else:
             orphans.append(entry.location)  # aborted, or never journaled: never readable
-    return orphans + retention.expired(candidates, now)
+    return candidates, orphans
 
 
 def version_records(records: list[AttemptRecord], target: str) -> list[AttemptRecord]:
