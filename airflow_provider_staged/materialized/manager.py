@@ -138,6 +138,8 @@ class MaterializedTables:
             # Flink's message has two lines; clients print one: keep the column that differs.
             raise WorkflowException(" ".join(str(err).splitlines())) from None
         self.scheduler.modify_refresh_workflow(ModifyRefreshWorkflowDefinition(handler, definition_text))
+        # Rewriting the status stores the new definition with the table (as Flink's catalog does).
+        self.store.update(new.identifier, path, lambda current: current)
         return handler
 
     def suspend(self, identifier: TableIdentifier, reason: str | None = None) -> None:

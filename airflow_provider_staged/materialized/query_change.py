@@ -3,9 +3,10 @@
 Flink (FLIP-492, ``MaterializedTableUtils.validateAndExtractNewColumns``): altering the query
 keeps the table's data, so the new query may only append columns at the end of the table's
 schema; dropping, renaming, reordering or retyping a column is refused with Flink's messages.
-Here the table's data also fixes its partition columns and refresh mode, a partition refresh
-cannot change the schema of the partitions it leaves alone (a partitioned table keeps its
-schema), and a CONTINUOUS table's stream resumes from its checkpoint (it keeps its query).
+Here the table's data also fixes its partition columns and refresh mode, and a CONTINUOUS
+table's stream resumes from its checkpoint (it keeps its query). A partitioned table's next
+partition refresh takes the appended columns into the table's schema; the partitions it leaves
+alone read them as null (``hive_partitions.switched_schema``).
 
 Columns are ``(name, type)`` with the type as Spark's schema JSON writes it (``"long"``, or a
 dict for nested types); names compare case-insensitively, as Spark resolves them.
@@ -102,11 +103,4 @@ def check_definition_change(
     count = len(stored) - len(new.partition_by)  # the data columns come first, partition columns last
     wanted = stored_order(query_columns, new.partition_by)
     appended_columns(stored[count:], wanted[len(wanted) - len(new.partition_by):])
-    added = appended_columns(stored[:count], wanted[:len(wanted) - len(new.partition_by)])
-    if added and new.partition_by:
-        names = ", ".join(column_text(column) for column in added)
-        raise QueryChangeError(
-            f"CREATE OR ALTER of the partitioned table {table} cannot append columns ({names}): a "
-            "partition refresh cannot change the schema of the partitions it leaves alone"
-        )
-    return added
+    return appended_columns(stored[:count], wanted[:len(wanted) - len(new.partition_by)])

@@ -13,8 +13,9 @@ from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIde
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.reader import read_table
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.staging.errors import TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import superseded_locations
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -291,3 +292,30 @@ def test_sweep_expires_abandoned_attempts(spark, metastore, journal, target, tmp
     assert snapshot(spark, target) == before
     assert len(version_dirs(metastore, target)) == 1
     _assert_no_open_or_orphans(metastore, journal, target, failed=abandoned)
+
+
+def test_partition_refresh_appends_columns_the_other_partitions_read_null(spark, metastore, journal, target):
+    """After CREATE OR ALTER MATERIALIZED TABLE appended a column: the next partition refresh widens
+    the table's schema; the partitions it leaves alone read the column as null; other changes fail."""
+
+    def refresh(spec, sql):
+        staged = HivePartitionStagedTable(TableIdentifier.parse(target), ["ds"], spec, journal, metastore.uri)
+        return build(spark, staged, sql)
+
+    refresh({}, "SELECT id, concat('d', CAST(id % 2 AS STRING)) AS ds FROM range(4)")
+    refresh({"ds": "d1"}, "SELECT id, 'x' AS extra, 'd1' AS ds FROM range(3)")
+
+    def grouped():
+        spark.catalog.refreshTable(target)
+        rows = spark.sql(f"SELECT ds, extra, count(*) AS n FROM {target} GROUP BY ds, extra ORDER BY ds")
+        return [tuple(row) for row in rows.collect()]
+
+    assert grouped() == [("d0", None, 2), ("d1", "x", 3)]
+    assert [c.name for c in spark.table(target).schema] == ["id", "extra", "ds"]
+    with pytest.raises(StagingError, match="a partition refresh can only append columns"):
+        refresh({"ds": "d0"}, "SELECT 'y' AS extra, id, 'd0' AS ds FROM range(1)")
+    assert grouped() == [("d0", None, 2), ("d1", "x", 3)]
+    states = [record.state for record in journal.records()]
+    assert sorted(states) == sorted([AttemptState.COMMITTED] * 2 + [AttemptState.ABORTED]), states
+    aborted = next(record for record in journal.records() if record.state is AttemptState.ABORTED)
+    assert not attempt_path(aborted).exists()

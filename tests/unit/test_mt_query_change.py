@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.query_change import (
@@ -12,6 +15,10 @@ from airflow_provider_staged.materialized.query_change import (
     schema_columns,
     stored_order,
 )
+from airflow_provider_staged.metastore.tables import SCHEMA_KEY
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.kinds.hive_partitions import check_same_schema, switched_schema
+from airflow_provider_staged.staging.manifest import Manifest
 
 OLD = [("a", "long"), ("b", "string")]
 
@@ -85,15 +92,17 @@ def test_definition_change_of_a_table() -> None:
         check_definition_change(old, definition(), [("ds", "string"), ("n", "integer")], [("ds", "string")])
 
 
-def test_partitioned_table_keeps_its_layout_and_schema() -> None:
+def test_partitioned_table_keeps_its_layout() -> None:
     old = definition(partitioned=True)
     stored = [("n", "integer"), ("ds", "string")]
     # the same columns in the query's own order: the stored order is data columns, then partitions
     assert check_definition_change(old, definition(partitioned=True), stored, [("ds", "string"),
                                                                                ("n", "integer")]) == []
-    with pytest.raises(QueryChangeError, match=r"partitioned table db.t cannot append columns \(`x` BIGINT"):
-        check_definition_change(old, definition(partitioned=True), stored,
-                                [("ds", "string"), ("n", "integer"), ("x", "long")])
+    # an appended column goes before the partition columns, as Spark stores them
+    assert check_definition_change(old, definition(partitioned=True), stored,
+                                   [("ds", "string"), ("n", "integer"), ("x", "long")]) == [("x", "long")]
+    with pytest.raises(QueryChangeError, match="drop column is unsupported"):
+        check_definition_change(old, definition(partitioned=True), stored, [("ds", "string")])
     with pytest.raises(QueryChangeError, match=r"cannot change PARTITIONED BY \(ds\) to \(\)"):
         check_definition_change(old, definition(), stored, [("n", "integer"), ("ds", "string")])
     with pytest.raises(QueryChangeError, match="cannot change the refresh mode FULL to CONTINUOUS"):
@@ -108,3 +117,47 @@ def test_continuous_table_keeps_its_query() -> None:
     with pytest.raises(QueryChangeError, match=r"CONTINUOUS table db\.t cannot change its query"):
         check_definition_change(old, definition(mode="CONTINUOUS", query="SELECT ds, 2 AS n FROM s"), stored,
                                 stored)
+
+
+def spark_schema(*fields: tuple[str, str, bool]) -> str:
+    return json.dumps({"type": "struct", "fields": [
+        {"name": name, "type": kind, "nullable": nullable, "metadata": {}} for name, kind, nullable in fields
+    ]})
+
+
+def table_with(*fields: tuple[str, str, bool]) -> ttypes.Table:
+    return ttypes.Table(parameters={SCHEMA_KEY: spark_schema(*fields)})
+
+
+def manifest_of(*fields: tuple[str, str, bool]) -> Manifest:
+    return Manifest("/v", schema_json=spark_schema(*fields), columns=[(f[0], f[1]) for f in fields],
+                    partition_columns=["ds"])
+
+
+ID, DS = ("id", "long", False), ("ds", "string", False)
+
+
+def test_partition_switch_takes_appended_columns_nullable() -> None:
+    table = table_with(ID, DS)
+    assert switched_schema(table, manifest_of(ID, DS), "db.t") is None
+    widened = switched_schema(table, manifest_of(ID, ("extra", "string", False), DS), "db.t")
+    assert widened is not None and json.loads(widened.schema_json)["fields"][1] == {
+        "name": "extra", "type": "string", "nullable": True, "metadata": {}}  # old partitions: null
+    assert [name for name, _ in widened.columns] == ["id", "extra", "ds"]
+    # an older version (before the append) switches back in: the table keeps its schema
+    wide = table_with(ID, ("extra", "string", True), DS)
+    assert switched_schema(wide, manifest_of(ID, DS), "db.t") is None
+    check_same_schema(wide, manifest_of(ID, DS), "db.t")
+    with pytest.raises(StagingError, match="partition rollback cannot change its schema"):
+        check_same_schema(table, manifest_of(ID, ("extra", "string", True), DS), "db.t")
+
+
+@pytest.mark.parametrize("fields", [
+    (("extra", "string", True), ID, DS),  # inserted before
+    (("id", "string", False), DS),  # retyped
+    (("id", "long", True), DS),  # same length, other nullability: as before, refused
+    (ID, ("ds", "date", False)),  # partition column retyped
+], ids=["insert", "retype", "nullability", "partition-type"])
+def test_partition_switch_refuses_other_changes(fields: tuple[tuple[str, str, bool], ...]) -> None:
+    with pytest.raises(StagingError, match=r"no longer matches table db\.t: a partition refresh can only"):
+        switched_schema(table_with(ID, DS), manifest_of(*fields), "db.t")

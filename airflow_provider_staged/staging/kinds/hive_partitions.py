@@ -17,6 +17,7 @@ which the single switching call makes all-or-nothing.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -133,13 +134,13 @@ class HivePartitionStagedTable(HiveStagedTable):
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
     ) -> list[str]:
-        check_same_schema(current, manifest, self.target)
+        widened = switched_schema(current, manifest, self.target)
         existing = {tuple(p.values): p for p in self._inside_spec(txn, current)}
         targets = sorted(self._targets(manifest, list(existing)))
         placeholder = self._empty_location(record)
         added = [values for values in targets if values not in existing]
         new = [self._partition(current, values, placeholder, None) for values in added]
-        self._update_table(txn, current, targets)
+        self._update_table(txn, current, targets, widened)
         # Visible as empty partitions until the switch below: as they were while absent.
         txn.add_partitions(new)
         stats = partition_stats(manifest, self.partition_columns)
@@ -153,12 +154,20 @@ class HivePartitionStagedTable(HiveStagedTable):
         return superseded
 
     def _update_table(
-        self, txn: MetastoreClient, current: ttypes.Table, targets: Sequence[tuple[str, ...]]
+        self, txn: MetastoreClient, current: ttypes.Table, targets: Sequence[tuple[str, ...]],
+        widened: Manifest | None,
     ) -> None:
-        """Before the switch, under the same lock: set this attempt's table options, and lower the
-        recorded next expiry when a switched partition expires earlier (the sweep trusts it)."""
+        """Before the switch, under the same lock: set this attempt's table options, lower the
+        recorded next expiry when a switched partition expires earlier (the sweep trusts it), and
+        take the ``widened`` schema (:func:`switched_schema`). Widened first, a reader sees the
+        appended columns as null in the old partitions until the switch."""
         params = dict(current.parameters or {})
+        changed = copy.deepcopy(current)
         wanted = self.with_options(copy.deepcopy(current)).parameters
+        if widened is not None:
+            wanted = {k: v for k, v in wanted.items() if not k.startswith(SCHEMA_KEY)}
+            wanted.update(schema_parameters(widened, track_partitions=True))
+            changed.sd.cols = new_table(self.identifier, widened, self.attempt_id).sd.cols
         try:
             ttl = parse_ttl(wanted, self.partition_columns)
         except TtlError:
@@ -169,7 +178,6 @@ class HivePartitionStagedTable(HiveStagedTable):
             if earliest is not None and earliest < float(wanted[NEXT_EXPIRY_KEY]):
                 wanted[NEXT_EXPIRY_KEY] = str(int(earliest))
         if wanted != params:
-            changed = copy.deepcopy(current)
             changed.parameters = wanted
             txn.alter_table(changed)
 
@@ -313,10 +321,45 @@ def commit_parameters(stats: tuple[int, int] | None) -> dict[str, str]:
     return {"numFiles": str(files), "totalSize": str(size), UPDATED_AT_KEY: str(int(time.time()))}
 
 
-def check_same_schema(table: ttypes.Table, manifest: Manifest, target: str) -> None:
+def switched_schema(table: ttypes.Table, manifest: Manifest, target: str) -> Manifest | None:
+    """What switching partitions to ``manifest``'s files does to the table's schema.
+
+    None: the table keeps its schema (the manifest's is the same, or the table's without data
+    columns appended since: an older version, whose files read them as null). A manifest that
+    appends data columns (CREATE OR ALTER MATERIALIZED TABLE) comes back with those columns
+    nullable, for the table to take: the partitions left alone read them as null. Any other
+    difference raises :class:`StagingError`.
+    """
     current = (table.parameters or {}).get(SCHEMA_KEY)
     wanted = schema_parameters(manifest).get(SCHEMA_KEY)
-    if current and wanted and json.loads(current) != json.loads(wanted):
+    if not current or not wanted or json.loads(current) == json.loads(wanted):
+        return None
+    old, new = json.loads(current)["fields"], json.loads(wanted)["fields"]
+    keys = len(manifest.partition_columns)  # partition columns come last
+    old_data, new_data = old[: len(old) - keys], new[: len(new) - keys]
+    shorter, longer = sorted((old_data, new_data), key=len)
+    if len(shorter) == len(longer) or old[len(old_data):] != new[len(new_data):] \
+            or [_shape(f) for f in longer[: len(shorter)]] != [_shape(f) for f in shorter]:
         raise StagingError(
-            f"the query's schema no longer matches table {target}: a partition refresh cannot change it"
+            f"the query's schema no longer matches table {target}: a partition refresh can only append "
+            "columns"
+        )
+    if len(new_data) < len(old_data):
+        return None
+    appended = [{**f, "nullable": True} for f in new_data[len(old_data):]]
+    schema = {**json.loads(wanted), "fields": [*old_data, *appended, *new[len(new_data):]]}
+    return dataclasses.replace(manifest, schema_json=json.dumps(schema, separators=(",", ":")))
+
+
+def _shape(field: Mapping[str, Any]) -> tuple[str, str]:
+    return field["name"].lower(), json.dumps(field["type"], sort_keys=True)
+
+
+def check_same_schema(table: ttypes.Table, manifest: Manifest, target: str) -> None:
+    """A version may switch back in (rollback) when its schema is the table's, or the table's
+    without columns appended since; never one that would change the table's schema."""
+    if switched_schema(table, manifest, target) is not None:
+        raise StagingError(
+            f"the version has columns table {target} does not have: a partition rollback cannot "
+            "change its schema"
         )
