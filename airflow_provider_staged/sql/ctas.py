@@ -29,10 +29,13 @@ SUPPORTED = ("USING parquet, PARTITIONED BY (columns), COMMENT 'text', OPTIONS (
 _FALLBACK = "or SET 'table.ctas.atomicity-enabled' = 'false' for Spark's plain (non-atomic) path"
 # The table parameter Spark reads a table's comment from (DESCRIBE's "Comment").
 COMMENT_KEY = "comment"
-# Keys Spark reserves for its own clauses (TableCatalog.TABLE_RESERVED_PROPERTIES), and the
-# prefixes of what Spark (schema, provider) and the staged tables (version, stats) write.
-RESERVED_KEYS = ("comment", "collation", "location", "owner", "provider", "external", "is_managed_location")
-RESERVED_PREFIXES = ("staged.", "spark.sql.")
+# Keys Spark reserves for its own clauses (TableCatalog.TABLE_RESERVED_PROPERTIES) and the
+# metastore's statistics, and the prefixes of what Spark (schema, provider), the staged commit
+# (version, rows), materialized tables (refresh status) and sinks (batches) write.
+RESERVED_KEYS = ("comment", "collation", "location", "owner", "provider", "external", "is_managed_location",
+                 "numfiles", "totalsize", "numrows", "rawdatasize", "column_stats_accurate",
+                 "transient_lastddltime")
+RESERVED_PREFIXES = ("staged.", "spark.sql.", "materialized.", "sink.")
 # Metastore limits of TABLE_PARAMS (PARAM_KEY varchar(256), PARAM_VALUE 4000 characters).
 _PROPERTY_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,255}")
 MAX_VALUE_LENGTH = 4000
@@ -154,12 +157,12 @@ def _checked_key(key: str, target: TableIdentifier) -> str:
     """A TBLPROPERTIES key the staged commit may set, or :class:`CtasError` naming it."""
     lowered = key.lower()
     if lowered in RESERVED_KEYS:
-        raise CtasError(f"table property {key!r} of {target} is reserved: Spark sets it from its own clause "
-                        "(COMMENT, LOCATION, USING, ...)")
+        raise CtasError(f"table property {key!r} of {target} is reserved: Spark or the metastore sets it "
+                        "(COMMENT, LOCATION, USING, ..., statistics)")
     if lowered.startswith(RESERVED_PREFIXES):
         raise CtasError(f"table property {key!r} of {target} is reserved: keys starting with "
-                        f"{' or '.join(repr(p) for p in RESERVED_PREFIXES)} are written by Spark and the "
-                        "staged commit")
+                        f"{', '.join(repr(p) for p in RESERVED_PREFIXES)} are written by Spark, the staged "
+                        "commit, materialized tables and sinks")
     if not _PROPERTY_KEY.fullmatch(key):
         raise CtasError(f"invalid table property key {key!r}: use letters, digits and . _ - : "
                         "(at most 256 characters)")
