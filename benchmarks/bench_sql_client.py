@@ -8,7 +8,11 @@ process start to its exit (interpreter start, imports, the session, the query, t
 - ``embedded``: ``staged sql -e "SELECT 1"``: an in-process Spark (a JVM per run) against the
   same metastore.
 
-The arms alternate (ABBA, ``_common.arm_order``) after one uncounted warm-up round; every rep's
+- ``baseline`` (with ``--baseline DIR``): the gateway arm's command on another version of the
+  package, e.g. ``git archive REV airflow_provider_staged | tar -x -C DIR`` (``PYTHONPATH=DIR``
+  shadows the installed one): what a change to the start-up path gained, paired.
+
+The arms alternate (``_common.arm_order``) after one uncounted warm-up round; every rep's
 seconds and the paired ratio gateway/embedded are printed, then the paired-ratio statistics.
 Target: gateway p50 <= 1.5 s.
 
@@ -47,6 +51,7 @@ def run_sql(env: dict[str, str], *args: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=8, help="timed reps per arm (even: ABBA balanced)")
+    parser.add_argument("--baseline", type=Path, help="a source tree of the package to compare with")
     args = parser.parse_args()
 
     from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
@@ -64,6 +69,9 @@ def main() -> None:
             "gateway": lambda: run_sql(env, "--gateway", gateway.url),
             "embedded": lambda: run_sql(env, "--master", "local[2]"),
         }
+        if args.baseline is not None:
+            baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve())}
+            arms["baseline"] = lambda: run_sql(baseline_env, "--gateway", gateway.url)
 
         def on_rep(rep: int, order: list[str], seconds: dict[str, float]) -> None:
             print(f"rep {rep + 1}: " + "  ".join(f"{name} {seconds[name]:.2f}s" for name in order)
@@ -79,6 +87,8 @@ def main() -> None:
               f"{percentile_ms(values, 0.9) / 1000:.2f}s  runs {runs_text(values)}")
     ratios = paired_ratios(times["gateway"], times["embedded"])
     print(f"gateway/embedded: {ratios.describe()}")
+    if args.baseline is not None:
+        print(f"gateway/baseline: {paired_ratios(times['gateway'], times['baseline']).describe()}")
     p50 = percentile_ms(times["gateway"], 0.5) / 1000
     print(f"target gateway p50 <= 1.5 s: {'met' if p50 <= 1.5 else 'NOT met'} ({p50:.2f} s); "
           f"load average {load()}")
