@@ -134,11 +134,12 @@ class SqlSession:
         return self._collect(self.spark.sql(statement.text))
 
     def _collect(self, frame: Any) -> ResultSet:
-        columns = list(frame.columns)
-        if not columns:
-            return ResultSet.info("Execute statement succeeded.")
         limit = self.properties.max_rows
         rows = frame.limit(limit + 1).collect()
+        # The names come with the rows; asking the frame is one more round trip over Connect.
+        columns = list(rows[0].__fields__) if rows else list(frame.columns)
+        if not columns:
+            return ResultSet.info("Execute statement succeeded.")
         return ResultSet(columns, [_plain_row(row) for row in rows[:limit]], truncated=len(rows) > limit)
 
     # -- SET / RESET ----------------------------------------------------------------------

@@ -338,11 +338,13 @@ def switched_schema(table: ttypes.Table, manifest: Manifest, target: str) -> Man
     keys = len(manifest.partition_columns)  # partition columns come last
     old_data, new_data = old[: len(old) - keys], new[: len(new) - keys]
     shorter, longer = sorted((old_data, new_data), key=len)
-    if len(shorter) == len(longer) or old[len(old_data):] != new[len(new_data):] \
-            or [_shape(f) for f in longer[: len(shorter)]] != [_shape(f) for f in shorter]:
+    # Names and types must match; nullability not (Spark reads file-source columns as nullable).
+    kept = [_shape(f) for f in longer[: len(shorter)]] == [_shape(f) for f in shorter]
+    same_keys = [_shape(f) for f in old[len(old_data):]] == [_shape(f) for f in new[len(new_data):]]
+    if len(shorter) == len(longer) or not kept or not same_keys:
         raise StagingError(
             f"the query's schema no longer matches table {target}: a partition refresh can only append "
-            "columns"
+            f"columns (table {[_shape(f) for f in old]}, query {[_shape(f) for f in new]})"
         )
     if len(new_data) < len(old_data):
         return None
