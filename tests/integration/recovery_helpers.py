@@ -72,6 +72,16 @@ JDBC_FAIL_SQL = _failing(f"id, {_fail('id * 3')} AS v", f"range(1, {JDBC_NEW_ROW
 # The lifecycle kinds write no data: their NEW content is what the table reads once they landed.
 EXPIRED_DAY = "2024-01-01"  # both partitions of this day expire (1-day TTL on ds, clock at 01-02 12:00)
 EXPIRE_NEW_SQL = f"SELECT * FROM ({PART_OLD_SQL}) WHERE ds <> '{EXPIRED_DAY}'"
+# The sink kinds write through the sink's own writers: what a sink append adds (the table reads OLD
+# plus these), what a sink overwrite replaces it with.
+HIVE_APPEND_SQL = "SELECT id, concat('app-', id) AS label FROM range(600, 700)"
+JDBC_APPEND_ROWS = 300  # id 501..800, v = 2 * id: OLD plus these read as 800 rows of OLD's formula
+_APPENDED = f"{JDBC_OLD_ROWS + 1}, {JDBC_OLD_ROWS + JDBC_APPEND_ROWS + 1}"
+JDBC_APPEND_SQL = f"SELECT id, id * 2 AS v FROM range({_APPENDED})"
+SINK_WRITES = {
+    "hive_append": HIVE_APPEND_SQL, "hive_overwrite": TABLE_NEW_SQL, "jdbc_append": JDBC_APPEND_SQL,
+    "sink": HIVE_APPEND_SQL,  # a staged build into the Hive sink (append)
+}
 NEW_SQL = {
     "hive_table": TABLE_NEW_SQL,
     "hive_partitions": PART_NEW_SQL,
@@ -79,8 +89,12 @@ NEW_SQL = {
     "hive_expire": EXPIRE_NEW_SQL,
     "hive_rollback": TABLE_NEW_SQL,  # the kept version it restores
     "hive_rollback_partitions": PART_OLD_SQL,  # the kept version (NEW keeps a partition it lacks)
+    **SINK_WRITES,
 }
-FAIL_SQL = {"hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL}
+# A sink kind's failing write is its own writers with the second task failing (the harness injects it).
+FAIL_SQL = {
+    "hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL, **SINK_WRITES
+}
 
 
 def new_attempt(

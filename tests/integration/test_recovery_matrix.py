@@ -7,6 +7,11 @@ unknown with the attempt TTL elapsed. Afterwards the table reads exactly OLD or 
 a new reader, and in the catalog), its neighbours are unchanged, nothing of the attempt is left
 behind, and the journal has no open attempt.
 
+The built-in sinks' kinds are in it (``hive_append``, ``hive_overwrite``, ``jdbc_append``, and
+``sink``, a staged build into a sink): their
+"write" is the sink's own writers over two tasks (the second fails for the mid-write step), the
+committer and the manifest of the global committer, as the runtime does before the commit.
+
 The lifecycle kinds are in it too: a partition expiry (``hive_expire``), a rollback of a whole
 table and one of some partitions (``hive_rollback``). They write no data, so they have no
 mid-write step; their "write" is the manifest the commit uses.
@@ -26,7 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,16 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import Sink, WriterContext, commit_until_done
+from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.sink.postgres import PostgresSink
+from airflow_provider_staged.sink.runtime import (
+    _write_task,
+    new_write_id,
+    save_committables,
+    save_write_context,
+)
+from airflow_provider_staged.sink.staged import COMMITTABLES_FILE, SinkStagedTable
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort_attempt
 from airflow_provider_staged.staging.expiry import (
@@ -50,8 +65,21 @@ from airflow_provider_staged.staging.expiry import (
 )
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_sink import (
+    STAGING_DIR,
+    HiveAppendStagedTable,
+    HiveOverwriteStagedTable,
+    HiveSinkCommit,
+)
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
-from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, JdbcTarget, password_env_var
+from airflow_provider_staged.staging.kinds.jdbc_sink import JdbcAppendStagedTable, staged_tables
+from airflow_provider_staged.staging.kinds.jdbc_table import (
+    JdbcStagedTable,
+    JdbcTarget,
+    password_env_var,
+    postgres_connection,
+)
+from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import HiveRollback
@@ -63,6 +91,8 @@ pytestmark = pytest.mark.timeout(600)
 REPO = Path(__file__).resolve().parents[2]
 TTL = 60.0
 KINDS = ["hive_table", "hive_partitions", "jdbc_table"]
+# The built-in sinks' commits: a write through the sink's writers (no Spark job), then its kind.
+SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
 OUTCOMES = ["success", "failed", "unknown"]
 # Expiry, rollback and the rollback of some partitions write no data: no mid-write step.
@@ -831,6 +861,236 @@ def jdbc_table_harness(spark, metastore, postgres, postgres_conn_id, tmp_path_fa
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
+# -- the sink kinds: a write of a built-in sink, committed by its kind --------------------------------
+
+
+def sink_writers(
+    spark: Any, sink: Sink[Any, Any], context: WriterContext, query: str, mid_write: bool
+) -> list[Any]:
+    """The sink's writers of two tasks over ``query``: their committables. ``mid_write``: the second
+    task fails before its writer runs (a failed task's message never reaches a commit)."""
+    rows = spark.sql(query).toArrow()
+    committables = []
+    for task, part in enumerate((rows.slice(0, rows.num_rows // 2), rows.slice(rows.num_rows // 2))):
+        if mid_write and task == 1:
+            raise RuntimeError(rh.INJECTED)
+        attempt = replace(context, partition_id=task, task_attempt_id=task)
+        committables += _write_task(sink, attempt, iter(part.to_batches()))
+    return committables
+
+
+def sink_write(
+    spark: Any, sink: Sink[Any, Any], staged: Any, query: str, mid_write: bool = False
+) -> Manifest:
+    """What the sink's runtime does for ``staged``'s write up to WRITTEN: the writers, the
+    committer, then the manifest its global committer journals."""
+    schema = spark.sql(query).schema.json()
+    context = WriterContext(staged.attempt_id, staged.query_id, 0, sink.mode, schema)
+    committables = sink_writers(spark, sink, context, query, mid_write)
+    committer = sink.create_committer()
+    if committer is not None:
+        commit_until_done(committer.commit, committables, sink.name)
+    global_committer = sink.create_global_committer()
+    return global_committer.manifest_of(global_committer.combine(committables))
+
+
+class HiveSinkHarness(HiveHarness):
+    """OLD built as for ``hive_table``; the attempt is a write of the Hive sink (Arrow writers)
+    appending to it (``hive_append``: NEW is OLD plus the batch) or replacing it (``hive_overwrite``)."""
+
+    kind = "hive_append"
+    mode = "append"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if self.mode == "append":
+            self.expected_new = self.expected(f"{self.old_sql} UNION ALL {rh.NEW_SQL[self.kind]}")
+
+    def new_attempt(self, case: Case) -> HiveSinkCommit:
+        kind = HiveAppendStagedTable if self.mode == "append" else HiveOverwriteStagedTable
+        write_id = new_write_id()
+        return kind(
+            TableIdentifier.parse(case.target), case.journal, self.metastore_uri, query_id=write_id,
+            batch_id=0, streaming=False, retention=rh.RETENTION, task=case.task, attempt_id=write_id,
+        )
+
+    def write(self, staged: Any, query: str, mid_write: bool = False) -> Manifest:
+        settings = StagedSettings(self.metastore_uri, self.warehouse, str(staged.journal.root),
+                                  retention=rh.RETENTION)
+        sink = HiveSink(staged.identifier, settings, self.mode, native=False)
+        return sink_write(self.spark, sink, staged, query, mid_write)
+
+    def staged_files(self, case: Case, staged: Any) -> list[Path]:
+        """The parquet files in the table's staging area and in the attempt's version directory."""
+        root = self.root_of(case)
+        found = _files(str(root / STAGING_DIR)) + _files(str(root / f"_v={staged.attempt_id}"))
+        return [path for path in found if path.suffix == ".parquet"]
+
+    def assert_nothing_written(self, case: Case, staged: Any) -> None:
+        assert self.staged_files(case, staged) == [], "begin alone must not stage files"
+
+    def assert_partly_written(self, case: Case, staged: Any) -> None:
+        files = self.staged_files(case, staged)
+        assert len(files) == 1, f"the first task's file must be staged, the second's not: {files}"
+
+    def assert_serves(self, case: Case, staged: Any) -> None:
+        assert self.read(case.target) == self.expected_new
+
+    def discard_partly(self, case: Case, staged: Any) -> None:
+        files = self.staged_files(case, staged)
+        assert len(files) == 2, f"need the files of 2 tasks, got {files}"
+        files[0].unlink()
+
+    def write_id(self, record: AttemptRecord) -> str:
+        """The id the sink's writers staged under (the kinds' attempt id is their write's)."""
+        return record.attempt_id
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        assert self.read(case.target) == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (rows, checksum)"
+        )
+        replaced = new and self.mode == "overwrite"
+        want = normalize_location(record.location if replaced else case.old.location)
+        served = normalize_location(current_location(self.catalog_table(case.target)))
+        assert served == want, f"the metastore serves {served}, expected {want}"
+        root, old = self.root_of(case), local_path(case.old.location)
+        versions = {p.name for p in root.iterdir() if p.name.startswith("_v=")}
+        wanted = {old.name, f"_v={record.attempt_id}"} if replaced else {old.name}
+        assert versions == wanted, f"version directories {sorted(versions)}, expected {sorted(wanted)}"
+        batches = {p.name for p in old.iterdir() if p.name.startswith("batch-")}
+        appended = {f"batch-{self.write_id(record)}"} if new and self.mode == "append" else set()
+        assert batches == appended, f"batch directories {sorted(batches)} in OLD, expected {appended}"
+        others = {p.name for p in root.iterdir()} - versions
+        assert others <= {STAGING_DIR}, f"unexpected entries {sorted(others)} in {root}"
+        staging = root / STAGING_DIR
+        assert not staging.exists() or not list(staging.iterdir()), (
+            f"staged files left behind: {_files(str(staging))}"
+        )
+        self.assert_neighbour()
+
+
+class HiveSinkOverwriteHarness(HiveSinkHarness):
+    kind = "hive_overwrite"
+    mode = "overwrite"
+
+
+class SinkKindHarness(HiveSinkHarness):
+    """The generic ``sink`` kind, a staged build into the Hive sink (append): its job runs the
+    sink's writers only and saves their committables in the attempt's directory (``stage_batch``);
+    its commit runs the sink's committers (journaled as a ``hive_append`` of their own)."""
+
+    kind = "sink"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.writes: dict[str, str] = {}  # attempt id -> its write's id
+
+    def new_attempt(self, case: Case) -> SinkStagedTable:
+        sink = HiveSink(case.target, case.settings, native=False)
+        return SinkStagedTable(sink, case.journal, task=case.task)
+
+    def write(self, staged: Any, query: str, mid_write: bool = False) -> Manifest:
+        """``stage_batch``'s steps with the writers in this process: the write's context, the
+        writers, their committables saved where the commit finds them."""
+        path = os.path.join(staged.location, COMMITTABLES_FILE)
+        write_id = new_write_id()
+        self.writes[staged.attempt_id] = write_id
+        context = WriterContext(write_id, write_id, 0, "append", self.spark.sql(query).schema.json())
+        save_write_context(path, context)
+        save_committables(path, sink_writers(self.spark, staged.sink, context, query, mid_write))
+        return Manifest(location=staged.location, format="sink")
+
+    def write_id(self, record: AttemptRecord) -> str:
+        return self.writes[record.attempt_id]
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        super().check(case, record, new)
+        assert not local_path(record.location).exists(), f"the attempt's directory {record.location} is left"
+
+
+def _sink_harness(cls: type[HiveSinkHarness], spark, metastore, database, scratch: Path) -> HiveSinkHarness:
+    harness = cls(spark, metastore, database, scratch)
+    harness.setup_neighbour()
+    return harness
+
+
+@pytest.fixture(scope="module")
+def hive_append_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
+    return _sink_harness(HiveSinkHarness, spark, metastore, hive_database, tmp_path_factory.mktemp("rm-app"))
+
+
+@pytest.fixture(scope="module")
+def hive_overwrite_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
+    scratch = tmp_path_factory.mktemp("rm-over")
+    return _sink_harness(HiveSinkOverwriteHarness, spark, metastore, hive_database, scratch)
+
+
+@pytest.fixture(scope="module")
+def sink_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
+    return _sink_harness(SinkKindHarness, spark, metastore, hive_database, tmp_path_factory.mktemp("rm-sink"))
+
+
+class JdbcSinkHarness(JdbcHarness):
+    """OLD built as for ``jdbc_table``; the attempt is a write of the PostgreSQL sink appending to
+    it (``jdbc_append``), each task into its own staged table: NEW is OLD plus the batch."""
+
+    kind = "jdbc_append"
+    expected_new = _digest(rh.JDBC_OLD_ROWS + rh.JDBC_APPEND_ROWS, 2)
+
+    def new_attempt(self, case: Case) -> JdbcAppendStagedTable:
+        write_id = new_write_id()
+        return JdbcAppendStagedTable(
+            JdbcTarget.parse(case.target), postgres_connection(self.conn_id), case.journal, write_id, 0,
+            False, case.task, write_id,
+        )
+
+    def write(self, staged: Any, query: str, mid_write: bool = False) -> Manifest:
+        settings = StagedSettings(self.metastore_uri, self.warehouse, str(staged.journal.root))
+        sink = PostgresSink(staged.jdbc_target, settings, connection=staged.connection)
+        return sink_write(self.spark, sink, staged, query, mid_write)
+
+    def staged_tables(self, staged: Any) -> list[str]:
+        with self.connect() as conn:
+            return staged_tables(conn, self.schema, staged.staging_location())
+
+    def assert_nothing_written(self, case: Case, staged: Any) -> None:
+        assert self.staged_tables(staged) == [], "begin alone must not stage tables"
+
+    def assert_partly_written(self, case: Case, staged: Any) -> None:
+        tables = self.staged_tables(staged)
+        assert len(tables) == 1, f"the first task's staged table only, got {tables}"
+        assert self.read(tables[0])[0] > 0, "the first task staged no rows"
+
+    def assert_serves(self, case: Case, staged: Any) -> None:
+        assert self.read(self.table_of(case)) == self.expected_new
+
+    def discard_partly(self, case: Case, staged: Any) -> None:
+        tables = self.staged_tables(staged)
+        assert len(tables) == 2, f"need the staged tables of 2 tasks, got {tables}"
+        with self.connect() as conn:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(self.schema, tables[0])))
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        table = self.table_of(case)
+        assert self.read(table) == (self.expected_new if new else self.expected_old), (
+            f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (rows, sum, md5)"
+        )
+        assert self.oid(table) == case.old.manifest["table_oid"], "an append must keep the table"
+        left = self.relations(table)
+        assert left == {table}, f"staged tables left behind: {sorted(left - {table})}"
+        self.assert_neighbour()
+
+
+@pytest.fixture(scope="module")
+def jdbc_append_harness(jdbc_table_harness, spark, metastore, postgres, tmp_path_factory) -> JdbcSinkHarness:
+    """In the schema (and beside the neighbour) of ``jdbc_table``'s harness."""
+    table = jdbc_table_harness
+    harness = JdbcSinkHarness(spark, metastore, postgres, table.conn_id, table.schema,
+                              tmp_path_factory.mktemp("rm-pg-append"))
+    harness.neighbour_state = table.neighbour_state
+    return harness
+
+
 # -- the matrix -----------------------------------------------------------------------------------------
 
 
@@ -903,13 +1163,14 @@ def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, a
 
 MATRIX = [
     *itertools.product(KINDS, STEPS, OUTCOMES),
+    *itertools.product(SINK_KINDS, STEPS, OUTCOMES),
     *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
 ]
 
 
 def new_attempt(harness: Any, case: Case) -> JournaledStagedTable:
     """The attempt under test (a lifecycle harness plans it from the case's table and versions)."""
-    if isinstance(harness, LifecycleHarness):
+    if isinstance(harness, (LifecycleHarness, HiveSinkHarness, JdbcSinkHarness)):
         return harness.new_attempt(case)
     return rh.new_attempt(case.kind, case.target, case.journal, harness.metastore_uri, case.task)
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import base64
+import logging
+import os
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import psycopg
 import pytest
+from pyspark.sql.readwriter import DataFrameWriter
 
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
 from airflow_provider_staged.sink.postgres import PostgresSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
-from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, stage_batch, write_batch
+from airflow_provider_staged.sink.secret_files import secrets_dir
+from airflow_provider_staged.sink.staged import COMMITTABLES_FILE, SinkStagedTable
+from airflow_provider_staged.staging.journal import AttemptState, TaskRef
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.reconcile import reconcile
 
 
 @pytest.fixture
@@ -68,3 +77,44 @@ def test_bad_target_is_refused_naming_it(settings):
         PostgresSink("jdbc://x/a.b.c", settings)
     with pytest.raises(ValueError, match="'merge'"):
         PostgresSink("jdbc://x/public.t", settings, mode="merge", connection=object())
+
+
+def _files_with(directory: Path, secret: bytes) -> list[str]:
+    return [str(path) for path in directory.rglob("*") if path.is_file() and secret in path.read_bytes()]
+
+
+def test_password_is_in_no_journal_attempt_dir_option_or_log(spark, postgres, settings, target, monkeypatch,
+                                                               caplog):
+    """A batch write and a staged build (journal kind ``sink``, settled by reconcile from the
+    journal alone) commit, and the password is nowhere: the pickled sink in Spark's write options,
+    the journal, the attempt directory, the logs; the workers' secret file is gone afterwards."""
+    secret = postgres.password.encode()
+    options: list[str] = []
+    spark_option = DataFrameWriter.option
+
+    def spy(writer: DataFrameWriter, key: str, value: object) -> DataFrameWriter:
+        if key == "sink":
+            options.append(str(value))
+        return spark_option(writer, key, value)
+
+    monkeypatch.setattr(DataFrameWriter, "option", spy)
+    caplog.set_level(logging.DEBUG)
+    sink = PostgresSink(target, settings)
+    write_batch(spark.sql("SELECT id, concat('a', id) AS label FROM range(4)").repartition(2), sink)
+    staged = SinkStagedTable(sink, settings.journal, task=TaskRef("sink_dag", "build", "run-1", 1))
+    staged.begin()
+    stage_batch(spark.sql("SELECT id, 'b' AS label FROM range(4, 6)"), sink,
+                os.path.join(staged.location, COMMITTABLES_FILE))
+    staged.written(Manifest(location=staged.location, format="sink"))
+    journal = Path(settings.journal_dir)
+    assert (Path(staged.location) / COMMITTABLES_FILE).is_file()
+    leaks = _files_with(journal, secret) + _files_with(Path(staged.location), secret)
+    # Recovery: reconcile rebuilds the sink from the journal (no password there) and commits.
+    actions = reconcile(settings, lambda task: "success")
+    assert [a.action for a in actions] == ["committed"]
+    assert read(postgres, target) == ([(i, f"a{i}") for i in range(4)] + [(4, "b"), (5, "b")], 0)
+    assert len(options) == 2 and all(secret not in base64.b64decode(o) and secret not in o.encode()
+                                     for o in options)
+    assert leaks == [] and _files_with(journal, secret) == []
+    assert not any(secrets_dir(settings.journal_dir).iterdir()), "a secret file outlived its write"
+    assert postgres.password not in caplog.text
