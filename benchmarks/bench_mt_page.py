@@ -225,6 +225,7 @@ def main() -> None:
                 print(f"cold {name}: {seconds * 1000:.0f} ms, calls: {text}", flush=True)
             times = alternating_rounds(arms, args.reps, args.warmups, on_rep=report)
             warm_stages = calls["batched"]["stage_seconds"]
+            warm_calls = {name: calls_text(calls[name]) for name in arms}
             changed_seconds, changed_count = changed_request(http, batched, args.tables)
         ratios = paired_ratios(times["naive"], times["batched"])
         p50 = percentile_ms(times["batched"], 0.5)
@@ -232,7 +233,7 @@ def main() -> None:
         for name in arms:
             print(f"{name}: cold {cold[name][0] * 1000:.0f} ms (calls: {cold[name][1]}); warm p50 "
                   f"{percentile_ms(times[name], 0.5):.0f} ms (runs s: {runs_text(times[name], 3)}; "
-                  f"calls per request: {calls_text(calls[name])})")
+                  f"calls per request: {warm_calls[name]})")
         print(f"naive / batched (warm): {ratios.describe()}")
         print(f"batched after {changed_count} DAGs were paused: {changed_seconds * 1000:.0f} ms "
               f"(calls: {calls_text(calls['batched'])})")
