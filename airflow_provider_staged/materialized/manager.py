@@ -184,9 +184,7 @@ class MaterializedTables:
         except (DefinitionError, RefreshRequestError) as err:
             raise WorkflowException(f"refresh of {identifier} not triggered: {err}") from None
         if definition.refresh_mode is RefreshMode.CONTINUOUS and not request.is_periodic:
-            why = one_time_refresh_refused(identifier, definition.query, request.partition_spec)
-            if why:
-                raise WorkflowException(f"refresh not triggered: {why}")
+            raise WorkflowException(f"refresh not triggered: {one_time_refresh_refused(identifier)}")
         return self.scheduler.trigger_refresh(handler, trigger)
 
     def wait_for_refresh(self, identifier: TableIdentifier, run_id: str, timeout: float) -> str:

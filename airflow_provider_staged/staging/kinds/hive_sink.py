@@ -7,12 +7,8 @@ A sink write stages its files under ``<table root>/_staging/<attempt id>/ready/`
   as ``<version>/[<partition>/]batch-<attempt id>/`` (one rename per partition, atomic each),
   registers partitions the table tracks in the catalog and does not have yet, and records the
   streaming query's batch (``sink.batch.<query id>``) and the row count in ONE ``alter_table``.
-  A partition the catalog already has gets the batch in its own location,
-  ``<partition location>/batch-<attempt id>/``: after a partition overwrite moved it out of the
-  version directory, later appends follow it. A table that does not exist is created at a new
-  version holding the batch; a partitioned one tracks its partitions in the catalog (so a
-  partition overwrite can switch them). ``is_published`` is exact: a ``batch-<attempt id>``
-  directory where the commit puts it, or the recorded batch.
+  A table that does not exist is created at a new version holding the batch. ``is_published`` is
+  exact: a ``batch-<attempt id>`` directory under the current version, or the recorded batch.
   A commit cut short after a rename is rolled forward (``complete_publish``), never discarded.
 - **overwrite**: the staged replace of CTAS (``hive_table``): the staged files become the
   attempt's version directory with one rename, and the pointer swap records the batch too.
@@ -45,7 +41,7 @@ from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExi
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
+from airflow_provider_staged.staging.partition_paths import partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
 from airflow_provider_staged.storage import delete_dir, exists, normalize_location
 
@@ -181,24 +177,8 @@ class HiveAppendStagedTable(HiveSinkCommit):
         """The staged directories relative to ``ready/``: partition paths, or "" (unpartitioned)."""
         return sorted({os.path.dirname(item.path) for item in manifest.files} or {""})
 
-    def _batch_dirs(
-        self, client: MetastoreClient, table: ttypes.Table | None, manifest: Manifest, version: str
-    ) -> dict[str, str]:
-        """Staged group -> its batch directory: in the partition's registered location when the
-        catalog tracks the partition, else under ``version``."""
-        registered: dict[str, str] = {}
-        if table is not None and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog":
-            columns = [key.name for key in table.partitionKeys]
-            registered = {
-                partition_path(columns, p.values): normalize_location(p.sd.location)
-                for p in client.partitions(table.dbName, table.tableName)
-            }
-        name = BATCH_DIR_PREFIX + self.attempt_id
-        return {
-            group: f"{registered[group]}/{name}" if group in registered
-            else "/".join(part for part in (version, group, name) if part)
-            for group in self._groups(manifest)
-        }
+    def _batch_dir(self, version: str, group: str) -> str:
+        return "/".join(part for part in (version, group, BATCH_DIR_PREFIX + self.attempt_id) if part)
 
     def publish(self, record: AttemptRecord) -> None:
         manifest = Manifest.from_dict(record.manifest or {})
@@ -211,7 +191,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
                 return None
             _check_fits(current, manifest, self.target)
             version = normalize_location(current_location(current))
-            self._place(self._batch_dirs(txn, current, manifest, version))
+            self._place(manifest, version)
             self._register_partitions(txn, current, manifest, version)
             changed = _reads_batch_dirs(copy.deepcopy(current))
             changed.parameters = self.marked(changed.parameters, manifest)
@@ -220,24 +200,21 @@ class HiveAppendStagedTable(HiveSinkCommit):
 
     def _create(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
         version = f"{self.table_root_resolved}/{version_dir_name(self.attempt_id)}"
-        self._place(self._batch_dirs(txn, None, manifest, version))
+        self._place(manifest, version)
         create_dir(version)  # an empty first write still needs a directory to read
         table = new_table(self.identifier, Manifest.from_dict({**manifest.to_dict(), "location": version}),
                           self.attempt_id)
         table.parameters = self.marked(table.parameters, manifest)
-        if table.partitionKeys:
-            table.parameters[PARTITION_PROVIDER_KEY] = "catalog"
         try:
             txn.create_table(_reads_batch_dirs(table))
         except AlreadyExistsException:
             raise TableAlreadyExistsError(f"table {self.target} was created without its lock") from None
-        if table.partitionKeys:
-            self._register_partitions(txn, table, manifest, version)
 
-    def _place(self, batch_dirs: Mapping[str, str]) -> None:
-        """Move each staged directory to its batch directory (skipping those already moved)."""
+    def _place(self, manifest: Manifest, version: str) -> None:
+        """Move each staged directory into ``version`` (skipping those already moved)."""
         ready = f"{self.staging}/{READY_DIR}"
-        for group, target in batch_dirs.items():
+        for group in self._groups(manifest):
+            target = self._batch_dir(version, group)
             source = "/".join(part for part in (ready, group) if part)
             if not exists(target) and exists(source):
                 _move(source, target)
@@ -266,16 +243,15 @@ class HiveAppendStagedTable(HiveSinkCommit):
     def is_published(self, record: AttemptRecord) -> bool:
         with self._client() as client:
             table = client.get_table(self.identifier.database, self.identifier.table)
-            if table is None or not record.manifest:
-                return False
-            if self.recorded(table):
-                return True
-            version = normalize_location(current_location(table))
-            created = f"{self.table_root_resolved}/{version_dir_name(self.attempt_id)}"
-            if version == normalize_location(created):
-                return True  # this attempt created the table
-            batch_dirs = self._batch_dirs(client, table, Manifest.from_dict(record.manifest), version)
-        return any(exists(location) for location in batch_dirs.values())
+        if table is None or not record.manifest:
+            return False
+        if self.recorded(table):
+            return True
+        version = normalize_location(current_location(table))
+        if version == normalize_location(f"{self.table_root_resolved}/{version_dir_name(self.attempt_id)}"):
+            return True  # this attempt created the table
+        manifest = Manifest.from_dict(record.manifest)
+        return any(exists(self._batch_dir(version, group)) for group in self._groups(manifest))
 
     def complete_publish(self, record: AttemptRecord) -> None:
         """Roll a commit cut short after its first rename forward: the rest, then the record."""
