@@ -31,9 +31,9 @@ from airflow_provider_staged.sink.recovery import (
 from airflow_provider_staged.sink.secret_files import read_secret, secret_file
 from airflow_provider_staged.staging.kinds.jdbc_sink import (
     JdbcAppendStagedTable,
+    batch_tables_prefix,
     drop_staged,
     staged_name,
-    write_tables_prefix,
 )
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
@@ -221,6 +221,11 @@ class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, Postgr
     def abort(self, global_committables: list[PostgresWriteCommittable]) -> None:
         for write in global_committables:
             abort_once(self.sink.commit_table(write), "the write failed or was already committed")
+            # Every run of this micro-batch, not only this one: a replay of a committed batch is
+            # never committed again, so the tables of an earlier replay that a crash cut short
+            # would otherwise stay forever. No other run of the batch is alive (a streaming query
+            # runs one at a time) and an earlier run's commit never needs its tables once this
+            # run exists (it is either published already or aborted by ``settle_earlier_runs``).
             with self.sink.connection.reused() as conn:
-                prefix = write_tables_prefix(self.sink.target, write.query_id, write.batch_id, write.write_id)
+                prefix = batch_tables_prefix(self.sink.target, write.query_id, write.batch_id)
                 drop_staged(conn, self.sink.target.schema, prefix)

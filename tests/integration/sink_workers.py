@@ -14,14 +14,52 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from airflow_provider_staged.engine.session import build_session
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink.api import FAULT_PGID_ENV, SinkWriter, WriterContext
+from airflow_provider_staged.sink.api import FAULT_ENV, FAULT_PGID_ENV, SinkWriter, WriterContext
 from airflow_provider_staged.sink.hive import HiveFilesCommittable, HiveSink
 from airflow_provider_staged.sink.runtime import write_batch, write_stream
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_driver(
+    spec: dict, directory: Path, fault: str | None = None, kill_when: Callable[[], bool] | None = None,
+    timeout: float = 240,
+) -> tuple[int, str]:
+    """Run this module's driver once on ``spec`` (written into ``directory``); SIGKILL its process
+    group as soon as ``kill_when()`` is true. Returns its exit code (negative: the signal) and output."""
+    path = directory / f"spec-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(spec))
+    env = {key: value for key, value in os.environ.items() if key != FAULT_ENV}
+    if fault:
+        env[FAULT_ENV] = fault
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.sink_workers", str(path)],
+        cwd=REPO, env=env, start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while kill_when is not None and proc.poll() is None and time.monotonic() < deadline:
+            if kill_when():
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, output
 
 
 class FirstAttemptFails(HiveSink):

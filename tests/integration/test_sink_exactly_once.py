@@ -13,18 +13,14 @@ import glob
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import psycopg
 
-from airflow_provider_staged.sink.api import FAULT_ENV
 from airflow_provider_staged.staging.journal import AttemptJournal
+from tests.integration.sink_workers import run_driver
 
-REPO = Path(__file__).resolve().parents[2]
 FILES, ROWS_PER_FILE = 4, 25
 
 
@@ -36,42 +32,15 @@ def _write_input(directory: Path) -> None:
         (directory / f"part-{index}.json").write_text("\n".join(lines) + "\n")
 
 
-def _run(spec: dict, tmp_path: Path, fault: str | None = None, kill_when=None) -> tuple[int, str]:
-    """Run the streaming driver once; kill its process group when ``kill_when()`` becomes true."""
-    path = tmp_path / f"spec-{uuid.uuid4().hex[:6]}.json"
-    path.write_text(json.dumps(spec))
-    env = {key: value for key, value in os.environ.items() if key != FAULT_ENV}
-    if fault:
-        env[FAULT_ENV] = fault
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.sink_workers", str(path)],
-        cwd=REPO, env=env, start_new_session=True, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while kill_when is not None and proc.poll() is None and time.monotonic() < deadline:
-            if kill_when():
-                os.killpg(proc.pid, signal.SIGKILL)
-                break
-            time.sleep(0.02)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, output
-
-
 def _crash_and_recover(spec: dict, tmp_path: Path, write_started) -> None:
     """Kill at each point in turn (each restart first recovers the previous crash), then finish."""
-    code, output = _run({**spec, "row_sleep_ms": 40}, tmp_path, fault=spec.get("write_fault"),
+    code, output = run_driver({**spec, "row_sleep_ms": 40}, tmp_path, fault=spec.get("write_fault"),
                         kill_when=write_started)
     assert code == -signal.SIGKILL, output[-3000:]
     for fault in ("after_writers", "after_commit", "global_commit"):
-        code, output = _run(spec, tmp_path, fault=fault)
+        code, output = run_driver(spec, tmp_path, fault=fault)
         assert code == -signal.SIGKILL, f"{fault}: exit {code}\n{output[-3000:]}"
-    code, output = _run(spec, tmp_path)
+    code, output = run_driver(spec, tmp_path)
     assert code == 0 and "done" in output, output[-3000:]
 
 
@@ -135,7 +104,7 @@ def test_batch_task_failing_once_is_retried_without_orphans(metastore, spark, tm
     spark.sql(f"CREATE DATABASE {database}")
     spec = {"mode": "batch_retry", "metastore_uri": metastore.uri, "warehouse": metastore.warehouse,
             "journal_dir": str(tmp_path / "journal"), "table": f"{database}.t"}
-    code, output = _run(spec, tmp_path)
+    code, output = run_driver(spec, tmp_path)
     assert code == 0 and "done" in output, output[-3000:]
     spark.catalog.refreshTable(f"{database}.t")
     ids = [row.id for row in spark.sql(f"SELECT id FROM {database}.t").collect()]
