@@ -133,3 +133,8 @@ def test_committer_idempotency_contract(spark, settings, table):
     with MetastoreClient(settings.metastore_uri) as client:
         params = client.get_table(table.database, table.table).parameters
     assert params["sink.batch.q1"] == "0"
+    # An overwrite supersedes the version the append created: inside the grace it is kept (retention).
+    write_batch(spark.sql("SELECT id FROM range(2)"), HiveSink(table, settings, mode="overwrite"))
+    assert target() == [(0,), (1,)]
+    versions = sorted(name for name in os.listdir(table_root(sink)) if name.startswith("_v="))
+    assert "_v=q1-b0-r1" in versions and len(versions) == 2, versions
