@@ -226,6 +226,11 @@ def main() -> None:
             times = alternating_rounds(arms, args.reps, args.warmups, on_rep=report)
             warm_stages = calls["batched"]["stage_seconds"]
             warm_calls = {name: calls_text(calls[name]) for name in arms}
+            # A naive rep outlasts the cache's max age (60 s): the paired batched requests above
+            # re-read every table. Requests a page poll apart: one to refill, then timed ones.
+            batched()
+            polled = [batched() for _ in range(max(args.reps, 3))]
+            polled_calls = calls_text(calls["batched"])
             changed_seconds, changed_count = changed_request(http, batched, args.tables)
         ratios = paired_ratios(times["naive"], times["batched"])
         p50 = percentile_ms(times["batched"], 0.5)
@@ -235,11 +240,16 @@ def main() -> None:
                   f"{percentile_ms(times[name], 0.5):.0f} ms (runs s: {runs_text(times[name], 3)}; "
                   f"calls per request: {warm_calls[name]})")
         print(f"naive / batched (warm): {ratios.describe()}")
+        print(f"batched, requests back to back (within the cache's max age): p50 "
+              f"{percentile_ms(polled, 0.5):.0f} ms (runs s: {runs_text(polled, 3)}; calls per request: "
+              f"{polled_calls})")
         print(f"batched after {changed_count} DAGs were paused: {changed_seconds * 1000:.0f} ms "
               f"(calls: {calls_text(calls['batched'])})")
         print(f"server side per stage (s): cold {cold_stages}; last warm {warm_stages}")
-        print(f"target batched warm p50 <= {TARGET_P50_MS:.0f} ms: "
-              f"{'met' if p50 <= TARGET_P50_MS else 'NOT met'}")
+        polled_p50 = percentile_ms(polled, 0.5)
+        print(f"target p50 <= {TARGET_P50_MS:.0f} ms: paired warm "
+              f"{'met' if p50 <= TARGET_P50_MS else 'NOT met'}, back to back "
+              f"{'met' if polled_p50 <= TARGET_P50_MS else 'NOT met'}")
     finally:
         stop_airflow(home / "airflow")
         stop_metastore(home)
