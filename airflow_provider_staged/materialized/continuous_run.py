@@ -170,6 +170,9 @@ class ContinuousRefresh:
                 f"{definition.identifier} cannot be refreshed continuously: {str(err).splitlines()[0]}"
             ) from None
         self.plan = plan
+        # Written at once, so describe shows the running query before its first report.
+        self._progress = replace(self._progress, state="running", updated=_now(), error=None)
+        write_progress(self.root, self._progress)
         log.info("continuous refresh of %s started: %s output every %s, %d source stream(s) (%s), "
                  "checkpoint %s", definition.identifier, plan.output_mode, plan.trigger_interval,
                  len(plan.sources), ", ".join(s.name for s in plan.sources), plan.checkpoint_location)

@@ -209,6 +209,9 @@ def test_continuous_table_lifecycle_on_airflow(
             seen_after = time.monotonic() - arrived
             # Within the freshness: the next trigger picks the files up (plus its commit).
             assert seen_after <= 2 * E2E_FRESHNESS + 10, seen_after
+            # The task reports every poll_seconds (5 s), so the batch shows up within one poll.
+            wait_for("the batch in the progress",
+                     lambda: getattr(tables.describe(identifier).progress, "batch_id", None) is not None, 30)
             info = tables.describe(identifier)
             assert info.refresh_mode == "CONTINUOUS" and info.progress is not None
             assert info.progress.state == "running" and info.progress.batch_id is not None
