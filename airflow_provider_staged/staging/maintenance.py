@@ -69,7 +69,7 @@ def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> Ve
             settings.metastore_uri, settings.retention,
         )
         try:
-            deleted = sweep_listed(staged, settings.retention, listed.get(target, []), records, now)
+            deleted, _ = sweep_listed(staged, settings.retention, listed.get(target, []), records, now)
             deleted += delete_dropped_files(staged, records, now)
         except Exception as error:  # one table's failure never stops the others
             log.exception("version sweep of %s failed", target)

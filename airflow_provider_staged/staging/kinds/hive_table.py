@@ -222,10 +222,8 @@ def sweep_versions(
     now = time.time() if now is None else now
     listed = list_versions(root)
     records = staged.journal.records()
-    deleted = sweep_listed(staged, retention, listed, records, now)
-    candidates, _ = _candidates(listed, version_records(records, staged.target), set(), now)
-    kept = [at for location, at in candidates.items() if location not in deleted]
-    staged.journal.set_retention_mark(staged.target, min(kept, default=now))
+    deleted, kept = sweep_listed(staged, retention, listed, records, now)
+    staged.journal.set_retention_mark(staged.target, min(kept.values(), default=now))
     return deleted
 
 
@@ -240,40 +238,43 @@ def sweep_listed(
     listed: list[Entry],
     journal_records: list[AttemptRecord],
     now: float | None = None,
-) -> list[str]:
+) -> tuple[list[str], dict[str, float]]:
     """:func:`sweep_versions` of directories ``listed`` BEFORE ``journal_records`` were read
-    (a sweep of many tables lists every root, then reads the journal once)."""
+    (a sweep of many tables lists every root, then reads the journal once). Returns the deleted
+    directories and the committed versions kept (location -> when it was superseded; the live
+    ones included)."""
     now = time.time() if now is None else now
-    records = version_records(journal_records, staged.target)
-    if not _doomed(listed, records, set(), retention, now):
-        return []
+    candidates, orphans = _candidates(listed, version_records(journal_records, staged.target), now)
+    if not _doomed(candidates, orphans, set(), retention, now):
+        return [], candidates
     with staged._client() as client:
         table = client.get_table(staged.identifier.database, staged.identifier.table)
         if table is None:
-            return []
+            return [], candidates
         live = {normalize_location(current_location(table))}
         if table.partitionKeys:
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
-    doomed = _doomed(listed, records, live, retention, now)
+    doomed = _doomed(candidates, orphans, live, retention, now)
     for location in doomed:
         log.info("retention: deleting superseded version %s of %s", location, staged.target)
         delete_dir(location)
-    return doomed
+    return doomed, {location: at for location, at in candidates.items() if location not in doomed}
 
 
 def _doomed(
-    listed: list[Entry], records: list[AttemptRecord], live: set[str], retention: RetentionPolicy, now: float
+    candidates: dict[str, float], orphans: list[str], live: set[str], retention: RetentionPolicy, now: float
 ) -> list[str]:
-    """The listed version directories to delete: orphans, and superseded versions past retention."""
-    candidates, orphans = _candidates(listed, records, live, now)
-    return orphans + retention.expired(candidates, now)
+    """Of ``_candidates``' result, the directories to delete: orphans, and superseded versions past
+    retention; never one in ``live`` (what the catalog points at)."""
+    superseded = {location: at for location, at in candidates.items() if location not in live}
+    return [o for o in orphans if o not in live] + retention.expired(superseded, now)
 
 
 def _candidates(
-    listed: list[Entry], records: list[AttemptRecord], live: set[str], now: float
+    listed: list[Entry], records: list[AttemptRecord], now: float
 ) -> tuple[dict[str, float], list[str]]:
     """The listed versions that retention decides on (location -> when it was superseded), and
-    the orphans (neither live, in flight nor committed)."""
+    the orphans (neither in flight nor committed); live ones included (``_doomed`` drops them)."""
     in_flight = {version_location(r) for r in records if not r.state.ended}
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
     committed = {version_location(r) for r in commits}
@@ -286,7 +287,7 @@ def _candidates(
             superseded_at[location] = max(superseded_at.get(location, 0.0), r.updated_at)
     candidates, orphans = {}, []
     for entry in listed:
-        if entry.location in live or entry.location in in_flight:
+        if entry.location in in_flight:
             continue
         if entry.location in committed:
             candidates[entry.location] = superseded_at.get(entry.location, newest_commit)
