@@ -79,13 +79,8 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     (fail,) = [e for e in events(events_file) if e["eventType"] == "FAIL"]
     assert [d["name"] for d in fail["inputs"]] == [f"{database}.src"]
     assert fail["outputs"] == []
-
-    # A second successful build replaces the committed table: its COMPLETE event says OVERWRITE.
-    result = run_build(airflow_cli, metastore, journal_dir, target, sql, events_file)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    changes = [[o["facets"]["lifecycleStateChange"]["lifecycleStateChange"] for o in e["outputs"]]
-               for e in events(events_file) if e["eventType"] == "COMPLETE"]
-    assert changes == [["CREATE"], ["OVERWRITE"]]
+    # OVERWRITE (a commit that supersedes a version) is asserted by the refresh test below: the
+    # same reporting code, without a third ~40 s `dags test` run here.
 
 
 EVENTS_DEFINITION = """
