@@ -136,6 +136,7 @@ class AttemptJournal:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self._path(record.attempt_id))
+            _fsync_directory(self.root)  # the rename itself must survive a machine crash
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -233,3 +234,11 @@ class AttemptJournal:
             == (task.dag_id, task.task_id, task.run_id, task.map_index)
             and (task.try_number == 0 or record.task.try_number == task.try_number)
         ]
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
