@@ -226,8 +226,9 @@ def main() -> None:
             times = alternating_rounds(arms, args.reps, args.warmups, on_rep=report)
             warm_stages = calls["batched"]["stage_seconds"]
             warm_calls = {name: calls_text(calls[name]) for name in arms}
-            # A naive rep outlasts the cache's max age (60 s): the paired batched requests above
-            # re-read every table. Requests a page poll apart: one to refill, then timed ones.
+            # A naive rep outlasts the cache's max age (60 s): each paired batched request above is
+            # the first after a quiet minute (served from the cache, every table handed to one
+            # background re-read). Requests a page poll apart: one to settle, then timed ones.
             batched()
             polled = [batched() for _ in range(max(args.reps, 3))]
             polled_calls = calls_text(calls["batched"])

@@ -142,6 +142,7 @@ def list_tables(user: GetUserDep, session: SessionDep) -> JSONResponse:
             # Tables read from the metastore by this request, and served from the page's cache.
             "catalog_reread": reads.reread,
             "catalog_cached": reads.cached,
+            "catalog_revalidating": reads.revalidating,
             "airflow_queries": airflow.queries,
             "seconds": clock.total(),
             "stage_seconds": clock.stages,

@@ -3,8 +3,11 @@
 Pure (no Airflow import, no I/O). Building 1,000 Table objects costs the embedded metastore
 ~2.4 s per request; Airflow's metadatabase answers the page's three queries in ~40 ms. So the
 api-server keeps what it read per table with a token of what could have changed it, and re-reads
-(in the same batched calls) only the tables whose token changed, whose entry is not trusted
-(:func:`settled`) or older than ``max_age``.
+(in the same batched calls) only the tables whose token changed or whose entry is not trusted
+(:func:`settled`). An entry older than ``max_age`` is still served, and re-read by one batched
+read in the background (stale while revalidate): a request after a quiet minute costs what a warm
+one does, not a read of every table. Only entries older than ``stale_limit`` are re-read before
+the answer.
 
 Why the token sees every change (checked in ``materialized/``). What the page shows from a
 table's metastore entry is its existence, its refresh status, suspend reason and failure count
@@ -26,7 +29,8 @@ table's metastore entry is its existence, its refresh status, suspend reason and
 - ``CatalogStatusStore.load``/``update`` moving a status from the state file into the table:
   they rewrite or remove the state file, whose identity is in the token too.
 
-Where this breaks (then the page is stale for at most ``max_age``): writes outside these paths,
+Where this breaks (then the page shows the write from the first request after ``max_age``
+has passed plus one background read, and at the latest after ``stale_limit``): writes outside these paths,
 e.g. a CTAS or ``staged rollback`` of the same table by hand, ``ALTER TABLE ... SET
 TBLPROPERTIES`` in Spark, another definitions folder (another Airflow) on the same metastore; a
 DAG paused in Airflow's UI, by contrast, only costs that table a re-read per request.
@@ -34,6 +38,7 @@ DAG paused in Airflow's UI, by contrast, only costs that table a re-read per req
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -52,6 +57,9 @@ FileKey = tuple[int, int, int]
 # Run states in which the run's task may still write the table.
 ACTIVE_RUN_STATES = frozenset({"queued", "running"})
 MAX_AGE_SECONDS = 60.0
+STALE_LIMIT_SECONDS = 600.0
+
+log = logging.getLogger(__name__)
 
 
 def change_token(
@@ -97,22 +105,38 @@ class _Entry(Generic[V]):
 
 @dataclass(frozen=True)
 class CachedRead(Generic[K, V]):
-    """The existing tables among the keys, and how many were re-read or served from the cache."""
+    """The existing tables among the keys; how many were re-read, served from the cache, and
+    (of those served) handed to a background re-read because they are older than ``max_age``."""
 
     values: dict[K, V]
     reread: int
     cached: int
+    revalidating: int = 0
+
+
+def _in_thread(job: Callable[[], None]) -> None:
+    threading.Thread(target=job, name="page-cache-revalidate", daemon=True).start()
 
 
 class ChangeTokenCache(Generic[K, V]):
-    """Values per key, re-read only when the key's token changed, the entry is not trusted or
-    it is ``max_age`` seconds old. Thread-safe: concurrent requests wait for one read."""
+    """Values per key, re-read at once when the key's token changed, the entry is not trusted or
+    older than ``stale_limit``; re-read in the background (``spawn``) when older than ``max_age``.
+    Thread-safe: concurrent requests wait for one read; one background re-read at a time."""
 
-    def __init__(self, max_age: float = MAX_AGE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        max_age: float = MAX_AGE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        stale_limit: float = STALE_LIMIT_SECONDS,
+        spawn: Callable[[Callable[[], None]], None] = _in_thread,
+    ) -> None:
         self.max_age = max_age
+        self.stale_limit = stale_limit
         self.clock = clock
+        self.spawn = spawn
         self._entries: dict[K, _Entry[V]] = {}
         self._lock = threading.Lock()
+        self._revalidating = False
 
     def read(
         self,
@@ -131,7 +155,29 @@ class ChangeTokenCache(Generic[K, V]):
             for gone in self._entries.keys() - tokens.keys():
                 del self._entries[gone]
             values = {key: value for key in tokens if (value := self._entries[key].value) is not None}
-        return CachedRead(values, len(stale), len(tokens) - len(stale))
+            aged = {key: entry for key in tokens
+                    if now - (entry := self._entries[key]).read_at >= self.max_age}
+            revalidate = bool(aged) and not self._revalidating
+            self._revalidating |= revalidate
+        if revalidate:
+            self.spawn(lambda: self._revalidate(aged, fetch))
+        return CachedRead(values, len(stale), len(tokens) - len(stale), len(aged) if revalidate else 0)
+
+    def _revalidate(self, aged: Mapping[K, _Entry[V]], fetch: Callable[[list[K]], Mapping[K, V]]) -> None:
+        """Re-read ``aged`` outside the lock; store a value only over the very entry it replaces
+        (a request may have re-read the key, with a newer token, in the meantime)."""
+        try:
+            now = self.clock()
+            fetched = fetch(list(aged))
+            with self._lock:
+                for key, before in aged.items():
+                    if self._entries.get(key) is before:
+                        self._entries[key] = _Entry(before.token, fetched.get(key), now)
+        except Exception:  # the next request retries; the page keeps its answer meanwhile
+            log.warning("background re-read of %d table(s) failed", len(aged), exc_info=True)
+        finally:
+            with self._lock:
+                self._revalidating = False
 
     def _usable(
         self, key: K, token: Hashable, now: float, trusted: Callable[[K, V | None], bool]
@@ -140,6 +186,6 @@ class ChangeTokenCache(Generic[K, V]):
         return (
             entry is not None
             and entry.token == token
-            and now - entry.read_at < self.max_age
+            and now - entry.read_at < self.stale_limit
             and trusted(key, entry.value)
         )

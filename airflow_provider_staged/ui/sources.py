@@ -109,6 +109,7 @@ class CatalogReads:
         self.calls = 0
         self.reread = 0  # tables read from the metastore
         self.cached = 0  # tables served from the cache
+        self.revalidating = 0  # of those, older than the cache's max age: re-read in the background
 
     def cached_tables(
         self,
@@ -134,6 +135,7 @@ class CatalogReads:
         result = self.cache.read(tokens, self.tables, trusted)
         self.reread += result.reread
         self.cached += result.cached
+        self.revalidating += result.revalidating
         return result.values
 
     def tables(self, identifiers: Iterable[TableIdentifier]) -> dict[TableIdentifier, ttypes.Table]:

@@ -57,8 +57,14 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def cache(clock: Clock) -> ChangeTokenCache[str, str]:
-    return ChangeTokenCache(max_age=60, clock=clock)
+def jobs() -> list:
+    return []
+
+
+@pytest.fixture
+def cache(clock: Clock, jobs: list) -> ChangeTokenCache[str, str]:
+    # Background re-reads are collected, for each test to run when it chooses.
+    return ChangeTokenCache(max_age=60, clock=clock, stale_limit=600, spawn=jobs.append)
 
 
 def test_unchanged_tokens_read_nothing_and_a_changed_one_only_its_table(cache: ChangeTokenCache) -> None:
@@ -76,14 +82,61 @@ def test_unchanged_tokens_read_nothing_and_a_changed_one_only_its_table(cache: C
     assert fetch.calls[-1] == ["b", "c"]
 
 
-def test_entries_older_than_max_age_are_read_again(cache: ChangeTokenCache, clock: Clock) -> None:
+def test_entries_older_than_max_age_are_served_and_read_again_in_the_background(
+    cache: ChangeTokenCache, clock: Clock, jobs: list
+) -> None:
+    fetch = Fetch({"a": "A1", "b": "B1"})
+    cache.read({"a": 1, "b": 1}, fetch, always)
+    clock.now += 59.9
+    assert cache.read({"a": 1, "b": 1}, fetch, always).reread == 0 and jobs == []
+    fetch.values.update(a="A2", b="B2")  # written behind the tokens' back (e.g. by hand in Spark)
+    clock.now += 0.1
+    served = cache.read({"a": 1, "b": 1}, fetch, always)
+    assert (served.values, served.reread, served.revalidating) == ({"a": "A1", "b": "B1"}, 0, 2)
+    assert cache.read({"a": 1, "b": 1}, fetch, always).revalidating == 0  # one re-read at a time
+    assert len(jobs) == 1 and len(fetch.calls) == 1
+    jobs.pop()()
+    assert fetch.calls[-1] == ["a", "b"]
+    again = cache.read({"a": 1, "b": 1}, fetch, always)
+    assert (again.values, again.reread, again.revalidating) == ({"a": "A2", "b": "B2"}, 0, 0)
+
+
+def test_a_background_read_never_overwrites_a_newer_entry(cache: ChangeTokenCache, clock: Clock,
+                                                          jobs: list) -> None:
     fetch = Fetch({"a": "A1"})
     cache.read({"a": 1}, fetch, always)
-    clock.now += 59.9
-    assert cache.read({"a": 1}, fetch, always).reread == 0
-    fetch.values["a"] = "A2"  # written behind the tokens' back (e.g. by hand in Spark)
-    clock.now += 0.1
-    assert cache.read({"a": 1}, fetch, always).values == {"a": "A2"}
+    clock.now += 61
+    cache.read({"a": 1}, fetch, always)  # hands "a" to a background re-read
+    fetch.values["a"] = "A2"
+    assert cache.read({"a": 2}, fetch, always).values == {"a": "A2"}  # token moved: read at once
+    fetch.values["a"] = "A-old"  # what the late background read gets
+    jobs.pop()()
+    assert cache.read({"a": 2}, fetch, always).values == {"a": "A2"}
+
+
+def test_entries_older_than_the_stale_limit_are_read_before_the_answer(
+    cache: ChangeTokenCache, clock: Clock, jobs: list
+) -> None:
+    fetch = Fetch({"a": "A1"})
+    cache.read({"a": 1}, fetch, always)
+    fetch.values["a"] = "A2"
+    clock.now += 600
+    assert cache.read({"a": 1}, fetch, always).values == {"a": "A2"} and jobs == []
+
+
+def test_a_failed_background_read_keeps_the_entries_and_is_retried(
+    cache: ChangeTokenCache, clock: Clock, jobs: list
+) -> None:
+    fetch = Fetch({"a": "A1"})
+    cache.read({"a": 1}, fetch, always)
+    clock.now += 61
+
+    def broken(keys: list[str]) -> dict[str, str]:
+        raise ConnectionError("metastore down")
+
+    assert cache.read({"a": 1}, broken, always).values == {"a": "A1"}
+    jobs.pop()()  # logged, not raised: no request is waiting for it
+    assert cache.read({"a": 1}, fetch, always).revalidating == 1  # the next request tries again
 
 
 def test_untrusted_entries_are_read_at_every_request(cache: ChangeTokenCache) -> None:
