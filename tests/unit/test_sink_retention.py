@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
-from airflow_provider_staged.staging.kinds import hive_table
-from airflow_provider_staged.staging.kinds.hive_table import version_location
+from airflow_provider_staged.staging.kinds.hive_table import _doomed, version_location
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from airflow_provider_staged.storage import Entry
 
@@ -27,13 +26,6 @@ def _overwrite(attempt_id: str, superseded: str | None, at: float) -> AttemptRec
         attempt_id, "hive_overwrite", "db.t", "create_or_replace", f"{ROOT}/_v={attempt_id}",
         catalog={"root": ROOT}, state=AttemptState.COMMITTED, superseded_location=superseded, updated_at=at,
     )
-
-
-def _doomed(
-    listed: list[Entry], records: list[AttemptRecord], live: set[str], policy: RetentionPolicy, now: float
-) -> list[str]:
-    """What a sweep of ``listed`` deletes while the catalog points at ``live``."""
-    return hive_table._doomed(*hive_table._candidates(listed, records, now), live, policy, now)
 
 
 def _listed(*attempt_ids: str) -> list[Entry]:

@@ -245,7 +245,7 @@ def sweep_listed(
     ones included)."""
     now = time.time() if now is None else now
     candidates, orphans = _candidates(listed, version_records(journal_records, staged.target), now)
-    if not _doomed(candidates, orphans, set(), retention, now):
+    if not _due(candidates, orphans, set(), retention, now):
         return [], candidates
     with staged._client() as client:
         table = client.get_table(staged.identifier.database, staged.identifier.table)
@@ -254,7 +254,7 @@ def sweep_listed(
         live = {normalize_location(current_location(table))}
         if table.partitionKeys:
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
-    doomed = _doomed(candidates, orphans, live, retention, now)
+    doomed = _due(candidates, orphans, live, retention, now)
     for location in doomed:
         log.info("retention: deleting superseded version %s of %s", location, staged.target)
         delete_dir(location)
@@ -262,6 +262,13 @@ def sweep_listed(
 
 
 def _doomed(
+    listed: list[Entry], records: list[AttemptRecord], live: set[str], retention: RetentionPolicy, now: float
+) -> list[str]:
+    """The listed version directories to delete: orphans, and superseded versions past retention."""
+    return _due(*_candidates(listed, records, now), live, retention, now)
+
+
+def _due(
     candidates: dict[str, float], orphans: list[str], live: set[str], retention: RetentionPolicy, now: float
 ) -> list[str]:
     """Of ``_candidates``' result, the directories to delete: orphans, and superseded versions past
@@ -274,7 +281,7 @@ def _candidates(
     listed: list[Entry], records: list[AttemptRecord], now: float
 ) -> tuple[dict[str, float], list[str]]:
     """The listed versions that retention decides on (location -> when it was superseded), and
-    the orphans (neither in flight nor committed); live ones included (``_doomed`` drops them)."""
+    the orphans (neither in flight nor committed); live ones included (``_due`` drops them)."""
     in_flight = {version_location(r) for r in records if not r.state.ended}
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
     committed = {version_location(r) for r in commits}
