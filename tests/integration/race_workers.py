@@ -26,12 +26,19 @@ from airflow_provider_staged.materialized.catalog_status import (
 from airflow_provider_staged.materialized.scheduler import RefreshStatus
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import WriterContext
+from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.sink.recovery import batch_prefix
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
+from airflow_provider_staged.staging.versions import version_dir_name
 from airflow_provider_staged.storage import normalize_location
 
 # The unpartitioned table of the commit race: (id bigint, label string).
@@ -116,25 +123,26 @@ def committer(
             t0 = time.monotonic()
             staged = commit_copy(uri, target, journal_dir, parquet_file)
             t1 = time.monotonic()
-            with MetastoreClient(uri) as client:
-                found = client.get_table(database, table)
-            params = found.parameters or {}
-            seen.append(
-                {
-                    "index": index,
-                    "t0": t0,
-                    "t1": t1,
-                    "own": normalize_location(staged.location),
-                    "observed": normalize_location(current_location(found)),
-                    "handler": params.get(REFRESH_HANDLER_KEY),
-                    "status": params.get(REFRESH_STATUS_KEY),
-                }
-            )
+            own = normalize_location(staged.location)
+            seen.append({"index": index, "t0": t0, "t1": t1, "own": own, **read_back(uri, database, table)})
     except BaseException as err:  # reported to the test, which fails with it
         error = repr(err)
     finally:
         done.set()
         Path(out_path).write_text(json.dumps({"commits": seen, "error": error}))
+
+
+def read_back(uri: str, database: str, table: str) -> dict[str, Any]:
+    """What a writer sees right after its write: the table's version, status and sink batch."""
+    with MetastoreClient(uri) as client:
+        found = client.get_table(database, table)
+    params = found.parameters or {}
+    return {
+        "observed": normalize_location(current_location(found)),
+        "handler": params.get(REFRESH_HANDLER_KEY),
+        "status": params.get(REFRESH_STATUS_KEY),
+        "batch": recorded_batch(found, SINK_QUERY),
+    }
 
 
 def status_value(index: int) -> tuple[RefreshStatus, str]:
@@ -166,25 +174,77 @@ def status_writer(
             t0 = time.monotonic()
             where = store.save(identifier, definition_path, status, handler)
             t1 = time.monotonic()
-            with MetastoreClient(uri) as client:
-                found = client.get_table(identifier.database, identifier.table)
-            params = found.parameters or {}
-            seen.append(
-                {
-                    "index": index,
-                    "t0": t0,
-                    "t1": t1,
-                    "where": where,
-                    "status_ok": params.get(REFRESH_STATUS_KEY) == status.value,
-                    "handler_ok": params.get(REFRESH_HANDLER_KEY) == handler,
-                    "observed": normalize_location(current_location(found)),
-                }
-            )
+            found = read_back(uri, identifier.database, identifier.table)
+            found["status_ok"] = found["status"] == status.value
+            found["handler_ok"] = found["handler"] == handler
+            seen.append({"index": index, "t0": t0, "t1": t1, "where": where, **found})
             index += 1
     except BaseException as err:
         error = repr(err)
     finally:
         Path(out_path).write_text(json.dumps({"writes": seen, "error": error}))
+
+
+# -- the Hive sink ---------------------------------------------------------------------------
+
+# The streaming query of the sink race: its micro-batch ids are the write indexes.
+SINK_QUERY = "qrace"
+SINK_ROWS = 3
+
+
+def sink_rows(index: int) -> pa.Table:
+    """Micro-batch ``index``'s rows: ids no other write has, labelled ``w<index>``."""
+    ids = [1000 + SINK_ROWS * index + k for k in range(SINK_ROWS)]
+    return pa.table({"id": pa.array(ids, pa.int64()), "label": pa.array([f"w{index}"] * SINK_ROWS)})
+
+
+def sink_mode(index: int, overwrite_every: int) -> str:
+    return "overwrite" if (index + 1) % overwrite_every == 0 else "append"
+
+
+def sink_committer(
+    uri: str,
+    warehouse: str,
+    target: str,
+    journal_dir: str,
+    writes: int,
+    overwrite_every: int,
+    ready: Any,
+    go: Any,
+    done: Any,
+    out_path: str,
+) -> None:
+    """Micro-batches 0..writes-1 of one streaming query through the Hive sink's writer and
+    committers (the runtime's own calls, without Spark); read the table back after each."""
+    database, table = target.split(".")
+    sink = HiveSink(target, StagedSettings(uri, warehouse, journal_dir), native=False)
+    seen: list[dict[str, Any]] = []
+    error = None
+    ready.set()
+    go.wait()
+    try:
+        for index in range(writes):
+            mode = sink_mode(index, overwrite_every)
+            context = WriterContext(
+                batch_prefix(SINK_QUERY, index) + new_write_id(), SINK_QUERY, index, mode, FLAT_SCHEMA_JSON,
+                partition_id=0, task_attempt_id=index, streaming=True,
+            )
+            t0 = time.monotonic()
+            staged = _write_task(sink, context, iter(sink_rows(index).to_batches()))
+            published = commit_write(sink, context, staged)
+            t1 = time.monotonic()
+            # An overwrite's version directory is its own (a staged replace); an append has none.
+            own = f"{sink.root()}/{version_dir_name(context.write_id)}" if mode == "overwrite" else None
+            seen.append(
+                {"index": index, "t0": t0, "t1": t1, "mode": mode, "write_id": context.write_id,
+                 "published": published, "own": own and normalize_location(own),
+                 **read_back(uri, database, table)}
+            )
+    except BaseException as err:
+        error = repr(err)
+    finally:
+        done.set()
+        Path(out_path).write_text(json.dumps({"commits": seen, "error": error}))
 
 
 # -- the partitioned table ------------------------------------------------------------------

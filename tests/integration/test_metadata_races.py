@@ -1,10 +1,11 @@
-"""Metadata writers and readers racing on one table, in separate OS processes (no Spark).
+"""Metadata writers and readers racing on one table, in separate OS processes (no Spark in them).
 
 Hive 2.3's ``alter_table`` is a blind overwrite: a commit and a refresh-status write that both
 read-modify-write one table undo each other unless both hold the metastore's table lock
 (``metastore.locks``). Before that lock, a committer racing a status writer lost 12 of 150
-pointer switches and 14 of 636 status values. These tests race them for real, race readers
-against multi-partition refreshes, and SIGKILL a lock holder.
+pointer switches and 14 of 636 status values. These tests race them for real (also the unified
+sink's appends and overwrites against status writes and staged replaces; Spark reads the end
+state), race readers against multi-partition refreshes, and SIGKILL a lock holder.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
@@ -37,6 +40,9 @@ from tests.integration import race_workers
 from tests.integration.race_workers import classify, partitions_of_refresh, status_value
 
 COMMITS = 200
+SINK_WRITES = 48
+OVERWRITE_EVERY = 8  # every 8th sink write an overwrite, the others appends
+REPLACES = 16
 REFRESHES = 14
 READERS = 2
 MIN_READS = 100
@@ -87,6 +93,20 @@ def _result(path: Path) -> dict[str, Any]:
     result = json.loads(path.read_text())
     assert result["error"] is None, f"worker {path.name} failed: {result['error']}"
     return result
+
+
+def _status_undone(commits: list[dict[str, Any]], writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The commits that undid a status write: right after them the table shows a handler older
+    than one whose write ended before the commit began."""
+
+    def handler_index(handler: str | None) -> int:
+        return int(handler.removeprefix("writer-")) if handler else -1
+
+    return [
+        c
+        for c in commits
+        if handler_index(c["handler"]) < max((w["index"] for w in writes if w["t1"] < c["t0"]), default=-1)
+    ]
 
 
 def test_commits_racing_status_writes_lose_nothing(
@@ -161,15 +181,7 @@ def test_commits_racing_status_writes_lose_nothing(
     lost_status = [w for w in writes if not (w["status_ok"] and w["handler_ok"])]
     assert lost_status == [], f"{len(lost_status)} of {len(writes)} status values lost"
 
-    # A commit that undid a status write: it shows a handler older than one written before it.
-    def handler_index(handler: str | None) -> int:
-        return int(handler.removeprefix("writer-")) if handler else -1
-
-    undone = [
-        c
-        for c in commits
-        if handler_index(c["handler"]) < max((w["index"] for w in writes if w["t1"] < c["t0"]), default=-1)
-    ]
+    undone = _status_undone(commits, writes)
     assert undone == [], f"{len(undone)} commits reverted the refresh status to an older value"
 
     # The two processes really overlapped: many status writes ran between the first and the
@@ -189,6 +201,134 @@ def test_commits_racing_status_writes_lose_nothing(
     assert table.parameters[REFRESH_HANDLER_KEY] == last_handler
     states = [r.state for r in AttemptJournal(journal_dir).records()]
     assert states == [AttemptState.COMMITTED] * (COMMITS + 1)
+
+
+def _versions_reverted(
+    versions: dict[str, tuple[float, float]], observations: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The observations (right after a write) of a version that another version had surely
+    replaced before the write began: one whose commit began after the observed one's ended and
+    ended before the write began. ``versions``: each version's commit (start, end)."""
+    return [
+        o
+        for o in observations
+        if any(versions[o["observed"]][1] < t0 and t1 < o["t0"] for t0, t1 in versions.values())
+    ]
+
+
+def test_sink_commits_racing_status_writes_and_a_replace_lose_nothing(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """The unified sink's appends and overwrites (one streaming query), refresh-status writes and
+    staged replaces of one table, each in its own process: nothing any of them wrote is lost."""
+    table = "sink_vs_status"
+    target = f"{database}.{table}"
+    journal_dir = str(tmp_path / "journal")  # one staged connection's journal, shared by all
+    parquet = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(parquet)
+    created = time.monotonic()
+    first = race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet), "create")
+
+    ready = [SPAWN.Event() for _ in range(3)]
+    go, done, replaces_done = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
+    outs = {name: tmp_path / f"{name}.json" for name in ("sink", "status", "replace")}
+    processes = [
+        _start(
+            race_workers.sink_committer, metastore.uri, metastore.warehouse, target, journal_dir,
+            SINK_WRITES, OVERWRITE_EVERY, ready[0], go, done, str(outs["sink"]),
+        ),
+        _start(
+            race_workers.status_writer, metastore.uri, target, str(tmp_path / f"{table}.sql"), ready[1], go,
+            done, str(outs["status"]),
+        ),
+        _start(
+            race_workers.committer, metastore.uri, target, journal_dir, str(parquet), REPLACES, ready[2], go,
+            replaces_done, str(outs["replace"]),
+        ),
+    ]
+    try:
+        _wait_ready(ready, processes)
+        started = time.monotonic()
+        go.set()
+        _finish(processes, timeout=170)
+        elapsed = time.monotonic() - started
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers(processes)
+    sink = _result(outs["sink"])["commits"]
+    writes = _result(outs["status"])["writes"]
+    replaces = _result(outs["replace"])["commits"]
+    window = (sink[0]["t0"], sink[-1]["t1"])
+    overlapping = [r for r in replaces if window[0] < r["t0"] and r["t1"] < window[1]]
+    print(
+        f"{len(sink)} sink writes, {len(writes)} status writes and {len(replaces)} replaces raced for "
+        f"{elapsed:.1f} s ({len(overlapping)} replaces between the first and the last sink write)"
+    )
+    assert len(sink) == SINK_WRITES and len(replaces) == REPLACES
+    assert all(c["published"] for c in sink), "a sink write was taken for a replay"
+    assert len(overlapping) >= REPLACES // 2, "the replaces did not overlap the sink writes"
+
+    # Every version a commit made current (the replaces' and the overwrites'): (start, end) of
+    # that commit. No pointer switch lost: right after a commit, the table shows its version or
+    # one whose commit had not ended before it began; no write brought back a replaced version.
+    switches = replaces + [c for c in sink if c["own"]]
+    versions = {normalize_location(first.location): (created, created)}
+    versions |= {c["own"]: (c["t0"], c["t1"]) for c in switches}
+    lost = [c for c in switches if c["observed"] != c["own"] and versions[c["observed"]][1] < c["t0"]]
+    assert lost == [], f"{len(lost)} of {len(switches)} pointer switches lost, first: {lost[:1]}"
+    reverted = _versions_reverted(versions, sink + writes + replaces)
+    assert reverted == [], f"{len(reverted)} writes reverted the table to a version already replaced"
+
+    # The recorded batch: right after each sink write its own, and no other write lowered it.
+    assert [c["batch"] for c in sink] == list(range(SINK_WRITES)), "a sink write's batch id was not recorded"
+    lowered = [
+        o
+        for o in writes + replaces
+        if (-1 if o["batch"] is None else o["batch"])
+        < max((c["index"] for c in sink if c["t1"] < o["t0"]), default=-1)
+    ]
+    assert lowered == [], f"{len(lowered)} writes undid the recorded batch id, first: {lowered[:1]}"
+
+    # Every status write survived: read back right after it, and no commit undid one.
+    assert writes and all(w["where"] == "table" for w in writes)
+    lost_status = [w for w in writes if not (w["status_ok"] and w["handler_ok"])]
+    assert lost_status == [], f"{len(lost_status)} of {len(writes)} status values lost"
+    undone = _status_undone(sink + replaces, writes)
+    assert undone == [], f"{len(undone)} commits reverted the refresh status to an older value"
+
+    # Every committed append's rows exactly once: its batch directory in exactly one version,
+    # one that nothing had replaced before the append began, holding exactly its rows.
+    root = local_path(normalize_location(first.location)).parent
+    appends = {c["index"]: c for c in sink if c["own"] is None}
+    placed = {}
+    for index, c in appends.items():
+        found = list(root.glob(f"_v=*/batch-{c['write_id']}"))
+        assert len(found) == 1, f"append {index} is in {len(found)} versions: {found}"
+        placed[index] = version = normalize_location(str(found[0].parent))
+        assert not any(versions[version][1] < t0 and t1 < c["t0"] for t0, t1 in versions.values()), (
+            f"append {index} went into {version}, a version replaced before the append began"
+        )
+        assert pq.read_table(found[0]).sort_by("id").to_pylist() == race_workers.sink_rows(index).to_pylist()
+
+    # What Spark reads: the current version's own rows plus the appends that went into it, each
+    # once; among them every append that began after that version was committed.
+    with MetastoreClient(metastore.uri) as client:
+        final = client.get_table(database, table)
+    last = normalize_location(current_location(final))
+    assert race_workers.recorded_batch(final, race_workers.SINK_QUERY) == SINK_WRITES - 1
+    into_last = sorted(index for index, version in placed.items() if version == last)
+    assert {i for i, c in appends.items() if c["t0"] > versions[last][1]} <= set(into_last)
+    overwrite = [c["index"] for c in sink if c["own"] == last]
+    expected = [
+        *(race_workers.sink_rows(overwrite[0]) if overwrite else pq.read_table(parquet)).to_pylist(),
+        *(row for index in into_last for row in race_workers.sink_rows(index).to_pylist()),
+    ]
+    spark.catalog.refreshTable(target)
+    read = [row.asDict() for row in spark.table(target).select("id", "label").collect()]
+    assert sorted(read, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
+    assert not list((root / "_staging").glob("*")), "a committed write left its staging directory"
+    assert {r.state for r in AttemptJournal(journal_dir).records()} == {AttemptState.COMMITTED}
 
 
 def test_readers_never_see_a_mixed_multi_partition_refresh(
