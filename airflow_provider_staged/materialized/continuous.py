@@ -17,7 +17,8 @@ own while every other table loads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ CONTINUOUS_DIR = "_continuous"
 APPEND, COMPLETE = "append", "complete"
 # Streaming views of the source tables; a name no definition would use for a table of its own.
 _VIEW_PREFIX = "__staged_stream__"
+_SNAPSHOT_PREFIX = "__staged_snapshot__"
 
 
 class NotStreamableError(ValueError):
@@ -73,15 +75,42 @@ class ContinuousPlan:
         return "overwrite" if self.output_mode == COMPLETE else "append"
 
 
-def one_time_refresh_refused(identifier: TableIdentifier) -> str:
-    """Why a one-time (partition) refresh of a CONTINUOUS table is refused, for now."""
-    return (
-        f"{identifier} is refreshed continuously: a one-time refresh of it is not supported yet "
-        "(the Hive sink appends each micro-batch into the table's current version directory, so a "
-        "partition replaced by a batch refresh would stop showing the stream's rows, and rows the "
-        "stream has not reached yet would be written twice); SUSPEND and RESUME restart the stream "
-        "from its checkpoint"
-    )
+def one_time_refresh_refused(
+    identifier: TableIdentifier, query: str, partition_spec: Mapping[str, str]
+) -> str | None:
+    """Why a one-time refresh of a CONTINUOUS table cannot run; None when it can.
+
+    As in Flink, it is a batch overwrite of the named partitions beside the running stream
+    (``staging.kinds.continuous_partitions`` says exactly what the partitions hold after it).
+    """
+    if not partition_spec:
+        return (f"{identifier} is refreshed continuously: a one-time refresh overwrites partitions, "
+                "name them (staticPartitions); the stream itself keeps the whole table fresh")
+    if query_shape(identifier, query).aggregated:
+        return (f"{identifier} is refreshed continuously by an aggregation that replaces the whole "
+                "table every micro-batch: a one-time overwrite of partitions of it would be undone by "
+                "the next micro-batch")
+    return None
+
+
+def committed_source_files(logs: Iterable[str], last_batch: int) -> set[str]:
+    """The files Spark's file-stream source log lists for the micro-batches up to ``last_batch``.
+
+    ``logs``: the texts of the files of the checkpoint's ``sources/<n>/`` directory, each
+    ``v1`` then one JSON entry (``path``, ``timestamp``, ``batchId``) per line; a compacted
+    ``<n>.compact`` also holds the entries of the batches before it.
+    """
+    files = set()
+    for text in logs:
+        version, _, body = text.partition("\n")
+        if version.strip() != "v1":
+            raise ValueError(f"unknown file-stream source log version {version.strip()!r}")
+        for line in body.splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                if int(entry["batchId"]) <= last_batch:
+                    files.add(str(entry["path"]))
+    return files
 
 
 def trigger_interval(freshness: Freshness) -> str:
@@ -103,6 +132,11 @@ def progress_location(table_root: str) -> str:
 
 def view_name(table: str) -> str:
     return _VIEW_PREFIX + table.replace(".", "__")
+
+
+def snapshot_view_name(table: str) -> str:
+    """The view of the source files a one-time refresh reads (beside the stream's own views)."""
+    return _SNAPSHOT_PREFIX + table.replace(".", "__")
 
 
 def query_shape(identifier: TableIdentifier, query: str) -> QueryShape:
@@ -148,9 +182,9 @@ def _aggregates(select: Any, exp: Any) -> bool:
                 or any(isinstance(node, exp.AggFunc) for node in own))
 
 
-def streaming_query(query: str, sources: Sequence[str]) -> str:
-    """``query`` reading each source table from its streaming view (aliased as the table, so
-    ``orders.amount`` still resolves)."""
+def streaming_query(query: str, sources: Sequence[str], view: Callable[[str], str] = view_name) -> str:
+    """``query`` reading each source table from its ``view`` (the streaming one by default;
+    aliased as the table, so ``orders.amount`` still resolves)."""
     import sqlglot
     from sqlglot import exp
 
@@ -168,7 +202,7 @@ def streaming_query(query: str, sources: Sequence[str]) -> str:
         if name not in wanted:
             continue
         alias = table.alias or table.name
-        table.replace(exp.to_table(view_name(name)).as_(exp.to_identifier(alias, quoted=True)))
+        table.replace(exp.to_table(view(name)).as_(exp.to_identifier(alias, quoted=True)))
     return tree.sql(dialect="spark")
 
 

@@ -6,6 +6,12 @@ built-in :class:`sink.hive.HiveSink`: every micro-batch is one journaled, exactl
 and reports each micro-batch (batch id, rows, rows/s, actual lag) to the log and to the
 table's progress file, which ``staged mt describe`` reads. Stopping it keeps the checkpoint:
 the next start continues from it. :func:`drop_continuous_state` removes checkpoint and progress.
+
+A one-time refresh of partitions beside the stream (:func:`one_time_staged`,
+:func:`snapshot_query`) reads exactly the source files the stream has committed into the table
+(its checkpoint's source logs up to the micro-batch the table records), so with the stream's
+later micro-batches carried into the new partitions (``staging.kinds.continuous_partitions``)
+every source row is in the table once.
 """
 
 from __future__ import annotations
@@ -13,24 +19,34 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.continuous import (
     ContinuousPlan,
     NotStreamableError,
+    checkpoint_location,
+    committed_source_files,
     continuous_dir,
+    one_time_refresh_refused,
     plan_continuous,
     progress_location,
     query_shape,
+    snapshot_view_name,
+    streaming_query,
 )
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.storage import delete_dir, exists, normalize_location, read_text
+from airflow_provider_staged.storage import delete_dir, exists, list_dir, normalize_location, read_text
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.staging.journal import TaskRef
+    from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 
 log = logging.getLogger(__name__)
 # Serde parameters that are not the data source's reading options.
@@ -129,6 +145,71 @@ def stream_sources(
     return sources
 
 
+def one_time_staged(
+    definition: MaterializedTableDefinition,
+    partition_spec: Mapping[str, str],
+    settings: StagedSettings,
+    task: TaskRef | None = None,
+    conn_id: str | None = None,
+) -> ContinuousPartitionStagedTable:
+    """The staged overwrite of ``partition_spec`` beside the stream: it covers the micro-batches
+    the table records as committed (:class:`ValueError` with the reason when it cannot run)."""
+    from airflow_provider_staged.partition_ttl import materialized_table_options
+    from airflow_provider_staged.sink.runtime import stream_query_id
+    from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
+    from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch, tracks_partitions
+
+    identifier = definition.identifier
+    why = one_time_refresh_refused(identifier, definition.query, partition_spec)
+    if why:
+        raise ValueError(why)
+    query_id = stream_query_id(checkpoint_location(table_root(identifier, settings.metastore_uri)))
+    with MetastoreClient(settings.metastore_uri) as client:
+        table = client.get_table(identifier.database, identifier.table)
+    if table is not None and not tracks_partitions(table):
+        raise ValueError(
+            f"{identifier} discovers its partitions from directories (created before continuous tables "
+            "tracked them in the catalog): a one-time refresh cannot switch one of them; DROP and CREATE "
+            "the table again"
+        )
+    batch = recorded_batch(table, query_id)
+    return ContinuousPartitionStagedTable(
+        identifier, definition.partition_by, partition_spec, settings.journal, settings.metastore_uri,
+        settings.retention, task, conn_id=conn_id,
+        table_options=materialized_table_options(definition.options, definition.partition_by),
+        query_id=query_id, after_batch=-1 if batch is None else batch,
+    )
+
+
+def snapshot_query(
+    definition: MaterializedTableDefinition, staged: ContinuousPartitionStagedTable, spark: Any,
+    metastore_uri: str,
+) -> str:
+    """The definition's query over the source files the stream committed up to
+    ``staged.after_batch`` and that still exist: one temporary view per source table in ``spark``."""
+    from pyspark.sql.types import StructType
+
+    checkpoint = checkpoint_location(table_root(definition.identifier, metastore_uri))
+    logs = [read_text(entry.location) for directory in list_dir(f"{checkpoint}/sources")
+            for entry in list_dir(directory.location) if not entry.name.startswith(".")]
+    # A committed file deleted since (e.g. rows erased at the source) is not read: the overwrite
+    # is the query's result over the source as it is now, up to the stream's position.
+    files = {normalize_location(path) for path in committed_source_files(logs, staged.after_batch)
+             if exists(path)}
+    shape = query_shape(definition.identifier, definition.query)
+    for name, (location, schema_json, options) in stream_sources(spark, shape.sources, metastore_uri).items():
+        schema = StructType.fromJson(json.loads(schema_json))
+        mine = sorted(path for path in files if path.startswith(location + "/"))
+        if mine:  # the table's partition columns come from the paths below its location
+            frame = spark.read.schema(schema).options(**options).option("basePath", location).parquet(*mine)
+        else:
+            frame = spark.createDataFrame([], schema)
+        frame.createOrReplaceTempView(snapshot_view_name(name))
+        log.info("one-time refresh of %s reads %d file(s) of %s: those of micro-batches up to %d",
+                 definition.identifier, len(mine), name, staged.after_batch)
+    return streaming_query(definition.query, shape.sources, snapshot_view_name)
+
+
 class ContinuousRefresh:
     """One run of the streaming refresh: :meth:`start`, then :meth:`report` periodically, :meth:`stop`."""
 
@@ -158,7 +239,9 @@ class ContinuousRefresh:
             schema = StructType.fromJson(json.loads(source.schema_json))
             stream = self.spark.readStream.schema(schema).options(**source.options)
             stream.parquet(source.location).createOrReplaceTempView(source.view)
-        sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by))
+        # Catalog partitions: a one-time refresh can then overwrite some beside the stream.
+        sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by),
+                        track_partitions=True)
         try:
             self.query = write_stream(
                 self.spark.sql(plan.query), sink, checkpoint_location=plan.checkpoint_location,

@@ -184,7 +184,9 @@ class MaterializedTables:
         except (DefinitionError, RefreshRequestError) as err:
             raise WorkflowException(f"refresh of {identifier} not triggered: {err}") from None
         if definition.refresh_mode is RefreshMode.CONTINUOUS and not request.is_periodic:
-            raise WorkflowException(f"refresh not triggered: {one_time_refresh_refused(identifier)}")
+            why = one_time_refresh_refused(identifier, definition.query, request.partition_spec)
+            if why:
+                raise WorkflowException(f"refresh not triggered: {why}")
         return self.scheduler.trigger_refresh(handler, trigger)
 
     def wait_for_refresh(self, identifier: TableIdentifier, run_id: str, timeout: float) -> str:

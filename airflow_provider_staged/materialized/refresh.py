@@ -13,12 +13,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_staged.engine.connect import ConnectEngine
 from airflow_provider_staged.engine.runners import EmbeddedEngine, Engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.identifiers import quote_name
 from airflow_provider_staged.lineage import source_tables
 from airflow_provider_staged.materialized.catalog_status import workflow_options
-from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.continuous_run import one_time_staged, snapshot_query
+from airflow_provider_staged.materialized.definition import MaterializedTableDefinition, RefreshMode
 from airflow_provider_staged.materialized.params import (
     RefreshRequest,
     execution_conf,
@@ -30,6 +32,7 @@ from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.journal import TaskRef
+from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
@@ -62,6 +65,8 @@ def staged_refresh(
     task: TaskRef | None,
     conn_id: str | None = None,
 ) -> JournaledStagedTable:
+    if definition.refresh_mode is RefreshMode.CONTINUOUS:  # a one-time overwrite beside the stream
+        return one_time_staged(definition, request.partition_spec, settings, task, conn_id)
     if definition.partition_by:
         return HivePartitionStagedTable(
             definition.identifier,
@@ -127,10 +132,17 @@ def run_refresh(
     options = writer_options({**default_options, **request.dynamic_options})
     sql_conf = execution_conf({**default_conf, **request.execution_config})
     check_sources(definition, settings.metastore_uri)
+    engine = engine or EmbeddedEngine(settings)
+    query = definition.query
+    if isinstance(staged, ContinuousPartitionStagedTable):
+        if not isinstance(engine, EmbeddedEngine | ConnectEngine):
+            raise ValueError(f"a one-time refresh of continuous table {definition.identifier} runs on the "
+                             f"embedded or connect engine, not {type(engine).__name__}")
+        query = snapshot_query(definition, staged, engine.session(), settings.metastore_uri)
     manifest = execute_staged(
         staged,
-        engine or EmbeddedEngine(settings),
-        partition_query(definition.query, request.partition_spec),
+        engine,
+        partition_query(query, request.partition_spec),
         {"options": options, "sql_conf": sql_conf},
         settings.attempt_ttl_seconds,
         killed,

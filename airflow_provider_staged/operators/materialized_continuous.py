@@ -11,14 +11,18 @@ heartbeats the task; the task itself watches, every ``poll_seconds``:
   the DAG's ``is_paused`` through the REST API (the login auto-suspend uses) and stops the
   query gracefully, keeping the checkpoint; the run succeeds and the paused DAG starts no
   other. RESUME unpauses: the next run continues from the checkpoint;
-- a one-time refresh (``staticPartitions``, Flink's batch overwrite of those partitions) is
-  refused with the reason (:func:`~airflow_provider_staged.materialized.continuous.one_time_refresh_refused`);
+- a one-time refresh queued behind it (``staticPartitions``: Flink's batch overwrite of those
+  partitions; ``max_active_runs=1`` keeps it queued): the stream stops (checkpoint kept), the
+  run ends, the queued run overwrites the partitions (the base class's staged refresh, reading
+  the source files the stream has committed: ``staging.kinds.continuous_partitions``), then the
+  next ``@continuous`` run resumes the stream from its checkpoint;
 - ``on_kill`` (DROP fails the run, a timeout or a user marks it): the query stops gracefully.
 """
 
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow.sdk import Context
@@ -32,7 +36,7 @@ from airflow_provider_staged.operators.materialized_refresh import MaterializedT
 
 class MaterializedTableContinuousOperator(MaterializedTableRefreshOperator):
     """Run ``definition``'s streaming refresh until the table is suspended or dropped; a run
-    asking a one-time refresh fails with the reason (not supported yet).
+    with partition values is a one-time batch overwrite of those partitions instead.
 
     :param poll_seconds: how often the task checks the query, the pause and queued refreshes.
     """
@@ -51,7 +55,13 @@ class MaterializedTableContinuousOperator(MaterializedTableRefreshOperator):
         run_time = context.get("logical_date") or context["dag_run"].run_after
         request = parse_refresh_request(context["params"], self.definition, run_time, self.zone)
         if not request.is_periodic:
-            raise AirflowFailException(one_time_refresh_refused(self.definition.identifier))
+            why = one_time_refresh_refused(self.definition.identifier, self.definition.query,
+                                           request.partition_spec)
+            if why:
+                raise AirflowFailException(why)
+            self.log.info("one-time refresh of %s (partitions %s): a batch overwrite beside the stream",
+                          self.definition.identifier, dict(request.partition_spec))
+            return super().execute(context)
         return self._stream(context)
 
     def _stream(self, context: Context) -> dict[str, Any]:
@@ -100,7 +110,8 @@ class MaterializedTableContinuousOperator(MaterializedTableRefreshOperator):
 
 
 class _Watcher:
-    """The REST API check of the running task: is the DAG paused (or gone)?
+    """The REST API checks of the running task: DAG paused (or gone)? a one-time refresh queued
+    behind it?
 
     A REST failure is logged and the stream goes on: a flaky API must not stop a healthy query.
     """
@@ -112,11 +123,15 @@ class _Watcher:
         from airflow_provider_staged.materialized.auto_suspend import api_scheduler
 
         self.log = operator.log
+        self.definition = definition
+        self.zone = operator.zone
         self.scheduler = api_scheduler(definition, status, operator.scheduler_conn_id)
         self.handler = AirflowRefreshHandler(dag_id, self.scheduler.endpoint)
         self.opened = False
 
     def reason_to_stop(self) -> str | None:
+        from airflow_client.client.api.dag_run_api import DagRunApi
+
         try:
             if not self.opened:
                 self.scheduler.open()
@@ -124,9 +139,21 @@ class _Watcher:
             dag = self.scheduler.get_dag(self.handler)
             if dag is None or dag.is_paused:
                 return "the table is suspended (DAG paused)" if dag else "the DAG is gone"
+            runs = DagRunApi(self.scheduler.client)
+            for run in runs.get_dag_runs(self.handler.dag_id, state=["queued"], limit=5).dag_runs:
+                if self._one_time(run.conf):
+                    return f"one-time refresh {run.dag_run_id} is queued behind this run"
         except Exception as err:  # any API trouble: keep streaming, try again at the next poll
             self.log.warning("cannot check the state of %s through the REST API: %s",
                              self.handler.dag_id, err)
             self.scheduler.close()
             self.opened = False
         return None
+
+    def _one_time(self, conf: Any) -> bool:
+        """A queued run that refreshes partitions once; another periodic run waits its turn."""
+        try:
+            return not parse_refresh_request(conf or {}, self.definition, datetime.now(timezone.utc),
+                                             self.zone).is_periodic
+        except ValueError:  # a bad request fails in its own run, it does not stop this one
+            return False

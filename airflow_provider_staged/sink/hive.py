@@ -89,7 +89,8 @@ def _local(location: str) -> str:
 
 class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
     """Appends to (``mode="append"``) or replaces (``"overwrite"``) ``table``, partitioned by
-    ``partition_by`` (the table's partition columns, when it exists)."""
+    ``partition_by`` (the table's partition columns, when it exists); ``track_partitions``: a
+    partitioned table it creates tracks its partitions in the catalog."""
 
     def __init__(
         self,
@@ -98,6 +99,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         mode: str = "append",
         partition_by: Sequence[str] = (),
         native: bool = True,
+        track_partitions: bool = False,
     ) -> None:
         self.table = table if isinstance(table, TableIdentifier) else TableIdentifier.parse(table)
         self.settings = settings
@@ -107,6 +109,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         self.partition_by = [validate_name(column, "partition column") for column in partition_by]
         # Spark's own Parquet writer (batch writes, foreachBatch streams); False: the Arrow writers.
         self.native = native
+        self.track_partitions = track_partitions
         self._root: str | None = None
 
     @property
@@ -130,7 +133,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         return kind(
             self.table, self.settings.journal, self.settings.metastore_uri, query_id=query_id,
             batch_id=batch_id, streaming=streaming, retention=self.settings.retention, attempt_id=write_id,
-            root=self._root,
+            root=self._root, track_partitions=self.track_partitions,
         )
 
     def _committable(

@@ -10,8 +10,11 @@ import pytest
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.continuous import (
     NotStreamableError,
+    committed_source_files,
+    one_time_refresh_refused,
     plan_continuous,
     query_shape,
+    snapshot_view_name,
     streaming_query,
     trigger_interval,
 )
@@ -121,20 +124,49 @@ def test_continuous_dag_and_a_non_streamable_table_broken_alone(tmp_path: Path) 
     assert "windowed.sql:2: AS: live.ranked cannot be refreshed continuously: window functions" in broken
 
 
-def test_a_one_time_refresh_of_a_continuous_table_is_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_a_one_time_refresh_of_a_continuous_table_needs_partitions_of_a_stream(tmp_path: Path) -> None:
     from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
     from airflow_provider_staged.materialized.manager import MaterializedTables
     from airflow_provider_staged.materialized.scheduler import RefreshTrigger, WorkflowException
 
-    (tmp_path / "live__clicks.sql").write_text(
-        "CREATE MATERIALIZED TABLE live.clicks PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' MINUTE\n"
-        "AS SELECT id, ds FROM raw.clicks")
+    (tmp_path / "live__daily.sql").write_text(
+        "CREATE MATERIALIZED TABLE live.daily PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' MINUTE\n"
+        "AS SELECT ds, count(*) AS n FROM raw.clicks GROUP BY ds")
+    (tmp_path / "live__flat.sql").write_text(
+        "CREATE MATERIALIZED TABLE live.flat FRESHNESS = INTERVAL '1' MINUTE AS SELECT id FROM raw.clicks")
     scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
     tables = MaterializedTables(scheduler, None)
-    trigger = RefreshTrigger(static_partitions={"ds": "2024-01-01"})
-    refused = r"live\.clicks is refreshed continuously: a one-time refresh of it is not supported"
-    with pytest.raises(WorkflowException, match=refused):
-        tables.refresh(TableIdentifier("live", "clicks"), trigger)
+    undone = r"live\.daily is refreshed continuously by an aggregation .* undone by the next micro-batch"
+    with pytest.raises(WorkflowException, match=undone):
+        tables.refresh(TableIdentifier("live", "daily"), RefreshTrigger(static_partitions={"ds": "2024"}))
+    with pytest.raises(WorkflowException, match=r"live\.flat is refreshed continuously: .* name them"):
+        tables.refresh(TableIdentifier("live", "flat"), RefreshTrigger(is_periodic=False))
+    query = "SELECT id, ds FROM raw.clicks"
+    assert one_time_refresh_refused(TABLE, query, {"ds": "2024-01-01"}) is None
+
+
+def test_committed_source_files_are_those_of_the_batches_the_table_records() -> None:
+    entry = '{{"path":"file:///src/{name}","timestamp":1,"batchId":{batch}}}'
+    compact = "v1\n" + "\n".join(entry.format(name=f"f{b}", batch=b) for b in range(10))
+    later = ["v1\n" + entry.format(name=f"f{b}", batch=b) for b in (10, 11)]
+    assert committed_source_files([compact, *later], 10) == {f"file:///src/f{b}" for b in range(11)}
+    assert committed_source_files([compact, *later], -1) == set()
+    with pytest.raises(ValueError, match="unknown file-stream source log version 'v9'"):
+        committed_source_files(["v9\n"], 3)
+
+
+def test_the_snapshot_query_reads_snapshot_views() -> None:
+    rewritten = streaming_query("SELECT c.id FROM raw.clicks c", ["raw.clicks"], snapshot_view_name)
+    assert "__staged_snapshot__raw__clicks" in rewritten and "__staged_stream__" not in rewritten
+
+
+def test_streamed_batch_reads_the_query_and_batch_of_a_sink_file() -> None:
+    from airflow_provider_staged.staging.kinds.hive_sink import streamed_batch
+
+    assert streamed_batch("q1a2-b17-w99-part-00000.parquet", "q1a2") == 17
+    assert streamed_batch("q1a2-b17-w99-part-00000.parquet", "q3") is None
+    assert streamed_batch("w5-part-00000.parquet", "q1a2") is None
+    assert streamed_batch("part-00000-c000.snappy.parquet", "q1a2") is None
 
 
 def test_engine_connect_is_refused_for_a_continuous_table_naming_the_option() -> None:
@@ -146,3 +178,20 @@ def test_engine_connect_is_refused_for_a_continuous_table_naming_the_option() ->
     with pytest.raises(DefinitionError, match=refused):
         parse_definition(text.format("'30' SECOND"), "t.sql")
     assert parse_definition(text.format("'1' HOUR"), "t.sql").options["engine"] == "connect"  # FULL: fine
+
+
+def test_link_files_links_the_wanted_data_files_and_keeps_what_is_there(tmp_path: Path) -> None:
+    from airflow_provider_staged.staging.kinds.hive_sink import dir_stats, link_files
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    for name in ("q-b1-w-a.parquet", "q-b2-w-b.parquet", ".q-b2-w-b.parquet.crc", "_SUCCESS"):
+        (old / name).write_text(name)
+    (old / "sub").mkdir()
+    new.mkdir()
+    (new / "q-b2-w-b.parquet").write_text("kept")
+    link_files(f"file:{old}", f"file:{new}", lambda name: name.startswith("q-b"))
+    assert sorted(p.name for p in new.iterdir()) == ["q-b1-w-a.parquet", "q-b2-w-b.parquet"]
+    assert (new / "q-b1-w-a.parquet").stat().st_ino == (old / "q-b1-w-a.parquet").stat().st_ino  # a link
+    assert (new / "q-b2-w-b.parquet").read_text() == "kept"
+    assert dir_stats(f"file:{new}") == (2, len("q-b1-w-a.parquet") + len("kept"))

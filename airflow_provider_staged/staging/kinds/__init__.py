@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 _BUILTIN = {
     "hive_table": "airflow_provider_staged.staging.kinds.hive_table:HiveStagedTable",
     "hive_partitions": "airflow_provider_staged.staging.kinds.hive_partitions:HivePartitionStagedTable",
+    "hive_partitions_continuous":
+        "airflow_provider_staged.staging.kinds.continuous_partitions:ContinuousPartitionStagedTable",
     "jdbc_table": "airflow_provider_staged.staging.kinds.jdbc_table:JdbcStagedTable",
     "hive_expire": "airflow_provider_staged.staging.expiry:HivePartitionExpiry",
     "hive_rollback": "airflow_provider_staged.staging.rollback:HiveRollback",

@@ -3,13 +3,32 @@
 A sink write stages its files under ``<table root>/_staging/<attempt id>/ready/`` (never read:
 ``_`` names are hidden from Spark, and the version sweep lists only ``_v=`` directories).
 
-- **append**: the commit moves each staged directory into the version the table points at,
-  as ``<version>/[<partition>/]batch-<attempt id>/`` (one rename per partition, atomic each),
-  registers partitions the table tracks in the catalog and does not have yet, and records the
-  streaming query's batch (``sink.batch.<query id>``) and the row count in ONE ``alter_table``.
-  A table that does not exist is created at a new version holding the batch. ``is_published`` is
-  exact: a ``batch-<attempt id>`` directory under the current version, or the recorded batch.
-  A commit cut short after a rename is rolled forward (``complete_publish``), never discarded.
+- **append** to a table whose partitions Spark discovers from directories (or an unpartitioned
+  one): the commit moves each staged directory into the version the table points at, as
+  ``<version>/[<partition>/]batch-<attempt id>/`` (one rename per partition, atomic each), and
+  records the streaming query's batch (``sink.batch.<query id>``) and the row count in ONE
+  ``alter_table``. ``is_published``: a ``batch-<attempt id>`` directory under the current
+  version, or the recorded batch.
+- **append** to a table that tracks its partitions in the catalog: Spark reads only the files
+  directly inside a catalog partition's location (its file index lists the partition path's own
+  children), so a batch directory there would be invisible, and files moved in one by one would
+  show half a micro-batch. Instead the commit publishes a NEW version of every partition it
+  touches, ``<root>/_v=<attempt id>/<partition>/``: the batch's files (named
+  ``<attempt id>-<name>``: :func:`streamed_batch` reads the micro-batch back) beside hard links
+  to the partition's current files (copies where links are impossible; no data is rewritten on a
+  local filesystem), then switches all of them in ONE ``alter_partitions`` (partitions the table
+  does not have yet are first registered at the empty placeholder ``<root>/_empty``, as the
+  partition refresh does). Readers see the old or the new partition, never part of a batch. The
+  superseded partition versions go through the retention of version directories. The cost per
+  micro-batch grows with the number of files in the touched partitions (links, not data).
+  ``is_published``: a partition pointing into ``_v=<attempt id>``, or the recorded batch.
+- A table that does not exist is created at a new version holding the batch. With
+  ``track_partitions`` (the sink of a CONTINUOUS materialized table) a partitioned one holds its
+  files directly in its partition directories and then tracks its partitions in the catalog, so a
+  one-time partition overwrite can switch them (``hive_partitions_continuous``); other partitioned
+  sink tables keep directory-discovered partitions (a file stream can follow them).
+  A commit cut short after it changed what readers see is rolled forward (``complete_publish``),
+  never discarded.
 - **overwrite**: the staged replace of CTAS (``hive_table``): the staged files become the
   attempt's version directory with one rename, and the pointer swap records the batch too.
 
@@ -21,8 +40,10 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
@@ -39,11 +60,12 @@ from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
+from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, relocated
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
-from airflow_provider_staged.storage import delete_dir, exists, normalize_location
+from airflow_provider_staged.storage import delete_dir, exists, list_dir, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -101,6 +123,7 @@ class HiveSinkCommit(HiveStagedTable):
         attempt_id: str | None = None,
         conn_id: str | None = None,
         root: str | None = None,
+        track_partitions: bool = False,
     ) -> None:
         super().__init__(
             identifier, StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, journal, metastore_uri, retention, task,
@@ -110,13 +133,16 @@ class HiveSinkCommit(HiveStagedTable):
         self.batch_id = batch_id
         self.streaming = streaming
         self._root = root
+        # A partitioned table this write creates tracks its partitions in the catalog.
+        self.track_partitions = track_partitions
 
     @classmethod
     def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> HiveSinkCommit:
         ref = record.catalog
         return cls(
             TableIdentifier.parse(record.target), query_id=ref["query_id"], batch_id=int(ref["batch_id"]),
-            streaming=bool(ref["streaming"]), root=ref["root"], **cls.rebuilt(record, settings),
+            streaming=bool(ref["streaming"]), root=ref["root"],
+            track_partitions=bool(ref.get("track_partitions", False)), **cls.rebuilt(record, settings),
         )
 
     def catalog_ref(self) -> dict[str, Any]:
@@ -126,6 +152,7 @@ class HiveSinkCommit(HiveStagedTable):
             "batch_id": self.batch_id,
             "streaming": self.streaming,
             "root": self.table_root_resolved,
+            "track_partitions": self.track_partitions,
         }
 
     def check_target(self) -> None:
@@ -157,6 +184,9 @@ class HiveSinkCommit(HiveStagedTable):
         params["sink.rows"] = str(int(params.get("sink.rows", "0")) + (manifest.rows or 0))
         return params
 
+    def versions_root(self, record: AttemptRecord) -> str:
+        return self.table_root_resolved
+
     def discard(self, record: AttemptRecord) -> None:
         delete_dir(self.staging)
 
@@ -173,6 +203,12 @@ class HiveAppendStagedTable(HiveSinkCommit):
     def staging_location(self) -> str:
         return self.staging
 
+    @property
+    def version(self) -> str:
+        """This attempt's version directory: the table it creates, or the new versions of the
+        catalog partitions it appends to."""
+        return f"{self.table_root_resolved}/{version_dir_name(self.attempt_id)}"
+
     def _groups(self, manifest: Manifest) -> list[str]:
         """The staged directories relative to ``ready/``: partition paths, or "" (unpartitioned)."""
         return sorted({os.path.dirname(item.path) for item in manifest.files} or {""})
@@ -180,35 +216,59 @@ class HiveAppendStagedTable(HiveSinkCommit):
     def _batch_dir(self, version: str, group: str) -> str:
         return "/".join(part for part in (version, group, BATCH_DIR_PREFIX + self.attempt_id) if part)
 
-    def publish(self, record: AttemptRecord) -> None:
+    def publish(self, record: AttemptRecord) -> list[str] | None:
         manifest = Manifest.from_dict(record.manifest or {})
+        superseded = None
         with self.catalog_transaction() as txn:
             current = self.load_current(txn)
             if self.recorded(current):
                 return None
             if current is None:
-                self._create(txn, record, manifest)
+                self._create(txn, manifest)
                 return None
             _check_fits(current, manifest, self.target)
-            version = normalize_location(current_location(current))
-            self._place(manifest, version)
-            self._register_partitions(txn, current, manifest, version)
+            if tracks_partitions(current):
+                superseded = self._switch_partitions(txn, current, manifest)
+            else:
+                self._place(manifest, normalize_location(current_location(current)))
             changed = _reads_batch_dirs(copy.deepcopy(current))
             changed.parameters = self.marked(changed.parameters, manifest)
             txn.alter_table(changed)
-        return None
+        return superseded
 
-    def _create(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
-        version = f"{self.table_root_resolved}/{version_dir_name(self.attempt_id)}"
-        self._place(manifest, version)
-        create_dir(version)  # an empty first write still needs a directory to read
-        table = new_table(self.identifier, Manifest.from_dict({**manifest.to_dict(), "location": version}),
-                          self.attempt_id)
+    def _create(self, txn: MetastoreClient, manifest: Manifest) -> None:
+        tracked = self.track_partitions and bool(manifest.partition_columns)
+        if tracked:
+            self._place_flat(manifest)
+        else:
+            self._place(manifest, self.version)
+        create_dir(self.version)  # an empty first write still needs a directory to read
+        located = Manifest.from_dict({**manifest.to_dict(), "location": self.version})
+        table = new_table(self.identifier, located, self.attempt_id)
         table.parameters = self.marked(table.parameters, manifest)
         try:
             txn.create_table(_reads_batch_dirs(table))
         except AlreadyExistsException:
             raise TableAlreadyExistsError(f"table {self.target} was created without its lock") from None
+        if tracked:
+            self._track_partitions(txn, manifest)
+
+    def _track_partitions(self, txn: MetastoreClient, manifest: Manifest) -> None:
+        """Register the partitions of the table this attempt created, then make Spark read them from
+        the catalog. Until then Spark discovers the same partitions from the directories: the table
+        reads the same at every step."""
+        table = txn.get_table(self.identifier.database, self.identifier.table)
+        columns = [key.name for key in table.partitionKeys]
+        registered = {tuple(p.values) for p in txn.partitions(table.dbName, table.tableName)}
+        new = []
+        for group in self._groups(manifest):
+            values = partition_values(f"{group}/f", columns)
+            if values is not None and values not in registered:
+                location = f"{self.version}/{group}"
+                new.append(relocated(_partition(table, values), location, {values: dir_stats(location)}))
+        txn.add_partitions(new)
+        table.parameters[PARTITION_PROVIDER_KEY] = "catalog"
+        txn.alter_table(table)
 
     def _place(self, manifest: Manifest, version: str) -> None:
         """Move each staged directory into ``version`` (skipping those already moved)."""
@@ -220,43 +280,86 @@ class HiveAppendStagedTable(HiveSinkCommit):
                 _move(source, target)
         fault_point("global_commit")
 
-    def _register_partitions(
-        self, txn: MetastoreClient, table: ttypes.Table, manifest: Manifest, version: str
-    ) -> None:
-        """Partitions a catalog-tracked table does not have yet, at ``<version>/<partition>``."""
-        if (table.parameters or {}).get(PARTITION_PROVIDER_KEY) != "catalog":
-            return  # Spark discovers the partitions from the directories
+    def _place_flat(self, manifest: Manifest) -> None:
+        """Move each staged file into its partition directory of :attr:`version`, named
+        ``<attempt id>-<name>`` (skipping those already moved). Nothing reads there yet."""
+        for item in manifest.files:
+            group, _, name = item.path.rpartition("/")
+            source = f"{self.staging}/{READY_DIR}/{item.path}"
+            target = f"{self.version}/{group}/{self.attempt_id}-{name}"
+            if not exists(target) and exists(source):
+                _move(source, target)
+        fault_point("global_commit")
+
+    def _switch_partitions(self, txn: MetastoreClient, table: ttypes.Table, manifest: Manifest) -> list[str]:
+        """New versions of the touched catalog partitions, switched in one ``alter_partitions``;
+        returns the superseded partition locations."""
+        self._place_flat(manifest)
         columns = [key.name for key in table.partitionKeys]
-        registered = {tuple(p.values) for p in txn.partitions(table.dbName, table.tableName)}
-        new = []
+        current = {tuple(p.values): p for p in txn.partitions(table.dbName, table.tableName)}
+        placeholder = f"{self.table_root_resolved}/{EMPTY_DIR_NAME}"
+        create_dir(placeholder)
+        new, switched, superseded = [], [], []
         for group in self._groups(manifest):
             values = partition_values(f"{group}/f", columns)
-            if values is not None and values not in registered:
-                storage = copy.deepcopy(table.sd)
-                storage.location = f"{version}/{group}"
-                new.append(ttypes.Partition(
-                    values=list(values), dbName=table.dbName, tableName=table.tableName, sd=storage,
-                    parameters={},
-                ))
+            if values is None:
+                raise StagingError(f"attempt {self.attempt_id} wrote files outside partition directories")
+            location = f"{self.version}/{group}"
+            partition = current.get(values)
+            if partition is None:
+                partition = _partition(table, values, placeholder)
+                new.append(partition)
+            old = normalize_location(partition.sd.location)
+            if old not in (location, placeholder):  # not a retried switch, not an empty partition
+                link_files(old, location)
+                superseded.append(old)
+            switched.append(relocated(partition, location, {values: dir_stats(location)}))
+        # Visible as empty partitions until the switch below: as they were while absent.
         txn.add_partitions(new)
+        txn.alter_partitions(table.dbName, table.tableName, switched)
+        fault_point("partition_switch")  # readers see the batch, the table does not record it yet
+        return superseded
 
     def is_published(self, record: AttemptRecord) -> bool:
         with self._client() as client:
             table = client.get_table(self.identifier.database, self.identifier.table)
-        if table is None or not record.manifest:
-            return False
-        if self.recorded(table):
-            return True
-        version = normalize_location(current_location(table))
-        if version == normalize_location(f"{self.table_root_resolved}/{version_dir_name(self.attempt_id)}"):
-            return True  # this attempt created the table
+            if table is None or not record.manifest:
+                return False
+            if self.recorded(table):
+                return True
+            version = normalize_location(current_location(table))
+            if version == normalize_location(self.version):
+                return True  # this attempt created the table
+            if tracks_partitions(table):
+                mine = normalize_location(self.version) + "/"
+                return any(normalize_location(p.sd.location).startswith(mine)
+                           for p in client.partitions(table.dbName, table.tableName))
         manifest = Manifest.from_dict(record.manifest)
         return any(exists(self._batch_dir(version, group)) for group in self._groups(manifest))
 
     def complete_publish(self, record: AttemptRecord) -> None:
-        """Roll a commit cut short after its first rename forward: the rest, then the record."""
-        if record.manifest:
+        """Roll a commit cut short after readers saw it forward: the rest, then the record."""
+        if not record.manifest:
+            return
+        manifest = Manifest.from_dict(record.manifest)
+        with self.catalog_transaction() as txn:
+            table = self.load_current(txn)
+            location = normalize_location(current_location(table)) if table is not None else None
+            created = location == normalize_location(self.version)
+            untracked = self.track_partitions and manifest.partition_columns and not tracks_partitions(table)
+            if created and untracked:
+                self._track_partitions(txn, manifest)
+        if not created:
             self.publish(record)
+
+    def discard(self, record: AttemptRecord) -> None:
+        super().discard(record)
+        delete_dir(self.version)  # unpublished: nothing reads the partition versions it made
+
+    def after_commit(self, record: AttemptRecord) -> None:
+        super().after_commit(record)
+        if record.superseded_location:  # partition versions: the retention of version directories
+            HiveStagedTable.after_commit(self, record)
 
 
 class HiveOverwriteStagedTable(HiveSinkCommit):
@@ -290,6 +393,56 @@ class HiveOverwriteStagedTable(HiveSinkCommit):
     def after_commit(self, record: AttemptRecord) -> None:
         HiveSinkCommit.after_commit(self, record)
         HiveStagedTable.after_commit(self, record)  # retention of superseded versions
+
+
+def tracks_partitions(table: ttypes.Table) -> bool:
+    """Whether Spark reads ``table``'s partitions from the catalog (then only the files directly in
+    each partition's location)."""
+    return bool(table.partitionKeys) and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
+
+
+def streamed_batch(name: str, query_id: str) -> int | None:
+    """The micro-batch of ``query_id`` whose append placed file ``name`` in a catalog partition
+    (None: not one of its); write ids start with ``<query id>-b<batch id>-``."""
+    found = re.fullmatch(rf"{re.escape(query_id)}-b(\d+)-.+", name)
+    return int(found.group(1)) if found else None
+
+
+def link_files(source: str, target: str, wanted: Callable[[str], bool] = lambda name: True) -> None:
+    """Put the ``wanted`` data files directly in directory ``source`` into directory ``target`` under
+    the same names: hard links on a local filesystem (no data written), copies elsewhere. A name
+    already in ``target`` is kept (a retried step)."""
+    from pyarrow import fs as pafs
+
+    create_dir(target)
+    for entry in list_dir(source):
+        if entry.is_dir or entry.name.startswith((".", "_")) or not wanted(entry.name):
+            continue  # hidden files are Spark's markers and checksums, never read as data
+        destination = f"{target}/{entry.name}"
+        if exists(destination):
+            continue
+        if urlparse(entry.location).scheme == "file":
+            os.link(urlparse(entry.location).path, urlparse(destination).path)
+        else:
+            pafs.copy_files(entry.location, destination)
+
+
+def dir_stats(location: str) -> tuple[int, int]:
+    """(files, bytes) of the data files directly in ``location``: the partition's fast statistics."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = pafs.FileSystem.from_uri(location)
+    infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    data = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
+    return len(data), sum(i.size for i in data)
+
+
+def _partition(table: ttypes.Table, values: tuple[str, ...], location: str = "") -> ttypes.Partition:
+    storage = copy.deepcopy(table.sd)
+    storage.location = location
+    return ttypes.Partition(
+        values=list(values), dbName=table.dbName, tableName=table.tableName, sd=storage, parameters={}
+    )
 
 
 def _reads_batch_dirs(table: ttypes.Table) -> ttypes.Table:

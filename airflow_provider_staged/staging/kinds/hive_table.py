@@ -48,10 +48,12 @@ log = logging.getLogger(__name__)
 
 # Kinds whose attempts are (or, for a rollback, point at) version directories under one
 # table root: the sweep reads them all.
-HIVE_KINDS = ("hive_table", "hive_partitions", "hive_rollback", "hive_overwrite")
-# A sink append stages apart (``_staging/``) and owns a version directory only when it creates
-# the table: ``<root>/_v=<attempt id>``. Retention must know it, or that version, once an
-# overwrite replaced it, would look like an orphan and be deleted at once, inside the grace.
+HIVE_KINDS = (
+    "hive_table", "hive_partitions", "hive_partitions_continuous", "hive_rollback", "hive_overwrite",
+)
+# A sink append stages apart (``_staging/``) and owns a version directory when it creates the
+# table or appends to catalog partitions: ``<root>/_v=<attempt id>``. Retention must know it, or
+# that version, once superseded, would look like an orphan and be deleted at once, inside the grace.
 APPEND_KIND = "hive_append"
 VERSION_KINDS = (*HIVE_KINDS, APPEND_KIND)
 
@@ -203,7 +205,11 @@ class HiveStagedTable(JournaledStagedTable):
         # due yet: skip the listing and the journal read (O(journal)) on the commit's path.
         if oldest is not None and now <= self.retention.earliest_expiry(min(oldest, record.updated_at)):
             return
-        sweep_versions(self, self.retention, normalize_location(record.location).rpartition("/")[0], now)
+        sweep_versions(self, self.retention, self.versions_root(record), now)
+
+    def versions_root(self, record: AttemptRecord) -> str:
+        """The directory holding the table's version directories (the one ``record`` wrote in)."""
+        return normalize_location(record.location).rpartition("/")[0]
 
 
 def sweep_versions(
