@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import calendar
 import json
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,29 +15,38 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
 from typer.testing import CliRunner
 
 from airflow_provider_staged.cli import app
+from airflow_provider_staged.engine.spark_job import data_files, local_path
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
 from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.expiry import delete_dropped_files, expire_table, sweep_expiry
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
+from airflow_provider_staged.staging.maintenance import sweep_all_versions
+from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.rollback import list_table_versions, rollback
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from airflow_provider_staged.storage import normalize_location
 from tests.fixtures.airflow_cli import REPO, staged_connection
+from tests.integration import lifecycle_workers, race_workers
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location
 
 # 100 rows in each of ds = 2024-01-01 .. 2024-01-05.
 FIVE_DAYS = "SELECT id, concat('2024-01-0', CAST(id % 5 + 1 AS STRING)) AS ds FROM range(500)"
 DAY = 86400.0
+SPAWN = multiprocessing.get_context("spawn")
 
 
 def at(text: str) -> float:
@@ -465,3 +476,117 @@ def test_partition_rollback_while_readers_read_neighbours_untouched_bad_input_ch
     restored.pop(days[0])
     assert locations(settings, target) == restored
     assert settings.journal.open_attempts() == []
+
+
+# -- a version sweep SIGKILLed part-way ---------------------------------------------------------------
+
+SWEEP_GRACE = 600.0
+SWEEP_KEEP = 2
+FILES_PER_VERSION = 8
+
+
+def _commit_version(settings: StagedSettings, target: str, tag: int, commit: bool = True) -> HiveStagedTable:
+    """A replace of ``target`` whose version holds FILES_PER_VERSION Parquet files of rows tagged
+    ``v<tag>`` (written with pyarrow: the sweep is under test, not Spark); ``commit=False`` leaves
+    the attempt running (WRITTEN)."""
+    staged = HiveStagedTable(
+        TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, settings.journal,
+        settings.metastore_uri, settings.retention,
+    )
+    staged.begin()
+    directory = local_path(staged.location)
+    directory.mkdir(parents=True)
+    for k in range(FILES_PER_VERSION):
+        rows = pa.table({"id": pa.array([tag * 100 + k], pa.int64()), "label": pa.array([f"v{tag}"])})
+        pq.write_table(rows, directory / f"part-{k:05d}.parquet")
+    manifest = Manifest(
+        location=staged.location, schema_json=race_workers.FLAT_SCHEMA_JSON,
+        columns=list(race_workers.FLAT_COLUMNS), files=[DataFile(**item) for item in data_files(directory)],
+    )
+    if commit:
+        commit_written(staged, manifest)
+    else:
+        staged.written(manifest)
+    return staged
+
+
+def _version_files(root: Path) -> dict[str, list[tuple[str, int]]]:
+    """Each version directory under ``root``: its files (relative path, size)."""
+    return {
+        version.name: sorted((str(p.relative_to(version)), p.stat().st_size) for p in version.rglob("*.*"))
+        for version in root.glob("_v=*")
+    }
+
+
+@pytest.mark.parametrize("point", lifecycle_workers.KILL_POINTS)
+def test_a_version_sweep_sigkilled_part_way_is_finished_by_the_next_one(
+    spark, metastore, database, tmp_path, monkeypatch, point
+):
+    """A commit's housekeeping (the version sweep and its retention mark) really SIGKILLed at
+    ``point``; the next commit's housekeeping finishes the sweep: the orphan and the versions past
+    retention are gone, every version a reader may still read (the current one, those within
+    ``keep_versions``, a running attempt's) is whole, and the mark lets later sweeps run."""
+    policy = {"keep_versions": SWEEP_KEEP, "max_age_seconds": None, "grace_seconds": SWEEP_GRACE}
+    raw = {"metastore_uri": metastore.uri, "warehouse": metastore.warehouse,
+           "journal_dir": str(tmp_path / "journal"), "retention": policy}
+    settings = lifecycle_workers.settings_of(raw)
+    target = f"{database}.swept_{uuid.uuid4().hex[:6]}"
+    versions = [_commit_version(settings, target, tag) for tag in range(1, 7)]  # v6 is current
+    running = _commit_version(settings, target, 7, commit=False)
+    root = local_path(versions[0].location).parent
+    (root / "_v=20240101T000000-0badf00d").mkdir()  # an orphan: no attempt journaled it
+    (root / "_v=20240101T000000-0badf00d" / "part-00000.parquet").write_bytes(b"lost")
+    before = _version_files(root)
+    names = [local_path(v.location).name for v in versions]
+    running_name = local_path(running.location).name
+    needed = {*names[-1 - SWEEP_KEEP:], running_name}  # v4, v5 (kept by count), v6 and v7
+    records = [settings.journal.require(v.attempt_id) for v in versions]
+    # v1..v5 superseded SWEEP_GRACE + 1 s ago: v1..v3 (beyond keep_versions) and the orphan are due.
+    now = records[-1].updated_at + SWEEP_GRACE + 1
+    mark_before = settings.journal.retention_mark(target)
+
+    worker = SPAWN.Process(
+        target=lifecycle_workers.housekeep_killed_at, args=(raw, target, versions[-1].attempt_id, now, point)
+    )
+    worker.start()
+    worker.join(120)
+    assert worker.exitcode == -signal.SIGKILL, f"housekeeping not killed at {point}: exit {worker.exitcode}"
+    killed = _version_files(root)
+    mark = settings.journal.retention_mark(target)
+    if point == "mid_delete":  # the orphan deleted, the second doomed version (v3) half-deleted
+        assert set(killed) == set(before) - {"_v=20240101T000000-0badf00d"}
+        assert 0 < len(killed[names[2]]) < len(before[names[2]])
+        assert mark == mark_before
+    else:
+        assert set(killed) == needed
+        # The mark: when the oldest version kept (v4) was superseded, i.e. v5's commit.
+        assert mark == (mark_before if point == "before_mark" else pytest.approx(records[4].updated_at))
+    assert {name: killed[name] for name in needed} == {name: before[name] for name in needed}
+    assert snapshot(spark, target) == (FILES_PER_VERSION, _rows_hash(spark, 6))
+
+    # The next commit's housekeeping (here: v6's again, a moment later) finishes the sweep.
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time", lambda: now + 1)
+        versions[-1].after_commit(records[-1])
+    assert _version_files(root) == {name: before[name] for name in needed}
+    assert settings.journal.retention_mark(target) == pytest.approx(records[4].updated_at)
+    assert snapshot(spark, target) == (FILES_PER_VERSION, _rows_hash(spark, 6))
+
+    # The running attempt commits; once v4 is beyond keep_versions and past the grace, the sweep
+    # that the mark lets through deletes it, and nothing else.
+    commit_written(running)
+    v7 = settings.journal.require(running.attempt_id)
+    later = v7.updated_at + SWEEP_GRACE + 1
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time", lambda: later)
+        running.after_commit(v7)
+    assert _version_files(root) == {name: before[name] for name in (*names[-2:], running_name)}
+    assert snapshot(spark, target) == (FILES_PER_VERSION, _rows_hash(spark, 7))
+    assert sweep_all_versions(settings, later).deleted == {}
+    assert [r for r in settings.journal.records() if not r.state.ended] == []
+
+
+def _rows_hash(spark, tag: int) -> int:
+    """The checksum ``snapshot`` computes, of version ``v<tag>``'s rows."""
+    rows = ", ".join(f"({tag * 100 + k}L, 'v{tag}')" for k in range(FILES_PER_VERSION))
+    return expected_snapshot(spark, f"SELECT * FROM VALUES {rows} AS t(id, label)")[1]
