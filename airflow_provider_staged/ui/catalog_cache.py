@@ -143,9 +143,11 @@ class ChangeTokenCache(Generic[K, V]):
         tokens: Mapping[K, Hashable],
         fetch: Callable[[list[K]], Mapping[K, V]],
         trusted: Callable[[K, V | None], bool],
+        fetch_later: Callable[[list[K]], Mapping[K, V]] | None = None,
     ) -> CachedRead[K, V]:
         """The values of ``tokens``' keys; ``fetch`` (one batched call) reads the stale ones and
-        returns those that exist. Keys not in ``tokens`` are forgotten."""
+        returns those that exist; ``fetch_later`` (default ``fetch``) is the background re-read.
+        Keys not in ``tokens`` are forgotten."""
         with self._lock:
             now = self.clock()  # before the read: an entry's age counts from what it may have missed
             stale = [key for key, token in tokens.items() if not self._usable(key, token, now, trusted)]
@@ -160,7 +162,7 @@ class ChangeTokenCache(Generic[K, V]):
             revalidate = bool(aged) and not self._revalidating
             self._revalidating |= revalidate
         if revalidate:
-            self.spawn(lambda: self._revalidate(aged, fetch))
+            self.spawn(lambda: self._revalidate(aged, fetch_later or fetch))
         return CachedRead(values, len(stale), len(tokens) - len(stale), len(aged) if revalidate else 0)
 
     def _revalidate(self, aged: Mapping[K, _Entry[V]], fetch: Callable[[list[K]], Mapping[K, V]]) -> None:

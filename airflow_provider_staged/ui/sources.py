@@ -132,7 +132,9 @@ class CatalogReads:
             stored = (table.parameters or {}).get(REFRESH_STATUS_KEY) if table is not None else None
             return settled(dags.get(dag_id), runs.get(dag_id), stored)
 
-        result = self.cache.read(tokens, self.tables, trusted)
+        # The background re-read goes through its own reader: it is no call of this request.
+        later = CatalogReads(self.uri, self.connections, self.chunk, self.cache).tables
+        result = self.cache.read(tokens, self.tables, trusted, later)
         self.reread += result.reread
         self.cached += result.cached
         self.revalidating += result.revalidating
