@@ -35,6 +35,7 @@ from airflow_provider_staged.sink.recovery import (
     abort_once,
     batch_prefix,
     commit_once,
+    ran_previous_batch,
     settle_earlier_runs,
     write_committed,
 )
@@ -302,7 +303,7 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         earlier runs left open)."""
         if write_committed(self.sink.settings, write.write_id):
             return True
-        if not write.streaming:
+        if not write.streaming or ran_previous_batch(self.sink.settings, write):
             return False
         staged = self._staged(write)
         with staged._client() as client:

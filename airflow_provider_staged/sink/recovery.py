@@ -11,6 +11,7 @@ from airflow_provider_staged.staging.kinds import from_record
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.sink.api import WriteRef
     from airflow_provider_staged.staging.attempts import JournaledStagedTable
     from airflow_provider_staged.staging.manifest import Manifest
 
@@ -42,6 +43,22 @@ def write_committed(settings: StagedSettings, write_id: str) -> bool:
     cut it short after the catalog changed)."""
     record = settings.journal.get(write_id)
     return record is not None and _settle(settings, record)
+
+
+def ran_previous_batch(settings: StagedSettings, write: WriteRef) -> bool:
+    """Whether the query run making ``write`` (a micro-batch) journaled the micro-batch before it.
+
+    Then no other run staged or committed this batch, and the replay checks (a catalog read, the
+    journal's records of the batch, a listing of the staging area) have nothing to find: Spark
+    runs a checkpoint's query once at a time, and a restarted run replays only its first batch
+    (the last one of the offset log without a commit). A run reaches batch b only after its
+    commit of b-1 returned, which journaled b-1. One file read instead of those checks.
+    """
+    prefix = batch_prefix(write.query_id, write.batch_id)
+    if not write.streaming or write.batch_id == 0 or not write.write_id.startswith(prefix):
+        return False
+    run = write.write_id.removeprefix(prefix)
+    return settings.journal.get(batch_prefix(write.query_id, write.batch_id - 1) + run) is not None
 
 
 def settle_earlier_runs(settings: StagedSettings, query_id: str, batch_id: int, write_id: str) -> bool:

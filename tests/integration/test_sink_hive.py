@@ -11,6 +11,7 @@ import pytest
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink import hive as hive_module
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
@@ -112,7 +113,7 @@ def test_failed_and_duplicate_task_attempts_leave_no_orphans(spark, settings, ta
     assert len(data_files) == 2, data_files
 
 
-def test_committer_idempotency_contract(spark, settings, table):
+def test_committer_idempotency_contract(spark, settings, table, monkeypatch):
     """Committing the same committables again, and a replayed micro-batch, change nothing."""
     sink = HiveSink(table, settings, native=False)
     data = spark.sql("SELECT id FROM range(7)")
@@ -133,6 +134,23 @@ def test_committer_idempotency_contract(spark, settings, table):
     with MetastoreClient(settings.metastore_uri) as client:
         params = client.get_table(table.database, table.table).parameters
     assert params["sink.batch.q1"] == "0"
+    # Batch 1 of run r1 (which journaled batch 0) skips the replay checks; a restarted run r2
+    # replaying batch 1 (its batch 0 was dropped, so not journaled) still takes them and drops it.
+    checked: list[str] = []
+    sweep_runs = hive_module._HiveGlobalCommitter._sweep_runs
+
+    def spied(committer, write):
+        checked.append(write.write_id)
+        sweep_runs(committer, write)
+
+    monkeypatch.setattr(hive_module._HiveGlobalCommitter, "_sweep_runs", spied)
+    for write_id, published in (("q1-b1-r1", True), ("q1-b1-r2", False)):
+        batch = replace(context, write_id=write_id, batch_id=1)
+        staged = _write_task(sink, batch, iter(data.toArrow().to_batches()))
+        assert commit_write(sink, batch, staged) is published
+    assert checked == ["q1-b1-r2"]
+    assert target() == sorted([(i,) for i in range(7)] * 2)
+    assert not os.listdir(os.path.join(table_root(sink), "_staging"))
     # An overwrite supersedes the version the append created: inside the grace it is kept (retention).
     write_batch(spark.sql("SELECT id FROM range(2)"), HiveSink(table, settings, mode="overwrite"))
     assert target() == [(0,), (1,)]
