@@ -89,6 +89,20 @@ def _kill_leftovers(processes: list[Any]) -> None:
             process.join(10)
 
 
+def _race(processes: list[Any], ready: list[Any], go: Any, done: Any) -> float:
+    """Start the workers together, wait for them all; how long they ran."""
+    try:
+        _wait_ready(ready, processes)
+        started = time.monotonic()
+        go.set()
+        _finish(processes, timeout=170)
+        return time.monotonic() - started
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers(processes)
+
+
 def _result(path: Path) -> dict[str, Any]:
     result = json.loads(path.read_text())
     assert result["error"] is None, f"worker {path.name} failed: {result['error']}"
@@ -147,16 +161,7 @@ def test_commits_racing_status_writes_lose_nothing(
             str(status_out),
         ),
     ]
-    try:
-        _wait_ready(ready, processes)
-        started = time.monotonic()
-        go.set()
-        _finish(processes, timeout=170)
-        elapsed = time.monotonic() - started
-    finally:
-        done.set()
-        go.set()
-        _kill_leftovers(processes)
+    elapsed = _race(processes, ready, go, done)
     commits = _result(commits_out)["commits"]
     writes = _result(status_out)["writes"]
     print(f"{len(commits)} commits and {len(writes)} status writes raced for {elapsed:.1f} s")
@@ -246,16 +251,7 @@ def test_sink_commits_racing_status_writes_and_a_replace_lose_nothing(
             replaces_done, str(outs["replace"]),
         ),
     ]
-    try:
-        _wait_ready(ready, processes)
-        started = time.monotonic()
-        go.set()
-        _finish(processes, timeout=170)
-        elapsed = time.monotonic() - started
-    finally:
-        done.set()
-        go.set()
-        _kill_leftovers(processes)
+    elapsed = _race(processes, ready, go, done)
     sink = _result(outs["sink"])["commits"]
     writes = _result(outs["status"])["writes"]
     replaces = _result(outs["replace"])["commits"]
