@@ -153,6 +153,14 @@ def _reject_duplicates(
                 )
 
 
+# Airflow 3.3's @continuous timetable without a start date gives the first run the empty interval
+# (now, now), and every next run the interval (last end, now): the same logical date as the first,
+# so the scheduler finds that run "already exists" and never makes another after it ends (a
+# SIGKILLed stream was never restarted). From a start in the past, each run's logical date is the
+# previous run's end: always new. A stream has no data interval, so the date itself means nothing.
+CONTINUOUS_START = pendulum.date(2000, 1, 1)
+
+
 def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: str) -> DAG:
     default_args: dict[str, Any] = {}
     if definition.owner is not None:
@@ -161,6 +169,8 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         default_args["retries"] = definition.retries
     start = definition.start_date
     continuous = definition.refresh_mode is RefreshMode.CONTINUOUS
+    if continuous and start is None:
+        start = CONTINUOUS_START
     dag = DAG(
         dag_id_for(definition.identifier),
         # CONTINUOUS: one run at a time, a new one as soon as the last ends (a stopped or

@@ -1,0 +1,36 @@
+"""The @continuous refresh DAG keeps making runs: every run gets a logical date of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow.timetables.base import TimeRestriction
+from airflow.timetables.simple import ContinuousTimetable
+
+from airflow_provider_staged.materialized.factory import build_dags
+
+
+def test_each_next_continuous_run_has_a_new_logical_date(tmp_path: Path) -> None:
+    # Without a start date, Airflow's timetable gave the first run an empty interval (now, now)
+    # and every later one the first run's logical date: the scheduler then never made another.
+    (tmp_path / "live.sql").write_text(
+        "CREATE MATERIALIZED TABLE live.clicks FRESHNESS = INTERVAL '5' MINUTE AS SELECT id FROM raw.clicks")
+    dag = build_dags(tmp_path, {})["mt__live__clicks"]
+    assert type(dag.timetable).__name__ == "ContinuousTimetable"
+    # What the scheduler does with the DAG: its timetable (the core class) from the start date.
+    restriction = TimeRestriction(earliest=dag.start_date, latest=None, catchup=False)
+    timetable, seen, last = ContinuousTimetable(), [], None
+    for _ in range(3):
+        info = timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)
+        assert info is not None
+        seen.append(info.logical_date)
+        last = info.data_interval
+    assert len(set(seen)) == 3, seen
+
+
+def test_a_continuous_table_keeps_its_own_start_date(tmp_path: Path) -> None:
+    (tmp_path / "live.sql").write_text(
+        "CREATE MATERIALIZED TABLE live.clicks WITH ('start-date' = '2024-05-06')\n"
+        "FRESHNESS = INTERVAL '5' MINUTE AS SELECT id FROM raw.clicks")
+    dag = build_dags(tmp_path, {})["mt__live__clicks"]
+    assert dag.start_date.date().isoformat() == "2024-05-06"
