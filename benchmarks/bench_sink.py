@@ -13,8 +13,11 @@
    python_sink >= 0.6).
 2. Streaming: the same rows as ``--batches`` Parquet files, read one file per micro-batch with
    the same trigger (``0 seconds``: as fast as they go) by ``native`` (Spark's file sink) and
-   ``hive_sink`` (``write_stream`` into the Hive sink, foreachBatch). Printed: paired ratios
-   of sustained rows/s (target >= 0.9) and the sink's commit time per micro-batch (p50 < 100 ms).
+   ``hive_sink`` (``write_stream`` into the Hive sink, foreachBatch), and ``hive_sink_checks``,
+   the same with the replay checks on every micro-batch (the commit path before eb72b64: what
+   skipping them gained, paired). Printed: paired ratios of sustained rows/s (target >= 0.9),
+   per sink arm the commit time per micro-batch (p50 < 100 ms), the sink's own write per
+   micro-batch and the milliseconds per micro-batch against native's. ``--stream-only`` skips part 1.
 
 Starts its own metastore and Spark; stops both. Run:
 ``/work/heavy .venv/bin/python benchmarks/bench_sink.py --rows 1000000 --reps 3``.
@@ -39,6 +42,7 @@ from _common import (
 )
 
 from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink import hive as hive_module
 from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
 
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batches", type=int, default=10, help="micro-batches of the streaming part")
+    parser.add_argument("--stream-only", action="store_true", help="skip the batch part")
     args = parser.parse_args()
     with hive_services("bench-sink", DATABASE) as services:
         spark = services.spark
@@ -68,16 +73,18 @@ def main() -> None:
             sink = HiveSink(f"{DATABASE}.t_{uuid.uuid4().hex[:8]}", settings, native=native_writer)
             return stopwatch(lambda: runtime.write_batch(spark.sql(query), sink))
 
-        print(f"batch: {args.rows:,} rows, {args.reps} reps; load {load()}", flush=True)
-        times = alternating_rounds(
-            {"native": native, "hive_sink": lambda: sink_arm(True), "python_sink": lambda: sink_arm(False)},
-            args.reps,
-        )
-        for name, values in times.items():
-            print(f"  {name:12s} s: {runs_text(values)}")
-        for name, target in (("hive_sink", 0.95), ("python_sink", 0.6)):
-            ratios = paired_ratios(times["native"], times[name])
-            print(f"  {name} throughput / native: {ratios.describe()} (target >= {target})", flush=True)
+        if not args.stream_only:
+            print(f"batch: {args.rows:,} rows, {args.reps} reps; load {load()}", flush=True)
+            times = alternating_rounds(
+                {"native": native, "hive_sink": lambda: sink_arm(True),
+                 "python_sink": lambda: sink_arm(False)},
+                args.reps,
+            )
+            for name, values in times.items():
+                print(f"  {name:12s} s: {runs_text(values)}")
+            for name, target in (("hive_sink", 0.95), ("python_sink", 0.6)):
+                ratios = paired_ratios(times["native"], times[name])
+                print(f"  {name} throughput / native: {ratios.describe()} (target >= {target})", flush=True)
         stream_part(spark, settings, services.home, args)
 
 
@@ -88,7 +95,11 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
     schema = spark.read.parquet(source).schema
     commits: list[float] = []
     timed_method(runtime, "commit_write", commits)
+    writes: list[float] = []  # the sink's own write per micro-batch (Spark's writer into ready/)
+    timed_method(HiveSink, "write_native", writes)
+    per_arm: dict[str, tuple[list[float], list[float]]] = {}  # counted reps: (commits, writes)
     counter = itertools.count()
+    every_check = hive_module.ran_previous_batch
 
     def stream(arm: str) -> float:
         run = next(counter)
@@ -102,22 +113,40 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
             query = runtime.write_stream(
                 rows, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds"
             )
-        seconds = stopwatch(query.processAllAvailable)
+        # hive_sink_checks: the replay checks on every micro-batch (the commit path before eb72b64).
+        hive_module.ran_previous_batch = (lambda *_: False) if arm == "hive_sink_checks" else every_check
+        first_commit, first_write = len(commits), len(writes)
+        try:
+            seconds = stopwatch(query.processAllAvailable)
+        finally:
+            hive_module.ran_previous_batch = every_check
         query.stop()
+        mine = per_arm.setdefault(arm, ([], []))
+        mine[0].extend(commits[first_commit:])
+        mine[1].extend(writes[first_write:])
         return args.rows / seconds  # rows/s
 
     print(f"streaming: {args.rows:,} rows in {args.batches} micro-batches, {args.reps} reps; load {load()}",
           flush=True)
-    rates = alternating_rounds({"native": lambda: stream("native"), "hive_sink": lambda: stream("sink")},
-                               args.reps)
+    arms = ("native", "hive_sink", "hive_sink_checks")
+    rates = alternating_rounds({arm: lambda arm=arm: stream(arm) for arm in arms}, args.reps,
+                               after_warmup=per_arm.clear)
     for name, values in rates.items():
-        print(f"  {name:12s} rows/s: {runs_text(values, 0)}")
+        print(f"  {name:16s} rows/s: {runs_text(values, 0)}")
     # Rates, not seconds: the sink's rate over native's is the throughput ratio.
-    ratios = paired_ratios(rates["hive_sink"], rates["native"])
-    print(f"  hive_sink rows/s / native: {ratios.describe()} (target >= 0.9)")
-    print(f"  sink commit per micro-batch: p50 {percentile_ms(commits, 0.5):.0f} ms, "
-          f"p90 {percentile_ms(commits, 0.9):.0f} ms over {len(commits)} (target p50 < 100 ms)", flush=True)
-
+    for arm in arms[1:]:
+        ratios = paired_ratios(rates[arm], rates["native"])
+        print(f"  {arm} rows/s / native: {ratios.describe()} (target >= 0.9)")
+    print(f"  hive_sink rows/s / hive_sink_checks: "
+          f"{paired_ratios(rates['hive_sink'], rates['hive_sink_checks']).describe()}")
+    native_ms = percentile_ms([args.rows / args.batches / rate for rate in rates["native"]], 0.5)
+    for arm in arms[1:]:
+        arm_commits, arm_writes = per_arm[arm]
+        arm_ms = percentile_ms([args.rows / args.batches / rate for rate in rates[arm]], 0.5)
+        print(f"  {arm}: commit per micro-batch p50 {percentile_ms(arm_commits, 0.5):.0f} ms, "
+              f"p90 {percentile_ms(arm_commits, 0.9):.0f} ms over {len(arm_commits)} (target p50 < 100 ms); "
+              f"ms per micro-batch p50 {arm_ms:.0f} (native {native_ms:.0f}), of which the sink's write "
+              f"(write_native) p50 {percentile_ms(arm_writes, 0.5):.0f}", flush=True)
 
 if __name__ == "__main__":
     main()
