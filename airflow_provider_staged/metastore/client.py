@@ -149,6 +149,10 @@ class MetastoreClient:
             values.pop()
         return self.thrift.get_partitions_ps(database, table, values, -1)
 
+    def partitions_named(self, database: str, table: str, names: list[str]) -> list[ttypes.Partition]:
+        """The partitions of ``names`` (``col=value/...``, escaped as in their paths) that exist."""
+        return self.thrift.get_partitions_by_names(database, table, names) if names else []
+
     def add_partitions(self, partitions: list[ttypes.Partition]) -> None:
         if partitions:
             self.thrift.add_partitions(partitions)

@@ -14,8 +14,10 @@ heartbeats the task; the task itself watches, every ``poll_seconds``:
 - a one-time refresh queued behind it (``staticPartitions``: Flink's batch overwrite of those
   partitions; ``max_active_runs=1`` keeps it queued): the stream stops (checkpoint kept), the
   run ends, the queued run overwrites the partitions (the base class's staged refresh, reading
-  the source files the stream has committed: ``staging.kinds.continuous_partitions``), then the
-  next ``@continuous`` run resumes the stream from its checkpoint;
+  the source files the stream has committed: ``staging.kinds.continuous_partitions``) and
+  queues the stream's next run, which resumes from the checkpoint (seen on Airflow 3.3: after a
+  manual run that was queued while the stream's run ended, no next ``@continuous`` run came
+  within 2 minutes, as after a pause: ``MaterializedTables._restart_stream``);
 - ``on_kill`` (DROP fails the run, a timeout or a user marks it): the query stops gracefully.
 """
 
@@ -23,15 +25,19 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider_staged.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.materialized.auto_suspend import SCHEDULER_CONN_ID
 from airflow_provider_staged.materialized.continuous import one_time_refresh_refused
 from airflow_provider_staged.materialized.params import parse_refresh_request
 from airflow_provider_staged.operators.materialized_refresh import MaterializedTableRefreshOperator
+
+if TYPE_CHECKING:
+    from airflow_provider_staged.settings import StagedSettings
 
 
 class MaterializedTableContinuousOperator(MaterializedTableRefreshOperator):
@@ -61,25 +67,31 @@ class MaterializedTableContinuousOperator(MaterializedTableRefreshOperator):
                 raise AirflowFailException(why)
             self.log.info("one-time refresh of %s (partitions %s): a batch overwrite beside the stream",
                           self.definition.identifier, dict(request.partition_spec))
-            return super().execute(context)
+            try:
+                return super().execute(context)
+            finally:
+                self._watcher(context, StagedTableHook(self.staged_conn_id).get_settings()).queue_stream()
         return self._stream(context)
+
+    def _watcher(self, context: Context, settings: StagedSettings) -> _Watcher:
+        from airflow_provider_staged.materialized.catalog_status import CatalogStatusStore
+
+        status = CatalogStatusStore(settings.metastore_uri).load(self.definition.identifier,
+                                                                 self.definition.source_path)
+        return _Watcher(self, self.definition, status, context["dag_run"].dag_id)
 
     def _stream(self, context: Context) -> dict[str, Any]:
         # Imported when the task runs: DAG parsing must not load Spark.
         from airflow_provider_staged.engine.runners import EmbeddedEngine
-        from airflow_provider_staged.hooks.staged_table import StagedTableHook
-        from airflow_provider_staged.materialized.catalog_status import CatalogStatusStore
         from airflow_provider_staged.materialized.continuous_run import ContinuousRefresh
 
         settings = StagedTableHook(self.staged_conn_id).get_settings()
         definition = self.definition
-        store = CatalogStatusStore(settings.metastore_uri)
-        status = store.load(definition.identifier, definition.source_path)
+        watcher = self._watcher(context, settings)
         self._engine = EmbeddedEngine(settings)
         refresh = ContinuousRefresh(definition, settings, self._engine.session())
         self._refresh = refresh
         refresh.start()
-        watcher = _Watcher(self, definition, status, context["dag_run"].dag_id)
         try:
             while True:
                 if self._killed.wait(self.poll_seconds):
@@ -149,6 +161,26 @@ class _Watcher:
             self.scheduler.close()
             self.opened = False
         return None
+
+    def queue_stream(self) -> None:
+        """After a one-time run: trigger a periodic run (the stream) unless the table is suspended
+        or one is queued already. A REST failure is logged: RESUME or a trigger restarts it."""
+        from airflow_provider_staged.materialized.scheduler import RefreshTrigger
+
+        try:
+            self.scheduler.open()
+            dag = self.scheduler.get_dag(self.handler)
+            if dag is None or dag.is_paused:
+                return
+            runs = self.scheduler.last_runs(self.handler, 5)
+            if not any(run.state.value == "queued" and not self._one_time(run.conf) for run in runs):
+                run_id = self.scheduler.trigger_refresh(self.handler, RefreshTrigger(is_periodic=True))
+                self.log.info("queued run %s: the stream resumes from its checkpoint after this one", run_id)
+        except Exception as err:
+            self.log.warning("cannot queue the next streaming run of %s through the REST API: %s",
+                             self.handler.dag_id, err)
+        finally:
+            self.scheduler.close()
 
     def _one_time(self, conf: Any) -> bool:
         """A queued run that refreshes partitions once; another periodic run waits its turn."""

@@ -92,7 +92,8 @@ def main(spec_path: str) -> int:
         print("done", flush=True)
         return 0
     if spec["sink"] == "hive":
-        sink = HiveSink(spec["table"], settings)
+        sink = HiveSink(spec["table"], settings, partition_by=spec.get("partition_by", []),
+                        track_partitions=spec.get("track_partitions", False))
     else:
         from airflow_provider_staged.sink.postgres import PostgresSink
 
@@ -104,6 +105,8 @@ def main(spec_path: str) -> int:
         .where(f"length(coalesce(reflect('java.lang.Thread', 'sleep', CAST({int(spec.get('row_sleep_ms', 0))}"
                " AS BIGINT)), '')) >= 0")
     )
+    if spec.get("partition_by"):  # two partitions, each micro-batch appends to both
+        rows = rows.selectExpr("id", "v", "CAST(id % 2 AS STRING) AS p")
     query = write_stream(rows, sink, checkpoint_location=spec["checkpoint"], trigger_interval="1 second")
     query.processAllAvailable()
     query.stop()

@@ -3,10 +3,11 @@
 First the streaming refresh itself (``ContinuousRefresh`` on the session's Spark): rows that
 arrive in a source table as new files reach the table through the Hive sink, an aggregation is
 replaced whole each micro-batch, a restart continues from the checkpoint with nothing lost or
-doubled, and a source that is not a stream of files is refused naming it. Then the whole
-lifecycle on the running Airflow: create -> rows appear within the freshness -> suspend (query
-stopped, DAG paused) -> more rows -> resume (caught up, exactly once) -> drop (query stopped,
-checkpoint gone).
+doubled, a source that is not a stream of files is refused naming it, and a one-time refresh of
+a partition beside the running stream keeps every row once. Then the whole
+lifecycle on the running Airflow: create -> rows appear within the freshness -> a one-time
+refresh of a partition (the stream yields to it and resumes) -> suspend (query stopped, DAG
+paused) -> more rows -> resume (caught up, exactly once) -> drop (query stopped, checkpoint gone).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from airflow_provider_staged.engine.runners import EmbeddedEngine
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
 from airflow_provider_staged.materialized.continuous import NotStreamableError
@@ -30,10 +33,14 @@ from airflow_provider_staged.materialized.continuous_run import (
 )
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.manager import MaterializedTables
+from airflow_provider_staged.materialized.params import parse_refresh_request
+from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
+from airflow_provider_staged.materialized.scheduler import RefreshTrigger
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.services.airflow_local import AirflowInfo
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.storage import exists
+from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
+from airflow_provider_staged.storage import exists, normalize_location
 from tests.integration.test_mt_auto_suspend import mt_cli, wait_for
 
 pytestmark = pytest.mark.slow
@@ -170,20 +177,88 @@ def test_a_source_that_is_no_stream_of_files_is_refused_by_name(spark, db, runni
         running(parsed)
 
 
+def partitions(metastore_uri: str, table: str) -> dict[str, str]:
+    """Partition value -> location, as the catalog has them (one partition column)."""
+    database, name = table.split(".")
+    with MetastoreClient(metastore_uri) as client:
+        return {p.values[0]: normalize_location(p.sd.location) for p in client.partitions(database, name)}
+
+
+D0, D1 = "2026-11-01", "2026-11-02"
+
+
+def test_one_time_partition_refresh_beside_the_running_stream(
+    spark, db, settings, running, tmp_path
+) -> None:
+    """A one-time refresh of partition D1 while the stream runs: D1 becomes the batch query's result
+    over the source files the stream committed (a file deleted since is gone from it), the
+    micro-batch committed between the refresh's start and its switch is carried into it, the next
+    ones land in it; D0 is untouched; every source row is in the table once."""
+    src = f"{db}.visits"
+    spark.sql(f"CREATE TABLE {src} (id BIGINT, v INT, ds STRING) USING parquet "
+              f"LOCATION '{tmp_path / 'visits'}'")
+
+    def add(first: int, count: int) -> None:
+        spark.sql(f"INSERT INTO {src} SELECT id, CAST(id AS INT), IF(id % 2 = 0, '{D0}', '{D1}') "
+                  f"FROM range({first}, {first + count})")
+
+    def part(ds: str) -> list[int]:
+        spark.catalog.refreshTable(target)
+        return sorted(row[0] for row in spark.table(target).where(f"ds = '{ds}'").select("id").collect())
+
+    add(0, 40)
+    parsed = parse_definition(
+        f"CREATE MATERIALIZED TABLE {db}.visits_live PARTITIONED BY (ds)\n"
+        f"FRESHNESS = INTERVAL '{FRESHNESS_SECONDS}' SECOND\nAS SELECT id, v, ds FROM {src}",
+        "visits_live.sql")
+    target = parsed.identifier.name
+    refresh = running(parsed)
+    wait_for("the first rows", lambda: refresh.report() and ids(spark, target) == list(range(40)), 90)
+    before = set((tmp_path / "visits").glob("*.parquet"))
+    spark.sql(f"INSERT INTO {src} SELECT /*+ COALESCE(1) */ id, 0, '{D1}' FROM range(1001, 1009, 2)")
+    wait_for("rows erased at the source later", lambda: refresh.report() and len(part(D1)) == 24, 90)
+    for erased in set((tmp_path / "visits").glob("*.parquet")) - before:
+        erased.unlink()  # the stream keeps its rows: only a refresh can take them out
+
+    request = parse_refresh_request(RefreshTrigger(static_partitions={"ds": D1}).as_conf(), parsed,
+                                    datetime.now(timezone.utc))
+    staged = staged_refresh(parsed, request, settings, None)  # covers the micro-batches committed so far
+    assert isinstance(staged, ContinuousPartitionStagedTable) and staged.after_batch >= 0
+    add(40, 20)  # streamed into D1's current location before the switch: carried over
+    wait_for("rows streamed during the refresh", lambda: refresh.report() and ids(spark, target) == sorted(
+        [*range(60), *range(1001, 1009, 2)]), 90)
+    d0 = (partitions(settings.metastore_uri, target)[D0], part(D0))
+    result = run_refresh(parsed, request, settings, staged, EmbeddedEngine(settings))
+
+    assert result["partitions"] == {"ds": D1}
+    located = partitions(settings.metastore_uri, target)
+    assert located[D1].startswith(normalize_location(staged.location) + "/")
+    assert part(D1) == list(range(1, 60, 2))  # the batch query's result for D1, erased rows gone
+    assert (located[D0], part(D0)) == d0  # untouched
+    add(60, 20)  # a new version of D1 (and D0) holding the switched files and the batch's
+    wait_for("rows after the refresh", lambda: refresh.report() and ids(spark, target) == list(range(80)), 90)
+    time.sleep(FRESHNESS_SECONDS)
+    assert ids(spark, target) == list(range(80))  # nothing lost, nothing doubled
+    assert sorted(partitions(settings.metastore_uri, target)) == [D0, D1]
+    root = Path(table_root(parsed.identifier, settings.metastore_uri).removeprefix("file:"))
+    assert not list((root / "_staging").iterdir()), "staged files left behind"
+
+
 E2E_FRESHNESS = 10
 
 
 def test_continuous_table_lifecycle_on_airflow(
     airflow_server: AirflowInfo, definitions_dir: Path, metastore, spark, db, tmp_path
 ) -> None:
-    """create -> rows appear within the freshness -> suspend -> more rows -> resume (exactly once)
-    -> drop (query stopped, checkpoint gone), on the session's running Airflow."""
+    """create -> rows appear within the freshness -> one-time refresh of partition g1 -> suspend ->
+    more rows -> resume (exactly once) -> drop (query stopped, checkpoint gone), on the session's
+    running Airflow."""
     src = source_table(spark, db, "events", tmp_path)
     insert(spark, src, 0, 20)
     identifier = TableIdentifier(db, "events_live")
     dag_id = f"mt__{db}__events_live"
-    text = (f"CREATE MATERIALIZED TABLE {identifier.name}\nFRESHNESS = INTERVAL '{E2E_FRESHNESS}' SECOND\n"
-            f"AS SELECT id, v FROM {src}\n")
+    text = (f"CREATE MATERIALIZED TABLE {identifier.name} PARTITIONED BY (grp)\n"
+            f"FRESHNESS = INTERVAL '{E2E_FRESHNESS}' SECOND\nAS SELECT id, v, grp FROM {src}\n")
     user, password = airflow_server.credentials("admin")
     scheduler = AirflowWorkflowScheduler(airflow_server.endpoint, definitions_dir, user, password,
                                          parse_timeout=90)
@@ -220,6 +295,19 @@ def test_continuous_table_lifecycle_on_airflow(
             described = cli("describe", target)
             for fact in ("refresh mode", "CONTINUOUS", "last batch", "rows/s", "actual lag"):
                 assert fact in described
+
+            # A one-time refresh (Flink's batch overwrite of partitions): the stream yields to the
+            # queued run at its next poll, the run switches g1 alone, the next run resumes the stream.
+            before = partitions(metastore.uri, target)
+            streaming_run = running_runs()[0]["dag_run_id"]
+            one_time = tables.refresh(identifier, RefreshTrigger(static_partitions={"grp": "g1"}))
+            assert tables.wait_for_refresh(identifier, one_time, 240) == "success"
+            after = partitions(metastore.uri, target)
+            assert after["g1"] != before["g1"] and {k: after[k] for k in ("g0", "g2")} == {
+                k: before[k] for k in ("g0", "g2")}
+            assert ids(spark, target) == list(range(30))
+            wait_for("the stream resumed", lambda: [run["dag_run_id"] for run in running_runs()
+                                                    if run["dag_run_id"] != streaming_run], 120)
 
             tables.suspend(identifier)  # waits for the task to stop its query
             assert api.get(f"/dags/{dag_id}").json()["is_paused"] is True and running_runs() == []

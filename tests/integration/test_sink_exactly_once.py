@@ -4,7 +4,10 @@ One streaming query (a child process, ``sink_workers``) reads four JSON files, o
 micro-batch, into the sink. It is killed, restarted from its checkpoint, killed at the next
 point, and so on: during the write, after the writers, after the sink's commit but before the
 checkpoint (Spark replays that micro-batch), and during the global commit; the last run finishes.
-Every row must be in the target exactly once, and nothing staged may be left.
+Every row must be in the target exactly once, and nothing staged may be left. The Hive table
+tracks its two partitions in the catalog (a CONTINUOUS materialized table's layout), so every
+micro-batch publishes new partition versions, and a kill also lands between that switch and the
+table recording the batch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 
 import psycopg
 
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY
 from airflow_provider_staged.staging.journal import AttemptJournal
 from tests.integration.sink_workers import run_driver
 
@@ -32,12 +37,12 @@ def _write_input(directory: Path) -> None:
         (directory / f"part-{index}.json").write_text("\n".join(lines) + "\n")
 
 
-def _crash_and_recover(spec: dict, tmp_path: Path, write_started) -> None:
+def _crash_and_recover(spec: dict, tmp_path: Path, write_started, more: tuple[str, ...] = ()) -> None:
     """Kill at each point in turn (each restart first recovers the previous crash), then finish."""
     code, output = run_driver({**spec, "row_sleep_ms": 40}, tmp_path, fault=spec.get("write_fault"),
                         kill_when=write_started)
     assert code == -signal.SIGKILL, output[-3000:]
-    for fault in ("after_writers", "after_commit", "global_commit"):
+    for fault in ("after_writers", "after_commit", "global_commit", *more):
         code, output = run_driver(spec, tmp_path, fault=fault)
         assert code == -signal.SIGKILL, f"{fault}: exit {code}\n{output[-3000:]}"
     code, output = run_driver(spec, tmp_path)
@@ -68,17 +73,24 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path):
     database = "sinkeo_" + uuid.uuid4().hex[:6]
     spark.sql(f"CREATE DATABASE {database}")
     table = f"{database}.events"
-    spec = _spec(metastore, tmp_path, "hive", table)
+    spec = {**_spec(metastore, tmp_path, "hive", table), "partition_by": ["p"], "track_partitions": True}
     root = Path(metastore.warehouse) / f"{database}.db" / "events"
 
     def spark_is_writing() -> bool:  # Spark's write of a micro-batch is under way
         return bool(glob.glob(str(root / "_staging" / "*" / "ready" / "_temporary")))
 
-    _crash_and_recover(spec, tmp_path, spark_is_writing)
+    _crash_and_recover(spec, tmp_path, spark_is_writing, ("partition_switch",))
     spark.catalog.refreshTable(table)
     ids = [row.id for row in spark.sql(f"SELECT id FROM {table}").collect()]
     assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
     assert os.listdir(root / "_staging") == []
+    with MetastoreClient(metastore.uri) as client:
+        assert client.get_table(database, "events").parameters[PARTITION_PROVIDER_KEY] == "catalog"
+        served = {p.values[0]: Path(p.sd.location.removeprefix("file:"))
+                  for p in client.partitions(database, "events")}
+    # Each partition's files lie directly in its location (Spark reads no subdirectory there).
+    assert sorted(served) == ["0", "1"]
+    assert sum(len(list(location.glob("*.parquet"))) for location in served.values()) == FILES * 2
     _assert_journal_settled(tmp_path)
 
 

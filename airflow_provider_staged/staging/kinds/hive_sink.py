@@ -63,7 +63,7 @@ from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecor
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, relocated
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.partition_paths import partition_values
+from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
 from airflow_provider_staged.storage import delete_dir, exists, list_dir, normalize_location
 
@@ -296,14 +296,20 @@ class HiveAppendStagedTable(HiveSinkCommit):
         returns the superseded partition locations."""
         self._place_flat(manifest)
         columns = [key.name for key in table.partitionKeys]
-        current = {tuple(p.values): p for p in txn.partitions(table.dbName, table.tableName)}
-        placeholder = f"{self.table_root_resolved}/{EMPTY_DIR_NAME}"
-        create_dir(placeholder)
-        new, switched, superseded = [], [], []
-        for group in self._groups(manifest):
+        groups = {}  # values -> the staged directory; none: an empty micro-batch
+        for group in sorted({os.path.dirname(item.path) for item in manifest.files}):
             values = partition_values(f"{group}/f", columns)
             if values is None:
                 raise StagingError(f"attempt {self.attempt_id} wrote files outside partition directories")
+            groups[values] = group
+        # Only the touched partitions are read (a table may have thousands), by the metastore's
+        # names: its (lower-case) columns, values escaped as in paths.
+        names = [partition_path(columns, values) for values in groups]
+        current = {tuple(p.values): p for p in txn.partitions_named(table.dbName, table.tableName, names)}
+        placeholder = f"{self.table_root_resolved}/{EMPTY_DIR_NAME}"
+        create_dir(placeholder)
+        new, switched, superseded = [], [], []
+        for values, group in groups.items():
             location = f"{self.version}/{group}"
             partition = current.get(values)
             if partition is None:
