@@ -17,7 +17,9 @@ from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY
 from airflow_provider_staged.storage import normalize_location
+from tests.integration.staged_helpers import build, staged_table
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,11 @@ def files_under(root):
     return sorted(found)
 
 
+def sink_rows(settings: StagedSettings, table: TableIdentifier) -> str | None:
+    with MetastoreClient(settings.metastore_uri) as client:
+        return (client.get_table(table.database, table.table).parameters or {}).get(SINK_ROWS_KEY)
+
+
 def table_root(sink: HiveSink) -> str:
     return normalize_location(sink.root()).removeprefix("file:")
 
@@ -61,15 +68,26 @@ def test_append_and_overwrite(spark, settings, table, native):
     write_batch(df, sink)
     write_batch(spark.sql("SELECT id, CAST(id % 3 AS INT) AS p FROM range(30, 40)"), sink)
     assert rows(spark, table) == [(i, i % 3) for i in range(40)]
+    assert sink_rows(settings, table) == "40"
     # Appended batches land beside each other, one directory per partition and write.
     overwrite = HiveSink(table, settings, mode="overwrite", partition_by=["p"], native=native)
     write_batch(spark.sql("SELECT id, CAST(1 AS INT) AS p FROM range(5)"), overwrite)
     assert rows(spark, table) == [(i, 1) for i in range(5)]
+    assert sink_rows(settings, table) == "5"  # an overwrite counts afresh
     records = settings.journal.records()
     assert {r.kind for r in records} == {"hive_append", "hive_overwrite"}
     assert all(r.state is AttemptState.COMMITTED for r in records)
     # Nothing staged is left behind.
     assert not os.listdir(os.path.join(table_root(sink), "_staging"))
+
+
+def test_a_staged_replace_resets_the_sinks_row_count(spark, metastore, settings, table):
+    sink = HiveSink(table, settings)
+    write_batch(spark.sql("SELECT id FROM range(10)"), sink)
+    build(spark, staged_table(metastore, settings.journal, table.name, "replace"), "SELECT id FROM range(3)")
+    assert rows(spark, table) == [(0,), (1,), (2,)] and sink_rows(settings, table) is None
+    write_batch(spark.sql("SELECT id FROM range(3, 5)"), HiveSink(table, settings))
+    assert sink_rows(settings, table) == "2"
 
 
 def test_append_refuses_another_schema_and_changes_nothing(spark, settings, table):

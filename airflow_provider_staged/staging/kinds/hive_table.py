@@ -56,6 +56,8 @@ HIVE_KINDS = (
 # that version, once superseded, would look like an orphan and be deleted at once, inside the grace.
 APPEND_KIND = "hive_append"
 VERSION_KINDS = (*HIVE_KINDS, APPEND_KIND)
+# The rows the sink appended to the current version (a table parameter the sink kinds keep).
+SINK_ROWS_KEY = "sink.rows"
 
 
 class HiveStagedTable(JournaledStagedTable):
@@ -181,7 +183,10 @@ class HiveStagedTable(JournaledStagedTable):
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
     ) -> str | None:
-        txn.alter_table(self.with_options(repointed_table(current, manifest, self.attempt_id)))
+        replaced = repointed_table(current, manifest, self.attempt_id)
+        # The new version holds none of the rows a sink counted into the one it supersedes.
+        replaced.parameters = {k: v for k, v in (replaced.parameters or {}).items() if k != SINK_ROWS_KEY}
+        txn.alter_table(self.with_options(replaced))
         return normalize_location(current_location(current))
 
     def is_published(self, record: AttemptRecord) -> bool:
