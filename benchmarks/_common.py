@@ -297,6 +297,24 @@ def hive_services(
         print(f"total {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
 
 
+@contextmanager
+def metastore_only(prefix: str, database: str) -> Iterator[Any]:
+    """A throwaway Derby metastore (temp home, ``database`` created) without Spark; its
+    ``MetastoreInfo`` (``.uri``, ``.warehouse``, ``.home``). Stopped and deleted on exit."""
+    from airflow_provider_staged.metastore.client import MetastoreClient
+    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
+
+    home = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    try:
+        metastore = start_metastore(home)
+        with MetastoreClient(metastore.uri) as client:
+            client.ensure_database(database, metastore.warehouse)
+        yield metastore
+    finally:
+        stop_metastore(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def embedded_engine(services: HiveServices, journal_dir: Path) -> Any:
     """The operator's ``EmbeddedEngine``, running on the benchmark's own session.
 
