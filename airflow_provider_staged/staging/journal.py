@@ -28,6 +28,8 @@ from airflow_provider_staged.staging.errors import CommitConflictError
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # Beside the records (``records`` reads only ``*.json`` of the root): per-target hints of retention.
 _MARKS_DIR = ".retention"
+# A writer renames its temporary file within milliseconds; one an hour old lost its writer.
+STALE_TEMPORARY_SECONDS = 3600
 
 
 class AttemptState(str, enum.Enum):
@@ -203,6 +205,8 @@ class AttemptJournal:
         """Record ``retention_mark``; not fsynced: a mark lost in a crash only means a full sweep."""
         path = self._mark_path(target)
         path.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in path.parent.glob(".tmp-*"):
+            _remove_if_stale(leftover)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "w") as handle:
             handle.write(repr(superseded_at))
@@ -215,6 +219,7 @@ class AttemptJournal:
         found = []
         for path in sorted(self.root.glob(glob.escape(prefix) + "*.json")):
             if path.name.startswith(".tmp-"):
+                _remove_if_stale(path)
                 continue
             record = self.get(path.stem)
             if record is not None:
@@ -234,6 +239,13 @@ class AttemptJournal:
             == (task.dag_id, task.task_id, task.run_id, task.map_index)
             and (task.try_number == 0 or record.task.try_number == task.try_number)
         ]
+
+
+def _remove_if_stale(temporary: Path) -> None:
+    """Delete a temporary file that a writer killed between creating and renaming it left."""
+    with contextlib.suppress(FileNotFoundError):
+        if time.time() - temporary.stat().st_mtime > STALE_TEMPORARY_SECONDS:
+            temporary.unlink()
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -1,4 +1,5 @@
 import multiprocessing
+import os
 import time
 
 import pytest
@@ -63,6 +64,24 @@ def test_records_with_a_prefix_read_only_those_attempts(tmp_path):
         journal.create(_record(attempt_id))
     assert [r.attempt_id for r in journal.records("q1-b1-")] == ["q1-b1-x", "q1-b1-y"]
     assert len(journal.records()) == 4
+
+def test_temporary_files_of_killed_writers_are_removed_once_stale(tmp_path):
+    journal = AttemptJournal(tmp_path)
+    journal.create(_record("a1"))
+    journal.set_retention_mark("db.t", 1.0)
+    marks = tmp_path / ".retention"
+    stale = [tmp_path / ".tmp-killed.json", marks / ".tmp-killed"]
+    fresh = [tmp_path / ".tmp-writing.json", marks / ".tmp-writing"]
+    for path in stale + fresh:
+        path.write_text("{")
+    old = time.time() - 2 * 3600
+    for path in stale:
+        os.utime(path, (old, old))
+    assert [r.attempt_id for r in journal.records()] == ["a1"]
+    journal.set_retention_mark("db.u", 2.0)
+    assert [p.exists() for p in stale + fresh] == [False, False, True, True]
+    assert journal.retention_mark("db.t") == 1.0 and journal.retention_mark("db.u") == 2.0
+
 
 def _hold_lock(root, ready, release):
     journal = AttemptJournal(root)
