@@ -35,6 +35,7 @@ from airflow_provider_staged.staging.journal import (
     TaskRef,
 )
 from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.owner import ProcessRef
 from airflow_provider_staged.staging.versions import new_attempt_id
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ class JournaledStagedTable(StagedTable):
             catalog=self.catalog_ref(),
             conn_id=self.conn_id,
             task=self.task,
+            owner=None if self.task is not None else ProcessRef.current(),
         )
         existing = self.journal.get(self.attempt_id)
         if existing is not None and existing.state is not AttemptState.BEGUN:

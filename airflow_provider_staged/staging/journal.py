@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_provider_staged.staging.errors import CommitConflictError
+from airflow_provider_staged.staging.owner import ProcessRef
 
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # Beside the records (``records`` reads only ``*.json`` of the root): per-target hints of retention.
@@ -83,6 +84,8 @@ class AttemptRecord:
     conn_id: str | None = None
     state: AttemptState = AttemptState.BEGUN
     task: TaskRef | None = None
+    # The process that drives an attempt without a task (a client): reconcile can see it gone.
+    owner: ProcessRef | None = None
     manifest: dict[str, Any] | None = None
     # What the commit superseded: a location, or several (a partition refresh).
     superseded_location: str | list[str] | None = None
@@ -103,6 +106,8 @@ class AttemptRecord:
         data["state"] = AttemptState(data["state"])
         if data.get("task"):
             data["task"] = TaskRef(**data["task"])
+        if data.get("owner"):
+            data["owner"] = ProcessRef(**data["owner"])
         data["history"] = [tuple(item) for item in data.get("history", [])]
         return cls(**data)
 

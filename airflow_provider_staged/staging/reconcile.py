@@ -44,6 +44,7 @@ def reconcile(
       the task's state: the catalog already serves it;
     - task succeeded and the data is WRITTEN → committed (a commit callback that failed);
     - task failed, was retried or is gone → aborted;
+    - no task, and the process that drove it is certainly gone (``owner``) → aborted;
     - nothing knows the task and its heartbeat is older than the TTL → aborted ("expired").
 
     One attempt that cannot be settled (its catalog unreachable, say) is reported as
@@ -78,6 +79,9 @@ def _settle(
         return "committed"
     if state == "success" or state in _FAILED_STATES:
         abort_attempt(staged, f"task {state}")
+        return "aborted"
+    if record.task is None and record.owner is not None and record.owner.gone():
+        abort_attempt(staged, f"its process {record.owner.pid} is gone (no Airflow task)")
         return "aborted"
     if now - record.heartbeat_at > settings.attempt_ttl_seconds:
         abort_attempt(staged, "expired: no heartbeat within the attempt TTL")

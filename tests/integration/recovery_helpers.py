@@ -143,7 +143,7 @@ def child(plan_path: str) -> None:
     reached = {}
     for item in plan["attempts"]:
         journal = AttemptJournal(item["journal"])
-        task = TaskRef(**item["task"])
+        task = TaskRef(**item["task"]) if item["task"] else None
         if "manifest" in item:
             # A lifecycle attempt (expiry, rollback) that the test planned and began: rebuilt from
             # the journal by its kind, as reconcile rebuilds it; its "write" is the given manifest.
