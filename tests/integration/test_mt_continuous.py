@@ -12,6 +12,8 @@ paused) -> more rows -> resume (caught up, exactly once) -> drop (query stopped,
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -250,7 +252,8 @@ E2E_FRESHNESS = 10
 def test_continuous_table_lifecycle_on_airflow(
     airflow_server: AirflowInfo, definitions_dir: Path, metastore, spark, db, tmp_path
 ) -> None:
-    """create -> rows appear within the freshness -> one-time refresh of partition g1 -> suspend ->
+    """create -> rows appear within the freshness -> one-time refresh of partition g1 -> SIGKILL of
+    the streaming task -> the next run resumes (exactly once) -> suspend ->
     more rows -> resume (exactly once) -> drop (query stopped, checkpoint gone), on the session's
     running Airflow."""
     src = source_table(spark, db, "events", tmp_path)
@@ -309,21 +312,33 @@ def test_continuous_table_lifecycle_on_airflow(
             wait_for("the stream resumed", lambda: [run["dag_run_id"] for run in running_runs()
                                                     if run["dag_run_id"] != streaming_run], 120)
 
+            # A lost worker: SIGKILL of the streaming task's process (no callback runs). Airflow
+            # fails its run, the next @continuous run resumes from the checkpoint, rows arrive once.
+            killed = running_runs()[0]["dag_run_id"]
+            task = f"/dags/{dag_id}/dagRuns/{killed}/taskInstances/refresh"
+            wait_for("the streaming task's process", lambda: api.get(task).json()["pid"], 120)
+            os.kill(api.get(task).json()["pid"], signal.SIGKILL)
+            insert(spark, src, 30, 5)
+            wait_for("the run after the kill", lambda: [run["dag_run_id"] for run in running_runs()
+                                                        if run["dag_run_id"] != killed], 120)
+            assert api.get(f"/dags/{dag_id}/dagRuns/{killed}").json()["state"] == "failed"
+            wait_for("rows streamed after the kill", lambda: ids(spark, target) == list(range(35)), 240)
+
             tables.suspend(identifier)  # waits for the task to stop its query
             assert api.get(f"/dags/{dag_id}").json()["is_paused"] is True and running_runs() == []
             root = table_root(identifier, metastore.uri)
             assert read_progress(root).state == "stopped"
             assert exists(f"{root}/_continuous/checkpoint")
-            insert(spark, src, 30, 10)
+            insert(spark, src, 35, 10)
             time.sleep(E2E_FRESHNESS + 2)
-            assert ids(spark, target) == list(range(30))  # nothing streams while suspended
+            assert ids(spark, target) == list(range(35))  # nothing streams while suspended
 
             tables.resume(identifier)
-            wait_for("caught up after resume", lambda: ids(spark, target) == list(range(40)), 240)
+            wait_for("caught up after resume", lambda: ids(spark, target) == list(range(45)), 240)
             time.sleep(E2E_FRESHNESS)
-            assert ids(spark, target) == list(range(40))  # no duplicates from the restart
+            assert ids(spark, target) == list(range(45))  # no duplicates from the restarts
         finally:
             tables.drop(identifier)
         assert api.get(f"/dags/{dag_id}").status_code == 404 and not scheduler.definition_file(dag_id)
         assert not exists(f"{table_root(identifier, metastore.uri)}/_continuous")
-        assert ids(spark, target) == list(range(40))  # DROP keeps the table's data
+        assert ids(spark, target) == list(range(45))  # DROP keeps the table's data
