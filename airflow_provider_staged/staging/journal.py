@@ -18,7 +18,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -109,7 +109,10 @@ class AttemptRecord:
         if data.get("owner"):
             data["owner"] = ProcessRef(**data["owner"])
         data["history"] = [tuple(item) for item in data.get("history", [])]
-        return cls(**data)
+        # A record a newer version wrote may carry fields this one does not know: a journal is
+        # shared by workers and clients that are upgraded one at a time.
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 class AttemptJournal:

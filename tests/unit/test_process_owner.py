@@ -39,3 +39,9 @@ def test_the_owner_survives_the_journal_format() -> None:
     record = AttemptRecord("a1", "hive", "db.t", "create", "/tmp/x", owner=ProcessRef.current())
     assert AttemptRecord.from_json(record.to_json()).owner == record.owner
     assert AttemptRecord.from_json(replace(record, owner=None).to_json()).owner is None
+
+
+def test_a_record_from_a_newer_version_is_read() -> None:
+    record = AttemptRecord("a1", "hive", "db.t", "create", "/tmp/x")
+    newer = record.to_json().replace('"attempt_id"', '"field_of_a_later_version": 1,\n "attempt_id"', 1)
+    assert AttemptRecord.from_json(newer) == record
