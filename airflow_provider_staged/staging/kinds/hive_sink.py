@@ -61,7 +61,7 @@ from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, relocated
-from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
@@ -181,7 +181,7 @@ class HiveSinkCommit(HiveStagedTable):
         params = dict(parameters or {})
         if self.streaming:
             params[marker_key(self.query_id)] = str(self.batch_id)
-        params["sink.rows"] = str(int(params.get("sink.rows", "0")) + (manifest.rows or 0))
+        params[SINK_ROWS_KEY] = str(int(params.get(SINK_ROWS_KEY, "0")) + (manifest.rows or 0))
         return params
 
     def versions_root(self, record: AttemptRecord) -> str:
@@ -377,7 +377,7 @@ class HiveOverwriteStagedTable(HiveSinkCommit):
         table = super().with_options(table)
         manifest = Manifest.from_dict(self.journal.require(self.attempt_id).manifest or {})
         # An overwrite counts rows afresh.
-        table.parameters = self.marked({**(table.parameters or {}), "sink.rows": "0"}, manifest)
+        table.parameters = self.marked({**(table.parameters or {}), SINK_ROWS_KEY: "0"}, manifest)
         return table
 
     def promote(self) -> None:
