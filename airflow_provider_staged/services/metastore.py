@@ -72,6 +72,9 @@ def derby_conf(home: Path) -> dict[str, str]:
 
 LAUNCHER_SOURCE = Path(__file__).with_name("java") / "LoopbackMetaStore.java"
 LAUNCHER_CLASS = "org.apache.hadoop.hive.metastore.LoopbackMetaStore"
+# hive.txn.timeout: a lock whose holder died blocks the table's commits this long. Live holders
+# heartbeat every locks.HEARTBEAT_SECONDS, so anything above twice that is safe.
+DEFAULT_LOCK_EXPIRY_SECONDS = 60
 
 
 def _jdk_tool(name: str) -> str | None:
@@ -116,10 +119,12 @@ def metastore_command(
     database: Mapping[str, str] | None = None,
     classpath: Sequence[Path] = (),
     loopback: bool = True,
+    lock_timeout_seconds: int = DEFAULT_LOCK_EXPIRY_SECONDS,
 ) -> list[str]:
     """The server's command line; ``database`` (hiveconf settings) replaces the embedded Derby,
     ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``;
-    ``loopback=False`` listens on every interface (Hive's own main, e.g. in a container)."""
+    ``loopback=False`` listens on every interface (Hive's own main, e.g. in a container);
+    ``lock_timeout_seconds``: how long a table lock outlives its dead holder."""
     java = _jdk_tool("java") or "java"
     database_args = [
         arg for key, value in (derby_conf(home) if database is None else database).items()
@@ -160,7 +165,7 @@ def metastore_command(
         # 2.3 times locks out only in the housekeeping thread that the compactor initiator
         # starts, first after reaper.start, then every reaper.interval.
         "--hiveconf",
-        "hive.txn.timeout=60s",
+        f"hive.txn.timeout={lock_timeout_seconds}s",
         "--hiveconf",
         "hive.compactor.initiator.on=true",
         "--hiveconf",
@@ -175,10 +180,12 @@ def start_metastore(
     port: int | None = None,
     database: Mapping[str, str] | None = None,
     classpath: Sequence[Path] = (),
+    lock_timeout_seconds: int = DEFAULT_LOCK_EXPIRY_SECONDS,
 ) -> MetastoreInfo:
     """Start the metastore unless one recorded under ``home`` is running; return its info.
 
-    ``database`` and ``classpath``: see :func:`metastore_command` (default: Derby under ``home``).
+    ``database``, ``classpath`` and ``lock_timeout_seconds``: see :func:`metastore_command`
+    (default: Derby under ``home``).
     """
     home = (home or staged_home()).resolve()
     running = metastore_status(home)
@@ -191,7 +198,9 @@ def start_metastore(
     log_file = home / "logs" / "metastore.log"
     pid_file = home / "metastore.pid"
     env = dict(os.environ, HADOOP_USER_NAME=os.environ.get("HADOOP_USER_NAME", "staged"))
-    command = metastore_command(port, home, warehouse, database, classpath)
+    command = metastore_command(
+        port, home, warehouse, database, classpath, lock_timeout_seconds=lock_timeout_seconds
+    )
     pid = start_background(command, pid_file, log_file, env, home)
     try:
         wait_for_port(port, pid, timeout=120, log_file=log_file)
