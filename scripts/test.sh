@@ -5,7 +5,9 @@ cd "$(dirname "$0")/.."
 STAGED_SETUP_TESTS=1 bash scripts/setup.sh
 .venv/bin/ruff check airflow_provider_staged dags tests benchmarks
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider -ra "$@"
+# Two workers, a test module each at a time (module fixtures stay on one worker): most of the
+# suite's time is spent waiting on JVMs and Airflow, so two modules at once fill the 2 cores.
+.venv/bin/python -m pytest -p no:cacheprovider -ra -n 2 --dist loadfile "$@"
 status=$?
 set -e
 # pytest exits 5 when it collected no test: that must fail CI.

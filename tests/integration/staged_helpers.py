@@ -101,12 +101,12 @@ def attempt_path(record: AttemptRecord) -> Path:
 
 def part_files(directory: Path) -> list[str]:
     """Spark's data files under ``directory`` (in ``_temporary`` while the job runs), relative."""
-    if not directory.exists():
-        return []
+    # os.walk, not rglob: Spark deletes _temporary while this lists it, and walk skips what vanished.
     return sorted(
-        str(path.relative_to(directory))
-        for path in directory.rglob("part-*")
-        if path.is_file() and not path.name.endswith(".crc")
+        str((Path(parent) / name).relative_to(directory))
+        for parent, _, names in os.walk(directory)
+        for name in names
+        if name.startswith("part-") and not name.endswith(".crc")
     )
 
 
