@@ -85,9 +85,10 @@ class QueryLineage:
     columns: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)
 
 
-def source_tables(sql: str) -> tuple[str, ...]:
-    """``db.table`` (lower case) of every table in Spark's session catalog the query reads;
-    CTEs, table functions and other catalogs' tables are left out; empty if unparseable."""
+def source_tables(sql: str, database: str = DEFAULT_DATABASE) -> tuple[str, ...]:
+    """``db.table`` (lower case) of every table in Spark's session catalog the query reads
+    (unqualified names in ``database``); CTEs, table functions and other catalogs' tables are
+    left out; empty if unparseable."""
     import sqlglot  # deferred: ~0.25 s to import, paid only where lineage is wanted
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
@@ -101,7 +102,7 @@ def source_tables(sql: str) -> tuple[str, ...]:
         for scope in traverse_scope(query):
             for source in scope.sources.values():
                 if _is_table(source, exp):
-                    names[_table_name(source)] = None
+                    names[_table_name(source, database)] = None
     except (SqlglotError, ValueError, KeyError) as err:
         log.info("no source tables derived from the query: %s", err)
         return ()
@@ -136,8 +137,8 @@ def _is_table(source: Any, exp: Any) -> bool:
             and source.catalog.lower() in ("", SESSION_CATALOG))
 
 
-def _table_name(table: Any) -> str:
-    return f"{table.db or DEFAULT_DATABASE}.{table.name}".lower()
+def _table_name(table: Any, database: str = DEFAULT_DATABASE) -> str:
+    return f"{table.db or database}.{table.name}".lower()
 
 
 def _origins(node: Any, namespace: str, exp: Any) -> tuple[ColumnOrigin, ...]:

@@ -139,25 +139,30 @@ def snapshot_view_name(table: str) -> str:
     return _SNAPSHOT_PREFIX + table.replace(".", "__")
 
 
-def query_shape(identifier: TableIdentifier, query: str) -> QueryShape:
-    """Source tables and aggregation of ``query``; :class:`NotStreamableError` if it cannot stream."""
+def query_shape(identifier: TableIdentifier | None, query: str, database: str = "default") -> QueryShape:
+    """Source tables (unqualified ones in ``database``) and aggregation of ``query``;
+    :class:`NotStreamableError` if it cannot stream. ``identifier``: the continuous table, or
+    None for an ad-hoc streaming query (the SQL client's)."""
     import sqlglot  # deferred: ~0.25 s to import, paid by continuous tables only
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
     from airflow_provider_staged.lineage import source_tables
 
+    sources = source_tables(query, database)
+
     def refuse(why: str) -> NotStreamableError:
-        return NotStreamableError(f"{identifier} cannot be refreshed continuously: {why}")
+        subject = (f"{identifier} cannot be refreshed continuously" if identifier is not None
+                   else f"the query over {', '.join(sources) or 'no table'} cannot run as a stream")
+        return NotStreamableError(f"{subject}: {why}")
 
     try:
         tree = sqlglot.parse_one(query, read="spark")
     except SqlglotError as err:
         raise refuse(f"its query does not parse ({str(err).splitlines()[0]})") from None
-    sources = source_tables(query)
     if not sources:
         raise refuse("its query reads no table, so there is no stream of new rows to follow")
-    if identifier.name.lower() in sources:
+    if identifier is not None and identifier.name.lower() in sources:
         raise refuse("its query reads the table itself")
     if tree.find(exp.Window):
         raise refuse("window functions (OVER ...) are not supported on streams by Spark")
@@ -166,7 +171,7 @@ def query_shape(identifier: TableIdentifier, query: str) -> QueryShape:
     aggregated = bool(tree.find(exp.Group) or tree.find(exp.AggFunc) or _distinct(tree, exp))
     if tree.find(exp.Order) and not aggregated:
         raise refuse("ORDER BY needs an aggregation on a stream (Spark sorts only complete results)")
-    if aggregated and len([node for node in tree.find_all(exp.Select) if _aggregates(node, exp)]) > 1:
+    if aggregated and len([node for node in tree.find_all(exp.Select) if aggregates_itself(node, exp)]) > 1:
         raise refuse("it aggregates more than once; Spark allows one streaming aggregation")
     return QueryShape(sources, aggregated)
 
@@ -175,20 +180,22 @@ def _distinct(tree: Any, exp: Any) -> bool:
     return any(select.args.get("distinct") for select in tree.find_all(exp.Select))
 
 
-def _aggregates(select: Any, exp: Any) -> bool:
+def aggregates_itself(select: Any, exp: Any) -> bool:
     """A SELECT that aggregates itself (not only inside its subqueries)."""
     own = [node for node in select.walk() if node.find_ancestor(exp.Select) is select]
     return bool(select.args.get("group") or select.args.get("distinct")
                 or any(isinstance(node, exp.AggFunc) for node in own))
 
 
-def streaming_query(query: str, sources: Sequence[str], view: Callable[[str], str] = view_name) -> str:
-    """``query`` reading each source table from its ``view`` (the streaming one by default;
-    aliased as the table, so ``orders.amount`` still resolves)."""
+def streaming_query(
+    query: str, sources: Sequence[str], view: Callable[[str], str] = view_name, database: str = "default"
+) -> str:
+    """``query`` reading each source table (unqualified ones in ``database``) from its ``view``
+    (the streaming one by default; aliased as the table, so ``orders.amount`` still resolves)."""
     import sqlglot
     from sqlglot import exp
 
-    from airflow_provider_staged.lineage import DEFAULT_DATABASE, SESSION_CATALOG
+    from airflow_provider_staged.lineage import SESSION_CATALOG
 
     wanted = set(sources)
     tree = sqlglot.parse_one(query, read="spark")
@@ -198,12 +205,18 @@ def streaming_query(query: str, sources: Sequence[str], view: Callable[[str], st
             continue
         if not table.db and table.name.lower() in ctes:
             continue
-        name = f"{table.db or DEFAULT_DATABASE}.{table.name}".lower()
+        name = f"{table.db or database}.{table.name}".lower()
         if name not in wanted:
             continue
         alias = table.alias or table.name
         table.replace(exp.to_table(view(name)).as_(exp.to_identifier(alias, quoted=True)))
     return tree.sql(dialect="spark")
+
+
+def stream_views(sources: Mapping[str, tuple[str, str, Mapping[str, str]]]) -> tuple[StreamSource, ...]:
+    """Each source table's stream under its streaming view, from its (location, schema JSON,
+    data-source options)."""
+    return tuple(StreamSource(name, view_name(name), *details) for name, details in sources.items())
 
 
 def plan_continuous(
@@ -220,13 +233,10 @@ def plan_continuous(
     missing = [name for name in shape.sources if name not in sources]
     if missing:
         raise NotStreamableError(f"{identifier} cannot be refreshed continuously: no stream for {missing}")
-    streams = tuple(
-        StreamSource(name, view_name(name), *sources[name]) for name in shape.sources
-    )
     return ContinuousPlan(
         identifier=identifier,
         query=streaming_query(query, shape.sources),
-        sources=streams,
+        sources=stream_views({name: sources[name] for name in shape.sources}),
         output_mode=COMPLETE if shape.aggregated else APPEND,
         trigger_interval=trigger_interval(freshness),
         checkpoint_location=checkpoint_location(table_root),

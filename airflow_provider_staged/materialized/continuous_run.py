@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.continuous import (
     ContinuousPlan,
     NotStreamableError,
+    StreamSource,
     checkpoint_location,
     committed_source_files,
     continuous_dir,
@@ -145,6 +146,17 @@ def stream_sources(
     return sources
 
 
+def open_streams(spark: Any, streams: Iterable[StreamSource], **read_options: str) -> None:
+    """Each source's Parquet file stream as its temporary view in ``spark`` (``read_options``
+    on top of the table's own, e.g. ``maxFilesPerTrigger``)."""
+    from pyspark.sql.types import StructType
+
+    for source in streams:
+        schema = StructType.fromJson(json.loads(source.schema_json))
+        stream = spark.readStream.schema(schema).options(**{**source.options, **read_options})
+        stream.parquet(source.location).createOrReplaceTempView(source.view)
+
+
 def one_time_staged(
     definition: MaterializedTableDefinition,
     partition_spec: Mapping[str, str],
@@ -225,7 +237,6 @@ class ContinuousRefresh:
 
     def start(self) -> None:
         from pyspark.errors import AnalysisException
-        from pyspark.sql.types import StructType
 
         from airflow_provider_staged.sink.hive import HiveSink
         from airflow_provider_staged.sink.runtime import write_stream
@@ -235,10 +246,7 @@ class ContinuousRefresh:
         sources = stream_sources(self.spark, shape.sources, self.settings.metastore_uri)
         plan = plan_continuous(definition.identifier, definition.query, definition.freshness,
                                definition.partition_by, self.root, sources)
-        for source in plan.sources:
-            schema = StructType.fromJson(json.loads(source.schema_json))
-            stream = self.spark.readStream.schema(schema).options(**source.options)
-            stream.parquet(source.location).createOrReplaceTempView(source.view)
+        open_streams(self.spark, plan.sources)
         # Catalog partitions: a one-time refresh can then overwrite some beside the stream.
         sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by),
                         track_partitions=True)

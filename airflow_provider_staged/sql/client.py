@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from airflow_provider_staged.services.metastore import metastore_status, staged_home
-from airflow_provider_staged.sql.output import RENDERERS, ResultSet
+from airflow_provider_staged.sql.output import RENDERERS, ResultSet, changelog_head, changelog_lines
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,
     SessionProperties,
@@ -63,6 +63,9 @@ Session properties (defaults < --conf < -i file < SET):
   SET 'sql-client.execution.result-mode' = 'tableau';   tableau | table | changelog
   SET 'sql-client.execution.max-table-result.rows' = '100';
   SET 'table.ctas.atomicity-enabled' = 'false';         Spark's plain CTAS path
+  SET 'execution.runtime-mode' = 'streaming';           queries over tables run as streams and print
+                                                        a changelog (-e/-f: the data there now;
+                                                        interactive: live until Ctrl-C)
   SET 'spark.sql.shuffle.partitions' = '8';             any other key is Spark conf
   RESET 'spark.sql.shuffle.partitions';  RESET;
 """
@@ -88,6 +91,9 @@ class Printer:
         self.interactive = interactive
 
     def __call__(self, result: ResultSet) -> None:
+        if result.changes is not None:
+            self._changes(result.changes)
+            return
         if self.output in (ScriptOutput.csv, ScriptOutput.json):
             text = RENDERERS[self.output.value](result)
             if text:
@@ -101,6 +107,18 @@ class Printer:
             pydoc.pager(text)  # a scrollable view ($PAGER, else less)
         else:
             typer.echo(text)
+
+    def _changes(self, changes: Iterator[ResultSet]) -> None:
+        """A streaming query prints its changelog whatever the result mode or ``--output`` (an
+        unbounded result has no final table): the header once it runs, each micro-batch's changes
+        as it arrives, then how it ended (on stderr with csv/json)."""
+        for batch in changes:
+            if not batch.columns:
+                typer.echo(batch.message, err=self.output in (ScriptOutput.csv, ScriptOutput.json))
+            elif batch.kinds is None:
+                typer.echo(changelog_head(batch.columns))
+            elif batch.rows:
+                typer.echo("\n".join(changelog_lines(batch)))
 
 
 def report(message: str, where: str) -> None:
@@ -136,19 +154,23 @@ def run_statement(
     from airflow_provider_staged.sql.session import StatementError
 
     try:
-        result = session.execute(statement)
+        printer(session.execute(statement))  # a streaming query runs while its changes print
     except StatementError as err:
         report(err.message, f"{source}:{err.line}:{err.column}: ")
         return False
-    printer(result)
     return True
+
+
+def _quiet(result: ResultSet) -> None:
+    for _ in result.changes or ():  # a streaming query runs to its end, unprinted
+        pass
 
 
 def run_init(session: SqlSession, text: str, source: str) -> int:
     """Run an init file quietly; its SETs land in the init-file layer (below the session's)."""
     session.properties.layer = Source.INIT
     try:
-        return run_text(session, text, source, lambda result: None, keep_going=False)
+        return run_text(session, text, source, _quiet, keep_going=False)
     finally:
         session.properties.layer = Source.SESSION
 
@@ -231,11 +253,12 @@ def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
 
 
 def make_session(
-    spark: Any, properties: SessionProperties, settings: Callable[[], StagedSettings]
+    spark: Any, properties: SessionProperties, settings: Callable[[], StagedSettings],
+    interactive: bool = False,
 ) -> SqlSession:
     from airflow_provider_staged.sql.session import SqlSession
 
-    return SqlSession(spark, properties, settings, open_tables)
+    return SqlSession(spark, properties, settings, open_tables, interactive)
 
 
 def _local_gateway() -> Any:
@@ -362,11 +385,11 @@ def sql(
     if mode is Mode.gateway:
         settings_factory = _gateway_settings(gateway, conn)
         spark = gateway_spark(gateway or _local_gateway().url)
-        session = make_session(spark, properties, settings_factory)
+        session = make_session(spark, properties, settings_factory, interactive_mode)
     else:
         settings = resolve_settings(conn, start_local=True)
         spark = embedded_spark(settings, master, properties.spark_values())
-        session = make_session(spark, properties, lambda: settings)
+        session = make_session(spark, properties, lambda: settings, interactive_mode)
     printer = Printer(properties, output, interactive_mode)
     try:
         if init is not None and run_init(session, init.read_text(encoding="utf-8"), str(init)):

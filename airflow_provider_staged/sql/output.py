@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -27,6 +27,9 @@ class ResultSet:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     truncated: bool = False  # more rows existed than the max-rows setting let through
     message: str | None = None
+    kinds: tuple[str, ...] | None = None  # each row's change kind (+I, -U, +U); None: all +I
+    # A streaming query's changes: one result per micro-batch (with kinds), then one message.
+    changes: Iterator[ResultSet] | None = field(default=None, compare=False)
 
     @classmethod
     def info(cls, message: str) -> ResultSet:
@@ -87,13 +90,21 @@ def render_tableau(result: ResultSet) -> str:
     return "\n".join(lines)
 
 
-def render_changelog(result: ResultSet) -> str:
+def changelog_head(columns: Sequence[str]) -> str:
+    return "op | " + " | ".join(columns)
+
+
+def changelog_lines(result: ResultSet) -> list[str]:
     """Each row with its change kind, as Flink's changelog mode (a batch result is all inserts)."""
+    kinds = result.kinds or ("+I",) * len(result.rows)
+    return [f"{kind} | " + " | ".join(_text(value) for value in row)
+            for kind, row in zip(kinds, result.rows, strict=True)]
+
+
+def render_changelog(result: ResultSet) -> str:
     if not result.columns:
         return render_tableau(result)
-    head = "op | " + " | ".join(result.columns)
-    return "\n".join([head, *("+I | " + " | ".join(_text(value) for value in row) for row in result.rows),
-                      _footer(result)])
+    return "\n".join([changelog_head(result.columns), *changelog_lines(result), _footer(result)])
 
 
 def render_csv(result: ResultSet) -> str:

@@ -1,7 +1,7 @@
 """Session properties of the SQL client: ``SET`` / ``RESET`` with defaults < init file < session.
 
-Keys under ``table.``, ``sql-client.`` and ``workflow-scheduler.`` belong to the client (Flink's
-names); every other key is Spark conf and is passed to the Spark session by the caller.
+Keys under ``table.``, ``sql-client.``, ``execution.`` and ``workflow-scheduler.`` belong to the
+client (Flink's names); every other key is Spark conf and is passed to the Spark session by the caller.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ ATOMICITY = "table.ctas.atomicity-enabled"
 RESULT_MODE = "sql-client.execution.result-mode"
 MAX_ROWS = "sql-client.execution.max-table-result.rows"
 RESULT_MODES = ("tableau", "table", "changelog")
+RUNTIME_MODE = "execution.runtime-mode"  # Flink's name
+RUNTIME_MODES = ("batch", "streaming")
+MAX_FILES = "sql-client.execution.streaming.max-files-per-trigger"
 WORKFLOW_PREFIX = "workflow-scheduler."
-CLIENT_PREFIXES = ("table.", "sql-client.", WORKFLOW_PREFIX)
+CLIENT_PREFIXES = ("table.", "sql-client.", "execution.", WORKFLOW_PREFIX)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -44,16 +47,22 @@ def _bool(value: str) -> str:
         raise PropertyError(str(err)) from None
 
 
-def _result_mode(value: str) -> str:
-    if value.strip().lower() not in RESULT_MODES:
-        raise PropertyError(f"invalid {RESULT_MODE} {value!r}: expected one of {', '.join(RESULT_MODES)}")
-    return value.strip().lower()
+def _one_of(key: str, choices: Sequence[str]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value.strip().lower() not in choices:
+            raise PropertyError(f"invalid {key} {value!r}: expected one of {', '.join(choices)}")
+        return value.strip().lower()
+
+    return check
 
 
-def _positive_int(value: str) -> str:
-    if not value.strip().isdigit() or int(value) < 1:
-        raise PropertyError(f"invalid {MAX_ROWS} {value!r}: expected a whole number >= 1")
-    return str(int(value))
+def _whole_number(key: str, minimum: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not value.strip().isdigit() or int(value) < minimum:
+            raise PropertyError(f"invalid {key} {value!r}: expected a whole number >= {minimum}")
+        return str(int(value))
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,14 @@ class ClientOption:
 
 CLIENT_OPTIONS: dict[str, ClientOption] = {
     ATOMICITY: ClientOption("true", _bool, "CTAS/RTAS through the staged tables (false: Spark's plain path)"),
-    RESULT_MODE: ClientOption("tableau", _result_mode, "tableau | table (a pager) | changelog (+I rows)"),
-    MAX_ROWS: ClientOption("1000", _positive_int, "rows a query result prints at most"),
+    RESULT_MODE: ClientOption("tableau", _one_of(RESULT_MODE, RESULT_MODES),
+                              "tableau | table (a pager) | changelog (+I rows)"),
+    MAX_ROWS: ClientOption("1000", _whole_number(MAX_ROWS, 1),
+                           "rows a query result prints at most; keys a streaming changelog remembers"),
+    RUNTIME_MODE: ClientOption("batch", _one_of(RUNTIME_MODE, RUNTIME_MODES),
+                               "batch | streaming (queries over tables run as streams, print a changelog)"),
+    MAX_FILES: ClientOption("0", _whole_number(MAX_FILES, 0),
+                            "new files of a source a streaming micro-batch reads at most (0: all)"),
 }
 
 
@@ -158,6 +173,14 @@ class SessionProperties:
     @property
     def max_rows(self) -> int:
         return int(self.get(MAX_ROWS) or CLIENT_OPTIONS[MAX_ROWS].default)
+
+    @property
+    def streaming(self) -> bool:
+        return self.get(RUNTIME_MODE) == "streaming"
+
+    @property
+    def max_files_per_trigger(self) -> int:
+        return int(self.get(MAX_FILES) or CLIENT_OPTIONS[MAX_FILES].default)
 
 
 @dataclass(frozen=True)

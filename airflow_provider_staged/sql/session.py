@@ -14,12 +14,16 @@ A failing statement raises :class:`StatementError` (one line, with its line and 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from sqlglot.tokens import TokenType
 
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.runners import Engine
+from airflow_provider_staged.lineage import source_tables
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 
 # Where Spark's messages locate an error inside the statement ("line 1, pos 7", "line 1 pos 7").
 _SPARK_POSITION = re.compile(r"\bline (\d+),? pos(?:ition)? (\d+)")
+# A query (SELECT or WITH ... SELECT): what streaming mode runs as a stream.
+_QUERY_STARTS = (TokenType.SELECT, TokenType.WITH)
 TablesOpener = Callable[[Mapping[str, str]], AbstractContextManager["MaterializedTables"]]
 
 
@@ -87,9 +93,11 @@ class SqlSession:
         properties: SessionProperties,
         settings: Callable[[], StagedSettings],
         open_tables: TablesOpener,
+        interactive: bool = False,
     ) -> None:
         self.spark = spark
         self.properties = properties
+        self.interactive = interactive  # a streaming query runs until Ctrl-C, not until caught up
         self._settings_factory = settings
         self._settings: StagedSettings | None = None
         self._open_tables = open_tables
@@ -105,20 +113,14 @@ class SqlSession:
     def execute(self, statement: Statement) -> ResultSet:
         """Run one statement; any failure becomes a :class:`StatementError` at its position."""
         try:
-            return self._execute(statement)
+            result = self._execute(statement)
         except StatementError:
             raise
-        except (SplitError, mts.MaterializedStatementError) as err:
-            line, column = _absolute(statement, err.line, err.column - 1)
-            raise StatementError(getattr(err, "message", str(err)), line, column) from err
-        except Exception as err:  # Spark, the metastore, Airflow: one line at the best position
-            text = _first_line(err)
-            # Spark puts the position after its hints ("SQLSTATE: 42P01; line 2 pos 7"), before any
-            # plan or JVM stack trace.
-            found = _SPARK_POSITION.search(str(err).split("JVM stacktrace", 1)[0])
-            line, column = (_absolute(statement, int(found.group(1)), int(found.group(2)))
-                            if found else (statement.line, statement.column))
-            raise StatementError(text, line, column) from err
+        except Exception as err:
+            raise _statement_error(statement, err) from err
+        if result.changes is not None:
+            return replace(result, changes=_located(statement, result.changes))
+        return result
 
     def _execute(self, statement: Statement) -> ResultSet:
         tokens = tokenize(statement.text)
@@ -131,6 +133,13 @@ class SqlSession:
         if is_ctas(tokens) and self.properties.atomic:
             plan = plan_ctas(statement.text, tokens, self.spark.catalog.currentDatabase())
             return self._atomic_ctas(plan)
+        if self.properties.streaming and tokens and tokens[0].token_type in _QUERY_STARTS:
+            database = self.spark.catalog.currentDatabase()
+            if source_tables(statement.text, database):  # a query of no table is bounded: a batch
+                from airflow_provider_staged.sql.streaming import stream_changes
+
+                return stream_changes(self.spark, statement.text, database, self.properties,
+                                      self.settings.metastore_uri, self.interactive)
         return self._collect(self.spark.sql(statement.text))
 
     def _collect(self, frame: Any) -> ResultSet:
@@ -140,7 +149,7 @@ class SqlSession:
         columns = list(rows[0].__fields__) if rows else list(frame.columns)
         if not columns:
             return ResultSet.info("Execute statement succeeded.")
-        return ResultSet(columns, [_plain_row(row) for row in rows[:limit]], truncated=len(rows) > limit)
+        return ResultSet(columns, [plain_row(row) for row in rows[:limit]], truncated=len(rows) > limit)
 
     # -- SET / RESET ----------------------------------------------------------------------
 
@@ -308,6 +317,29 @@ def _absolute(statement: Statement, line: int, offset: int) -> tuple[int, int]:
     return statement.line + line - 1, offset + 1
 
 
+def _statement_error(statement: Statement, err: Exception) -> StatementError:
+    """``err`` as one line at the best position in the input."""
+    if isinstance(err, (SplitError, mts.MaterializedStatementError)):
+        line, column = _absolute(statement, err.line, err.column - 1)
+        return StatementError(getattr(err, "message", str(err)), line, column)
+    # Spark, the metastore, Airflow: Spark puts the position after its hints ("SQLSTATE: 42P01;
+    # line 2 pos 7"), before any plan or JVM stack trace.
+    found = _SPARK_POSITION.search(str(err).split("JVM stacktrace", 1)[0])
+    line, column = (_absolute(statement, int(found.group(1)), int(found.group(2)))
+                    if found else (statement.line, statement.column))
+    return StatementError(_first_line(err), line, column)
+
+
+def _located(statement: Statement, changes: Iterator[ResultSet]) -> Iterator[ResultSet]:
+    """A streaming query's changes; a failure while it runs is a :class:`StatementError` too."""
+    try:
+        yield from changes
+    except StatementError:
+        raise
+    except Exception as err:
+        raise _statement_error(statement, err) from err
+
+
 def _first_line(err: BaseException) -> str:
     for line in str(err).splitlines():
         if line.strip():
@@ -326,6 +358,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _plain_row(row: Any) -> tuple[Any, ...]:
+def plain_row(row: Any) -> tuple[Any, ...]:
     return tuple(_plain(value) for value in row)
 

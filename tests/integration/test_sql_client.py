@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -317,6 +318,92 @@ def test_materialized_statements(mode: str, request: pytest.FixtureRequest, meta
     assert not (definitions_dir / f"{db}__daily.sql").exists()
 
 
+STREAM_DB = "sqlc_stream"
+
+
+def append_file(spark: Any, table: str, values: str) -> None:
+    """One new Parquet file of ``values`` in ``table`` (a stream's next micro-batch)."""
+    spark.sql(f"INSERT INTO {table} SELECT /*+ COALESCE(1) */ * FROM VALUES {values}")
+
+
+def parquet_table(spark: Any, name: str, values: str) -> str:
+    """A plain Spark Parquet table (new data arrives as new files) holding one file of ``values``."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {STREAM_DB}")
+    table = f"{STREAM_DB}.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(f"CREATE TABLE {table} (k STRING, v INT) USING parquet")
+    append_file(spark, table, values)
+    return table
+
+
+def changes(session: SqlSession, sql: str) -> list[tuple[Any, ...]]:
+    """Run a streaming query to its end: ``(kind, *row)`` of every change, then the closing message."""
+    (statement,) = split_statements(sql)
+    result = session.execute(statement)
+    assert result.changes is not None, result
+    batches = list(result.changes)
+    assert batches[0].columns == result.columns and batches[0].kinds is None  # yielded once it runs
+    assert not batches[-1].columns and "Received a total of" in (batches[-1].message or "")
+    return [(kind, *row) for batch in batches[1:-1]
+            for kind, row in zip(batch.kinds or (), batch.rows, strict=True)]
+
+
+def stream_checkpoints() -> set[str]:
+    return {path.name for path in Path(tempfile.gettempdir()).glob("staged-sql-stream-*")}
+
+
+def test_streaming_queries(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                           client_env: dict[str, str], spark: Any) -> None:
+    """SET 'execution.runtime-mode' = 'streaming' (not interactive: what is there now, then the
+    query ends): a SELECT prints its rows as +I, an aggregation +I/-U/+U across two files; what
+    cannot stream is refused naming the table; gateway mode refuses streaming queries."""
+    started = time.monotonic()
+    session = new_session(mode, request, metastore, {
+        "execution.runtime-mode": "streaming", "sql-client.execution.streaming.max-files-per-trigger": "1"})
+    if mode == "gateway":
+        assert run_cases(session, [Case("SELECT k FROM default.anything", error="need embedded mode"),
+                                   Case("SELECT 1 AS one", rows([(1,)]))]) == []
+        return
+    events = parquet_table(spark, f"events_{mode}", "('a', 1), ('b', 2)")
+    append_file(spark, events, "('a', 10), ('c', 5)")
+    spark.sql(f"DROP TABLE IF EXISTS {STREAM_DB}.json_{mode}")
+    spark.sql(f"CREATE TABLE {STREAM_DB}.json_{mode} (k STRING) USING json")
+    checkpoints = stream_checkpoints()
+    assert sorted(changes(session, f"SELECT k, v FROM {events} WHERE v > 0")) == [
+        ("+I", "a", 1), ("+I", "a", 10), ("+I", "b", 2), ("+I", "c", 5)]
+    # one file per micro-batch: the second file's rows update key a and insert key c
+    aggregated = changes(session, f"SELECT k, sum(v) AS total, count(*) AS n FROM {events} GROUP BY k")
+    assert sorted(aggregated[:2]) == [("+I", "a", 1, 1), ("+I", "b", 2, 1)]
+    assert sorted(aggregated[2:]) == sorted([("-U", "a", 1, 1), ("+U", "a", 11, 2), ("+I", "c", 5, 1)])
+    assert aggregated.index(("-U", "a", 1, 1)) + 1 == aggregated.index(("+U", "a", 11, 2))
+    # unqualified names in the current database; the key not in the output (hidden)
+    run_cases(session, [Case(f"USE {STREAM_DB}", info("succeeded"))])
+    assert changes(session, f"SELECT count(*) AS n FROM events_{mode} GROUP BY k HAVING k = 'a'") == [
+        ("+I", 1), ("-U", 1), ("+U", 2)]
+    # every query ran as a stream until all files were read: nothing of them stays behind
+    assert stream_checkpoints() == checkpoints
+    assert not [t for t in spark.catalog.listTables() if t.name.startswith("__staged_stream__")]
+    failures = run_cases(session, [
+        Case("SET 'execution.runtime-mode' = 'continuous'",
+             error="invalid execution.runtime-mode 'continuous': expected one of batch, streaming"),
+        Case(f"SELECT k FROM json_{mode}",
+             error=f"source table {STREAM_DB}.json_{mode} is not a Parquet table ('json')"),
+        Case(f"SELECT k FROM events_{mode} LIMIT 1",
+             error=f"the query over {STREAM_DB}.events_{mode} cannot run as a stream: LIMIT is not"),
+        Case(f"SELECT k, v FROM events_{mode} ORDER BY v",
+             error=f"the query over {STREAM_DB}.events_{mode} cannot run as a stream: ORDER BY"),
+        Case(f"SELECT nope FROM events_{mode}", error="nope"),
+        Case("SELECT 1 AS one", rows([(1,)])),  # a query of no table is bounded: a batch query
+        Case("SET", property_row("execution.runtime-mode", "streaming", "config")),
+        Case("SET 'execution.runtime-mode' = 'batch'", info("= batch")),
+        Case(f"SELECT count(*) FROM events_{mode}", rows([(4,)])),
+        Case("USE default", info("succeeded")),
+    ])
+    assert not failures, "\n".join(failures)
+    assert stream_checkpoints() == checkpoints
+    print(f"streaming queries (in-process) took {time.monotonic() - started:.1f} s")
+
+
 def run_cli(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([STAGED, "sql", *args], env=env, capture_output=True, text=True,
                           timeout=CLI_TIMEOUT, **kwargs)
@@ -359,21 +446,29 @@ def test_script_stops_at_the_failing_line(gateway_url: str, client_env: dict[str
         ("sqlc_script.first", 1, True), ("sqlc_script.after_error", 1, True)]
 
 
-def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path) -> None:
-    """Embedded mode in its own process: Spark in-process against the configured metastore."""
+def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path, spark: Any) -> None:
+    """Embedded mode in its own process: Spark in-process against the configured metastore; a
+    streaming query in -e prints the changes of the data there now, then the script goes on."""
+    table = parquet_table(spark, "cli", "('a', 1), ('b', 2)")
     started = time.monotonic()
-    done = run_cli(["-e", "SELECT 1 AS a, 'x;y' AS b; SELECT 2 AS c", "--output", "csv"], client_env)
+    done = run_cli(["-e", f"SELECT 1 AS a, 'x;y' AS b; SET 'execution.runtime-mode' = 'streaming'; "
+                          f"SELECT k, v FROM {table}; SELECT 2 AS c", "--output", "csv"], client_env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "a,b\n1,x;y\nc\n2\n", done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ["a,b", "1,x;y", "op | k | v"] and lines[-2:] == ["c", "2"], done.stdout
+    assert sorted(lines[3:-2]) == ["+I | a | 1", "+I | b | 2"], done.stdout  # its changelog, any --output
+    assert "Received a total of 2 changes in 1 micro-batch; the streaming query ended" in done.stderr
     print(f"embedded `staged sql -e` took {time.monotonic() - started:.1f} s")
 
 
-def test_interactive_session_through_a_pty(gateway_url: str, client_env: dict[str, str],
-                                           staged_home: Path) -> None:
-    """Prompt, multi-line input, a result table, an error, the history (arrow up), completion."""
+def test_interactive_session_through_a_pty(client_env: dict[str, str], staged_home: Path, spark: Any) -> None:
+    """Prompt, multi-line input, a result table, an error, the history (arrow up), completion; a
+    live streaming query, stopped by Ctrl-C (embedded mode: gateway mode refuses streaming)."""
+    table = parquet_table(spark, "live", "('a', 1)")
+    checkpoints = stream_checkpoints()
     # A real terminal type; no cursor-position requests (pexpect does not answer them).
     env = {**client_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(STAGED, ["sql", "--gateway", gateway_url], env=env, encoding="utf-8",
+    child = pexpect.spawn(STAGED, ["sql", "--master", "local[2]"], env=env, encoding="utf-8",
                           timeout=CLI_TIMEOUT, dimensions=(50, 160))
     try:
         child.expect_exact("staged-sql>")
@@ -398,10 +493,30 @@ def test_interactive_session_through_a_pty(gateway_url: str, client_env: dict[st
         child.send(";\r")
         child.expect(r"\|\s+sqlc_script\s+\|\s+first\s+\|")
         child.expect_exact("staged-sql>")
+        # streaming: the rows there, then each appended file's rows as they arrive, until Ctrl-C
+        child.send("SET 'execution.runtime-mode' = 'streaming';\r")
+        child.expect_exact("execution.runtime-mode = streaming")
+        child.expect_exact("staged-sql>")
+        child.send(f"SELECT k, v FROM {table};\r")
+        child.expect_exact("op | k | v")
+        child.expect_exact("+I | a | 1")
+        streaming = time.monotonic()
+        append_file(spark, table, "('c', 3), ('d', 4)")
+        child.expect_exact("+I | c | 3", timeout=60)
+        print(f"appended rows printed {time.monotonic() - streaming:.1f} s after the append")
+        child.sendintr()
+        child.expect(r"Received a total of 3 changes in \d+ micro-batches; the streaming query stopped "
+                     r"\(Ctrl-C\)")
+        child.expect_exact("staged-sql>")
+        child.send("SELECT 1 AS one;\r")  # the session goes on (a query of no table: a batch)
+        child.expect(r"\|\s+one\s+\|")
+        child.expect_exact("1 row in set")
+        child.expect_exact("staged-sql>")
         child.send("exit;\r")
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+    assert stream_checkpoints() == checkpoints  # the query's checkpoint went with it
     history = FileHistory(str(staged_home / "sql_history")).load_history_strings()
     assert {"SELECT 41 + 1\n  AS answer;", "SELECT no_such_column;"} <= set(history)
