@@ -20,6 +20,7 @@ from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.journal import AttemptJournal, TaskRef
 from airflow_provider_staged.staging.kinds import from_record
+from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -64,6 +65,17 @@ PART_FAIL_SQL = _failing(
     "range(900)",
 )
 
+# The one-time refresh of a CONTINUOUS table (hive_partitions_continuous) reads what its stream
+# committed up to micro-batch STREAM_AFTER_BATCH; the stream's next micro-batch put LATER_SQL's
+# rows into region=eu/ds=2024-01-01 meanwhile (a file named by the sink's write id), and the
+# switch must carry them over: the table reads them before and after.
+STREAM_QUERY_ID = "5d0c2f9e-7a41-4c6b-9a0e-2f1d3c4b5a69"
+STREAM_AFTER_BATCH = 4
+STREAM_LATER_FILE = f"{STREAM_QUERY_ID}-b{STREAM_AFTER_BATCH + 1}-part-00000.parquet"
+LATER_SQL = (
+    "SELECT id, concat('later-', id) AS label, 'eu' AS region, '2024-01-01' AS ds FROM range(2000, 2010)"
+)
+
 JDBC_OLD_ROWS = 500  # id 1..500, v = 2 * id (written with SQL into the staged table)
 JDBC_NEW_ROWS = 800
 JDBC_NEW_SQL = f"SELECT id, id * 3 AS v FROM range(1, {JDBC_NEW_ROWS + 1})"
@@ -85,6 +97,7 @@ SINK_WRITES = {
 NEW_SQL = {
     "hive_table": TABLE_NEW_SQL,
     "hive_partitions": PART_NEW_SQL,
+    "hive_partitions_continuous": PART_NEW_SQL,
     "jdbc_table": JDBC_NEW_SQL,
     "hive_expire": EXPIRE_NEW_SQL,
     "hive_rollback": TABLE_NEW_SQL,  # the kept version it restores
@@ -93,7 +106,8 @@ NEW_SQL = {
 }
 # A sink kind's failing write is its own writers with the second task failing (the harness injects it).
 FAIL_SQL = {
-    "hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL, **SINK_WRITES
+    "hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL,
+    "hive_partitions_continuous": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL, **SINK_WRITES,
 }
 
 
@@ -119,6 +133,18 @@ def new_attempt(
             metastore_uri,
             RETENTION,
             task=task,
+        )
+    if kind == "hive_partitions_continuous":
+        return ContinuousPartitionStagedTable(
+            TableIdentifier.parse(target),
+            PARTITION_COLUMNS,
+            PARTITION_SPEC,
+            journal,
+            metastore_uri,
+            RETENTION,
+            task=task,
+            query_id=STREAM_QUERY_ID,
+            after_batch=STREAM_AFTER_BATCH,
         )
     from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, JdbcTarget
 

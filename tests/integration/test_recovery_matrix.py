@@ -90,7 +90,7 @@ pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[2]
 TTL = 60.0
-KINDS = ["hive_table", "hive_partitions", "jdbc_table"]
+KINDS = ["hive_table", "hive_partitions", "hive_partitions_continuous", "jdbc_table"]
 # The built-in sinks' commits: a write through the sink's writers (no Spark job), then its kind.
 SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
@@ -255,7 +255,7 @@ class HiveHarness:
         if not new:
             assert not new_dir.exists(), f"the aborted attempt's directory {new_dir} is left behind"
         others = entries - versions
-        allowed = {EMPTY_DIR_NAME} if self.kind == "hive_partitions" else set()
+        allowed = {EMPTY_DIR_NAME} if isinstance(self, PartitionHarness) else set()
         assert others <= allowed, f"unexpected entries {sorted(others - allowed)} in {self.root_of(case)}"
         if EMPTY_DIR_NAME in others:
             assert list((self.root_of(case) / EMPTY_DIR_NAME).iterdir()) == [], "the placeholder is not empty"
@@ -392,6 +392,36 @@ class PartitionHarness(HiveHarness):
         """The neighbour here is the partition region=us/ds=2024-01-01 (checked in ``check``)."""
 
 
+class ContinuousPartitionHarness(PartitionHarness):
+    """The one-time refresh of a CONTINUOUS table beside its stream: the ``hive_partitions`` case,
+    plus a file of the stream's micro-batch after the refresh's snapshot in region=eu/ds=2024-01-01
+    (``rh.LATER_SQL``'s rows). OLD and NEW both hold those rows: the switch links them over."""
+
+    kind = "hive_partitions_continuous"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        neighbour = self.expected_old[self.neighbour_partition]
+        self.expected_old = self.expected(f"{rh.PART_OLD_SQL} UNION ALL {rh.LATER_SQL}")
+        self.expected_new = {
+            **self.expected(f"{rh.PART_NEW_SQL} UNION ALL {rh.LATER_SQL}"),
+            self.neighbour_partition: neighbour,
+        }
+        later = self.scratch / "later"
+        run_staged_write(
+            self.spark,
+            f"SELECT /*+ COALESCE(1) */ id, label FROM ({rh.LATER_SQL})",  # one file: one micro-batch
+            {"format": "parquet", "location": f"file:{later}", "partition_by": []},
+        )
+        (self.later_file,) = _parquet(f"file:{later}")
+
+    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+        record = super().build_old(target, journal)
+        partition = local_path(record.location) / partition_path(rh.PARTITION_COLUMNS, ("eu", "2024-01-01"))
+        shutil.copy(self.later_file, partition / rh.STREAM_LATER_FILE)
+        return record
+
+
 @pytest.fixture(scope="module")
 def hive_database(metastore: Any) -> str:
     name = "rm_" + uuid.uuid4().hex[:8]
@@ -410,6 +440,13 @@ def hive_table_harness(spark, metastore, hive_database, tmp_path_factory) -> Hiv
 @pytest.fixture(scope="module")
 def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -> PartitionHarness:
     return PartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
+
+
+@pytest.fixture(scope="module")
+def hive_partitions_continuous_harness(
+    spark, metastore, hive_database, tmp_path_factory
+) -> ContinuousPartitionHarness:
+    return ContinuousPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-cparts"))
 
 
 # -- the lifecycle kinds: expiry and rollback (no data written; the "write" is their manifest) ------
@@ -1193,6 +1230,7 @@ KILLED = [
     ("hive_table", "after_written", "no_task"),
     ("hive_partitions", "after_written", "failed"),
     ("hive_partitions", "after_catalog", "unknown"),
+    ("hive_partitions_continuous", "after_catalog", "failed"),
     ("jdbc_table", "after_written", "success"),
     ("jdbc_table", "after_written", "unknown"),
     ("hive_expire", "after_catalog", "failed"),
