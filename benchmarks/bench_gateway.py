@@ -11,6 +11,10 @@
    home): two definitions alike but for ``'engine' = 'connect'``; runs alternate, one
    uncounted warm-up run each. Every embedded refresh starts its own Spark in its task
    process; a connect refresh uses the warm gateway. Target: connect p50 <= 3 s.
+   Each run is broken down by phase from real timestamps: the DAG run's and task instance's
+   fields in the REST API, the task log's lines (the task process's first line, the DAG file
+   parsed, the Connect session), the attempt's journal history (BEGUN, WRITTEN, COMMITTED);
+   then the scheduler's CPU while idle and the memory of its process tree.
 
 Starts everything it uses under temp homes and stops it by pid.
 Run: ``.venv/bin/python benchmarks/bench_gateway.py`` (``--only ctas|refresh``, ``--reps``).
@@ -20,14 +24,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psutil
 from _common import (
     REPO_ROOT,
     alternating_rounds,
@@ -47,7 +55,7 @@ from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
 from airflow_provider_staged.services.local_stack import definitions_dir, stack_down, stack_up
 from airflow_provider_staged.staging.api import StagingPurpose
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 
 DATABASE = "bench_gw"
@@ -61,6 +69,94 @@ FRESHNESS = INTERVAL '1' DAY
 REFRESH_MODE = FULL
 AS SELECT ds, count(*) AS orders, sum(amount) AS revenue FROM {database}.orders GROUP BY ds;
 """
+
+
+# The milestones of one refresh, in the order they happen: (label, where the time comes from).
+MILESTONES = (
+    ("REST call returned", "bench"),
+    ("run created (queued_at)", "dag run"),
+    ("run started by the scheduler", "dag run"),
+    ("TI scheduled", "task instance"),
+    ("TI queued to the executor", "task instance"),
+    ("worker's supervisor up (first log line)", "task log"),
+    ("task process forked (Pre Execute)", "task log"),
+    ("TI running (start_date)", "task instance"),
+    ("DAG file parsed", "task log"),
+    ("attempt BEGUN", "journal"),
+    ("Connect client imported, connecting", "task log"),
+    ("Connect session created", "task log"),
+    ("remote write + manifest (WRITTEN)", "journal"),
+    ("COMMITTED", "journal"),
+    ("TI ended (end_date)", "task instance"),
+)
+# Task-log lines that mark a milestone: how their event text starts.
+LOG_MARKS = {
+    "::group::Pre Execute": "task process forked (Pre Execute)",
+    "Worker startup parse complete": "DAG file parsed",
+    "connecting to Spark Connect server": "Connect client imported, connecting",
+    "connected, Spark": "Connect session created",
+}
+
+
+def epoch(text: str | None) -> float | None:
+    return None if text is None else datetime.fromisoformat(text).timestamp()
+
+
+def task_log_marks(path: Path) -> dict[str, float]:
+    """Milestones from a task's log (JSON lines with ``timestamp`` and ``event``)."""
+    marks: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        at = epoch(entry.get("timestamp"))
+        if at is None:
+            continue
+        marks.setdefault("worker's supervisor up (first log line)", at)
+        event = str(entry.get("event", ""))
+        for start, label in LOG_MARKS.items():
+            if event.startswith(start):
+                marks.setdefault(label, at)
+    return marks
+
+
+def timeline(run: dict[str, Any], ti: dict[str, Any], log: dict[str, float], record: AttemptRecord,
+             returned: float) -> dict[str, float]:
+    """Epoch seconds of each milestone this run has (a missing log line: left out)."""
+    journal = {state: at for state, at in record.history}
+    found = {
+        "REST call returned": returned,
+        "run created (queued_at)": epoch(run["queued_at"]),
+        "run started by the scheduler": epoch(run["start_date"]),
+        "TI scheduled": epoch(ti["scheduled_when"]),
+        "TI queued to the executor": epoch(ti["queued_when"]),
+        "TI running (start_date)": epoch(ti["start_date"]),
+        "attempt BEGUN": journal.get(AttemptState.BEGUN.value),
+        "remote write + manifest (WRITTEN)": journal.get(AttemptState.WRITTEN.value),
+        "COMMITTED": journal.get(AttemptState.COMMITTED.value),
+        "TI ended (end_date)": epoch(ti["end_date"]),
+        **log,
+    }
+    return {label: at for label, at in found.items() if at is not None}
+
+
+def print_breakdown(name: str, runs: list[tuple[float, dict[str, float]]]) -> None:
+    """Median seconds after the trigger of each milestone, and of each step from the one before."""
+    print(f"  {name}: phase breakdown, p50 over {len(runs)} runs (s after the trigger | step)")
+    previous: dict[int, float] = {}
+    for label, source in MILESTONES:
+        offsets, steps = [], []
+        for index, (triggered, marks) in enumerate(runs):
+            if label in marks:
+                offsets.append(marks[label] - triggered)
+                steps.append(marks[label] - previous.get(index, triggered))
+                previous[index] = marks[label]
+        if offsets:
+            print(f"    {label:40s} {statistics.median(offsets):6.2f} | +{statistics.median(steps):.2f}"
+                  f"   ({source})")
+        else:
+            print(f"    {label:40s}      - |  -      ({source}: not found)")
 
 
 def ctas(reps: int) -> None:
@@ -113,6 +209,7 @@ class Stack:
         self.http = httpx.Client(base_url=f"{self.airflow.endpoint}/api/v2", timeout=120,
                                  headers={"Authorization": f"Bearer {self.airflow.token()}"})
         self.journal = AttemptJournal(self.home / "journal")
+        self.timelines: dict[str, list[tuple[float, dict[str, float]]]] = {}
 
     def close(self) -> None:
         self.http.close()
@@ -149,8 +246,9 @@ class Stack:
         """Seconds from the trigger request to the COMMITTED state of the run's attempt."""
         before = {r.attempt_id for r in self.journal.records() if r.target == target}
         triggered = time.time()
-        self.http.post(f"/dags/{dag_id}/dagRuns",
-                       json={"logical_date": None, "conf": {"ds": "2024-01-02"}}).raise_for_status()
+        run = self.http.post(f"/dags/{dag_id}/dagRuns",
+                             json={"logical_date": None, "conf": {"ds": "2024-01-02"}}).raise_for_status()
+        returned = time.time()
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             for record in self.journal.records():
@@ -159,11 +257,35 @@ class Stack:
                 if record.state is AttemptState.COMMITTED:
                     committed = next(at for state, at in record.history if state == record.state.value)
                     self.wait_idle(dag_id)
+                    marks = self.run_timeline(dag_id, run.json()["dag_run_id"], record, returned)
+                    self.timelines.setdefault(dag_id, []).append((triggered, marks))
                     return committed - triggered
                 if record.state.ended:
                     raise SystemExit(f"refresh of {target} ended {record.state}: {record.error}")
             time.sleep(0.05)
         raise SystemExit(f"refresh of {target} not committed within 600 s")
+
+    def run_timeline(self, dag_id: str, run_id: str, record: AttemptRecord, returned: float
+                     ) -> dict[str, float]:
+        run = self.http.get(f"/dags/{dag_id}/dagRuns/{run_id}").raise_for_status().json()
+        ti = self.http.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/refresh").raise_for_status().json()
+        log = (Path(self.airflow.home) / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=refresh"
+               / f"attempt={ti['try_number']}.log")
+        return timeline(run, ti, task_log_marks(log), record, returned)
+
+    def scheduler_report(self, idle_seconds: float = 10.0) -> str:
+        """The scheduler's CPU while idle (no run) and the resident memory of its process tree
+        (the forkserver and the executor's workers, no task running)."""
+        scheduler = psutil.Process(self.airflow.pids["scheduler"])
+        before = sum(scheduler.cpu_times()[:2])
+        time.sleep(idle_seconds)
+        busy = sum(scheduler.cpu_times()[:2]) - before
+        tree = [scheduler, *scheduler.children(recursive=True)]
+        memory = ", ".join(f"{p.pid} {' '.join(p.cmdline()[1:4])[:48]!r} {p.memory_info().rss >> 20} MB"
+                           for p in tree)
+        share = 100 * busy / idle_seconds
+        return (f"idle scheduler: {busy:.2f} s CPU in {idle_seconds:.0f} s ({share:.0f}%); "
+                f"RSS of its process tree: {memory}")
 
     def wait_idle(self, dag_id: str) -> None:
         """The run's end (task success, DAG run state) before the next trigger: max_active_runs=1."""
@@ -183,13 +305,17 @@ def refresh(reps: int) -> None:
             table = f"daily_{engine}"
             dag_id = stack.define(table, engine if engine == "connect" else None)
             arms[engine] = (lambda d=dag_id, t=f"{DATABASE}.{table}": stack.trigger_to_committed(d, t))
-        times = alternating_rounds(arms, reps)
+        times = alternating_rounds(arms, reps, after_warmup=stack.timelines.clear)
+        scheduler = stack.scheduler_report()
     finally:
         stack.close()
     print(f"Trigger (REST) -> committed, one-partition refresh on a running Airflow, {reps} reps; "
           f"load average {load()}")
     for name, values in times.items():
         print(f"  {name:9s} p50 {statistics.median(values):.2f}s  runs {runs_text(values)}")
+    for name, runs in stack.timelines.items():
+        print_breakdown(name, runs)
+    print(f"  {scheduler}")
     p50 = statistics.median(times["connect"])
     verdict = "met" if p50 <= REFRESH_TARGET_SECONDS else "NOT met"
     print(f"  connect p50 {p50:.2f}s, target <= {REFRESH_TARGET_SECONDS:.0f} s: {verdict}; "
