@@ -200,6 +200,8 @@ def run_cases(session: SqlSession, cases: list[Case]) -> list[str]:
     for case, statement in zip(cases, statements, strict=True):
         try:
             result = session.execute(statement)
+            for _ in result.changes or ():  # a streaming query runs (and may fail) while it prints
+                pass
         except StatementError as err:
             assert statement.line <= err.line <= statement.line + statement.text.count("\n"), case.sql
             if case.error is None or case.error not in err.message or "\n" in err.message:
@@ -336,72 +338,52 @@ def parquet_table(spark: Any, name: str, values: str) -> str:
     return table
 
 
-def changes(session: SqlSession, sql: str) -> list[tuple[Any, ...]]:
-    """Run a streaming query to its end: ``(kind, *row)`` of every change, then the closing message."""
-    (statement,) = split_statements(sql)
-    result = session.execute(statement)
-    assert result.changes is not None, result
-    batches = list(result.changes)
-    assert batches[0].columns == result.columns and batches[0].kinds is None  # yielded once it runs
-    assert not batches[-1].columns and "Received a total of" in (batches[-1].message or "")
-    return [(kind, *row) for batch in batches[1:-1]
-            for kind, row in zip(batch.kinds or (), batch.rows, strict=True)]
-
-
 def stream_checkpoints() -> set[str]:
     return {path.name for path in Path(tempfile.gettempdir()).glob("staged-sql-stream-*")}
 
 
-def test_streaming_queries(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
-                           client_env: dict[str, str], spark: Any) -> None:
-    """SET 'execution.runtime-mode' = 'streaming' (not interactive: what is there now, then the
-    query ends): a SELECT prints its rows as +I, an aggregation +I/-U/+U across two files; what
-    cannot stream is refused naming the table; gateway mode refuses streaming queries."""
-    started = time.monotonic()
-    session = new_session(mode, request, metastore, {
-        "execution.runtime-mode": "streaming", "sql-client.execution.streaming.max-files-per-trigger": "1"})
+@pytest.fixture(scope="module")
+def stream_events(spark: Any) -> str:
+    """A Parquet table of two files (two micro-batches at one file per trigger), and a JSON table."""
+    events = parquet_table(spark, "events", "('a', 1), ('b', 2)")
+    append_file(spark, events, "('a', 10), ('c', 5)")
+    spark.sql(f"DROP TABLE IF EXISTS {STREAM_DB}.json_t")
+    spark.sql(f"CREATE TABLE {STREAM_DB}.json_t (k STRING) USING json")
+    return events
+
+
+def test_streaming_query_errors(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                               client_env: dict[str, str], spark: Any, stream_events: str) -> None:
+    """In streaming mode a bad value, and a query that cannot stream, are clear errors naming it;
+    a query Spark refuses to start leaves nothing behind; gateway mode refuses streaming queries.
+    (What streaming queries print: test_embedded_cli_csv and the pty test.)"""
+    session = new_session(mode, request, metastore, {"execution.runtime-mode": "streaming"})
     if mode == "gateway":
-        assert run_cases(session, [Case("SELECT k FROM default.anything", error="need embedded mode"),
+        assert run_cases(session, [Case(f"SELECT k FROM {stream_events}", error="need embedded mode"),
                                    Case("SELECT 1 AS one", rows([(1,)]))]) == []
         return
-    events = parquet_table(spark, f"events_{mode}", "('a', 1), ('b', 2)")
-    append_file(spark, events, "('a', 10), ('c', 5)")
-    spark.sql(f"DROP TABLE IF EXISTS {STREAM_DB}.json_{mode}")
-    spark.sql(f"CREATE TABLE {STREAM_DB}.json_{mode} (k STRING) USING json")
     checkpoints = stream_checkpoints()
-    assert sorted(changes(session, f"SELECT k, v FROM {events} WHERE v > 0")) == [
-        ("+I", "a", 1), ("+I", "a", 10), ("+I", "b", 2), ("+I", "c", 5)]
-    # one file per micro-batch: the second file's rows update key a and insert key c
-    aggregated = changes(session, f"SELECT k, sum(v) AS total, count(*) AS n FROM {events} GROUP BY k")
-    assert sorted(aggregated[:2]) == [("+I", "a", 1, 1), ("+I", "b", 2, 1)]
-    assert sorted(aggregated[2:]) == sorted([("-U", "a", 1, 1), ("+U", "a", 11, 2), ("+I", "c", 5, 1)])
-    assert aggregated.index(("-U", "a", 1, 1)) + 1 == aggregated.index(("+U", "a", 11, 2))
-    # unqualified names in the current database; the key not in the output (hidden)
-    run_cases(session, [Case(f"USE {STREAM_DB}", info("succeeded"))])
-    assert changes(session, f"SELECT count(*) AS n FROM events_{mode} GROUP BY k HAVING k = 'a'") == [
-        ("+I", 1), ("-U", 1), ("+U", 2)]
-    # every query ran as a stream until all files were read: nothing of them stays behind
-    assert stream_checkpoints() == checkpoints
-    assert not [t for t in spark.catalog.listTables() if t.name.startswith("__staged_stream__")]
+    subject = f"the query over {stream_events} cannot run as a stream:"
     failures = run_cases(session, [
         Case("SET 'execution.runtime-mode' = 'continuous'",
              error="invalid execution.runtime-mode 'continuous': expected one of batch, streaming"),
-        Case(f"SELECT k FROM json_{mode}",
-             error=f"source table {STREAM_DB}.json_{mode} is not a Parquet table ('json')"),
-        Case(f"SELECT k FROM events_{mode} LIMIT 1",
-             error=f"the query over {STREAM_DB}.events_{mode} cannot run as a stream: LIMIT is not"),
-        Case(f"SELECT k, v FROM events_{mode} ORDER BY v",
-             error=f"the query over {STREAM_DB}.events_{mode} cannot run as a stream: ORDER BY"),
-        Case(f"SELECT nope FROM events_{mode}", error="nope"),
+        Case(f"USE {STREAM_DB}", info("succeeded")),  # unqualified names: in the current database
+        Case("SELECT k FROM json_t",
+             error=f"source table {STREAM_DB}.json_t is not a Parquet table ('json')"),
+        Case("SELECT k FROM events LIMIT 1", error=f"{subject} LIMIT is not supported"),
+        Case("SELECT k, v FROM events ORDER BY v", error=f"{subject} ORDER BY needs an aggregation"),
+        # Spark's own check when the query starts (sorting needs its complete mode)
+        Case("SELECT k, count(*) AS n FROM events GROUP BY k ORDER BY n", error=f"{subject} Sorting is not"),
+        Case("SELECT nope FROM events", error="nope"),
         Case("SELECT 1 AS one", rows([(1,)])),  # a query of no table is bounded: a batch query
         Case("SET", property_row("execution.runtime-mode", "streaming", "config")),
         Case("SET 'execution.runtime-mode' = 'batch'", info("= batch")),
-        Case(f"SELECT count(*) FROM events_{mode}", rows([(4,)])),
+        Case("SELECT count(*) FROM events", rows([(4,)])),
         Case("USE default", info("succeeded")),
     ])
     assert not failures, "\n".join(failures)
     assert stream_checkpoints() == checkpoints
-    print(f"streaming queries (in-process) took {time.monotonic() - started:.1f} s")
+    assert not [t for t in spark.catalog.listTables() if t.name.startswith("__staged_stream__")]
 
 
 def run_cli(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -446,18 +428,33 @@ def test_script_stops_at_the_failing_line(gateway_url: str, client_env: dict[str
         ("sqlc_script.first", 1, True), ("sqlc_script.after_error", 1, True)]
 
 
-def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path, spark: Any) -> None:
-    """Embedded mode in its own process: Spark in-process against the configured metastore; a
-    streaming query in -e prints the changes of the data there now, then the script goes on."""
-    table = parquet_table(spark, "cli", "('a', 1), ('b', 2)")
+def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path, stream_events: str) -> None:
+    """Embedded mode in its own process: Spark in-process against the configured metastore.
+    Streaming queries in -e print the changes of the data there now, then the script goes on:
+    a SELECT its rows as +I, an aggregation +I/-U/+U across the table's two files."""
     started = time.monotonic()
+    checkpoints = stream_checkpoints()
     done = run_cli(["-e", f"SELECT 1 AS a, 'x;y' AS b; SET 'execution.runtime-mode' = 'streaming'; "
-                          f"SELECT k, v FROM {table}; SELECT 2 AS c", "--output", "csv"], client_env)
+                          "SET 'sql-client.execution.streaming.max-files-per-trigger' = '1'; "
+                          "SET 'spark.sql.shuffle.partitions' = '1'; "  # an aggregation's state: 1 store
+                          f"SELECT k, v FROM {stream_events}; "
+                          f"SELECT upper(k) AS key, sum(v) AS total, count(*) AS n FROM {stream_events} "
+                          "GROUP BY k; SELECT 2 AS c", "--output", "csv"], client_env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:3] == ["a,b", "1,x;y", "op | k | v"] and lines[-2:] == ["c", "2"], done.stdout
-    assert sorted(lines[3:-2]) == ["+I | a | 1", "+I | b | 2"], done.stdout  # its changelog, any --output
-    assert "Received a total of 2 changes in 1 micro-batch; the streaming query ended" in done.stderr
+    # a changelog whatever --output says; one file per micro-batch
+    assert sorted(lines[3:5]) == ["+I | a | 1", "+I | b | 2"], done.stdout
+    assert sorted(lines[5:7]) == ["+I | a | 10", "+I | c | 5"], done.stdout
+    # the key (k) is not printed: the client follows it in a hidden column
+    assert lines[7] == "op | key | total | n", done.stdout
+    assert sorted(lines[8:10]) == ["+I | A | 1 | 1", "+I | B | 2 | 1"], done.stdout
+    second = lines[10:-2]
+    assert sorted(second) == ["+I | C | 5 | 1", "+U | A | 11 | 2", "-U | A | 1 | 1"], done.stdout
+    assert second.index("-U | A | 1 | 1") + 1 == second.index("+U | A | 11 | 2")
+    assert "Received a total of 4 changes in 2 micro-batches; the streaming query ended" in done.stderr
+    assert "Received a total of 5 changes in 2 micro-batches" in done.stderr
+    assert stream_checkpoints() == checkpoints
     print(f"embedded `staged sql -e` took {time.monotonic() - started:.1f} s")
 
 
