@@ -36,6 +36,10 @@ class NotStreamableError(ValueError):
     """A definition whose query cannot be refreshed continuously; the message says why."""
 
 
+class SourceReplacedError(RuntimeError):
+    """A source table stopped being the stream of files the running refresh follows."""
+
+
 @dataclass(frozen=True)
 class QueryShape:
     """What the plan needs to know about a query: its source tables and whether it aggregates."""
@@ -128,6 +132,32 @@ def checkpoint_location(table_root: str) -> str:
 
 def progress_location(table_root: str) -> str:
     return f"{continuous_dir(table_root)}/progress.json"
+
+
+def sources_location(table_root: str) -> str:
+    """Where each source's location is recorded when the stream (its checkpoint) first starts."""
+    return f"{continuous_dir(table_root)}/sources.json"
+
+
+def replaced_source(recorded: Mapping[str, str], current: Mapping[str, str]) -> str | None:
+    """Why the checkpointed stream cannot go on over ``current`` source locations (None: it can).
+
+    The checkpoint knows the files it read under each ``recorded`` location; a source now stored
+    elsewhere (a staged replace switches the table to a new version directory) would be read
+    again in full, or its new data never."""
+    for name, location in sorted(recorded.items()):
+        now = current.get(name)
+        if now is not None and now != location:
+            return f"source table {name} was replaced: its data moved from {location} to {now}"
+    return None
+
+
+def replaced_source_error(identifier: TableIdentifier, why: str) -> SourceReplacedError:
+    return SourceReplacedError(
+        f"the continuous refresh of {identifier} stopped: {why}. It reads each source as a stream of "
+        "the files arriving under its location, so it cannot follow a replaced source without "
+        "losing or repeating rows; recreate the materialized table (DROP, then CREATE) to rebuild it"
+    )
 
 
 def view_name(table: str) -> str:

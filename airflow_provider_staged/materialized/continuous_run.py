@@ -36,7 +36,10 @@ from airflow_provider_staged.materialized.continuous import (
     plan_continuous,
     progress_location,
     query_shape,
+    replaced_source,
+    replaced_source_error,
     snapshot_view_name,
+    sources_location,
     streaming_query,
 )
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
@@ -85,15 +88,24 @@ def read_progress(table_root: str) -> Progress | None:
 
 
 def write_progress(table_root: str, progress: Progress) -> None:
+    _write_json(progress_location(table_root), asdict(progress))
+
+
+def _write_json(location: str, data: Mapping[str, Any]) -> None:
     from pyarrow import fs as pafs
 
-    location = normalize_location(progress_location(table_root))
-    filesystem, path = pafs.FileSystem.from_uri(location)
+    filesystem, path = pafs.FileSystem.from_uri(normalize_location(location))
     filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
     temporary = f"{path}.tmp"
     with filesystem.open_output_stream(temporary) as stream:
-        stream.write(json.dumps(asdict(progress), sort_keys=True).encode())
+        stream.write(json.dumps(data, sort_keys=True).encode())
     filesystem.move(temporary, path)  # readers see the old or the new file, never half of one
+
+
+def recorded_sources(table_root: str) -> dict[str, str]:
+    """Source -> the location its stream followed since the checkpoint began (``{}``: unknown)."""
+    record = sources_location(table_root)
+    return json.loads(read_text(record)) if exists(record) else {}
 
 
 def drop_continuous_state(table_root: str) -> None:
@@ -119,31 +131,43 @@ def stream_sources(
     sources = {}
     with MetastoreClient(metastore_uri) as client:
         for name in names:
-            database, table_name = name.split(".", 1)
-            table = client.get_table(database, table_name)
-            if table is None:
-                raise NotStreamableError(f"source table {name} does not exist")
-            parameters = table.parameters or {}
-            provider = parameters.get("spark.sql.sources.provider", "").lower()
-            serde = (table.sd.serdeInfo.serializationLib or "").lower()
-            if provider != "parquet" and "parquet" not in serde:
-                raise NotStreamableError(
-                    f"source table {name} is not a Parquet table ({provider or serde or 'unknown'!r}): "
-                    "only Parquet files can be read as a stream"
-                )
-            location = normalize_location(current_location(table))
-            partitions = client.partitions(database, table_name) if table.partitionKeys else []
-            outside = [part.values for part in partitions
-                       if not normalize_location(part.sd.location).startswith(location + "/")]
-            if outside:
-                raise NotStreamableError(
-                    f"source table {name} has partitions outside its location {location} (e.g. "
-                    f"{outside[0]}): a file stream follows one directory; refresh such a table in FULL mode"
-                )
+            table, location = _streamable(client, name)
             options = {key: value for key, value in (table.sd.serdeInfo.parameters or {}).items()
                        if key not in _NOT_READ_OPTIONS}
             sources[name] = (location, spark.table(name).schema.json(), options)
     return sources
+
+
+def source_locations(names: Iterable[str], metastore_uri: str) -> dict[str, str]:
+    """``db.table`` -> the location a stream of each source follows now (checked as at the start)."""
+    with MetastoreClient(metastore_uri) as client:
+        return {name: _streamable(client, name)[1] for name in names}
+
+
+def _streamable(client: MetastoreClient, name: str) -> tuple[Any, str]:
+    """The source's table and its location, or why it is no stream of Parquet files under one."""
+    database, table_name = name.split(".", 1)
+    table = client.get_table(database, table_name)
+    if table is None:
+        raise NotStreamableError(f"source table {name} does not exist")
+    parameters = table.parameters or {}
+    provider = parameters.get("spark.sql.sources.provider", "").lower()
+    serde = (table.sd.serdeInfo.serializationLib or "").lower()
+    if provider != "parquet" and "parquet" not in serde:
+        raise NotStreamableError(
+            f"source table {name} is not a Parquet table ({provider or serde or 'unknown'!r}): "
+            "only Parquet files can be read as a stream"
+        )
+    location = normalize_location(current_location(table))
+    partitions = client.partitions(database, table_name) if table.partitionKeys else []
+    outside = [part.values for part in partitions
+               if not normalize_location(part.sd.location).startswith(location + "/")]
+    if outside:
+        raise NotStreamableError(
+            f"source table {name} has partitions outside its location {location} (e.g. "
+            f"{outside[0]}): a file stream follows one directory; refresh such a table in FULL mode"
+        )
+    return table, location
 
 
 def open_streams(spark: Any, streams: Iterable[StreamSource], **read_options: str) -> None:
@@ -201,7 +225,8 @@ def snapshot_query(
     ``staged.after_batch`` and that still exist: one temporary view per source table in ``spark``."""
     from pyspark.sql.types import StructType
 
-    checkpoint = checkpoint_location(table_root(definition.identifier, metastore_uri))
+    root = table_root(definition.identifier, metastore_uri)
+    checkpoint = checkpoint_location(root)
     logs = [read_text(entry.location) for directory in list_dir(f"{checkpoint}/sources")
             for entry in list_dir(directory.location) if not entry.name.startswith(".")]
     # A committed file deleted since (e.g. rows erased at the source) is not read: the overwrite
@@ -209,7 +234,12 @@ def snapshot_query(
     files = {normalize_location(path) for path in committed_source_files(logs, staged.after_batch)
              if exists(path)}
     shape = query_shape(definition.identifier, definition.query)
-    for name, (location, schema_json, options) in stream_sources(spark, shape.sources, metastore_uri).items():
+    sources = stream_sources(spark, shape.sources, metastore_uri)
+    # The committed files are named under the locations the stream followed.
+    why = replaced_source(recorded_sources(root), {name: source[0] for name, source in sources.items()})
+    if why:
+        raise replaced_source_error(definition.identifier, why)
+    for name, (location, schema_json, options) in sources.items():
         schema = StructType.fromJson(json.loads(schema_json))
         mine = sorted(path for path in files if path.startswith(location + "/"))
         if mine:  # the table's partition columns come from the paths below its location
@@ -223,7 +253,13 @@ def snapshot_query(
 
 
 class ContinuousRefresh:
-    """One run of the streaming refresh: :meth:`start`, then :meth:`report` periodically, :meth:`stop`."""
+    """One run of the streaming refresh: :meth:`start`, then :meth:`report` periodically, :meth:`stop`.
+
+    A source that is replaced (moved to another location) or stops being a stream of files while
+    the checkpoint follows it stops the refresh with the reason, checked at the start and by
+    :meth:`report` every ``source_check_seconds``."""
+
+    source_check_seconds = 30.0
 
     def __init__(self, definition: MaterializedTableDefinition, settings: StagedSettings, spark: Any) -> None:
         self.definition = definition
@@ -234,6 +270,8 @@ class ContinuousRefresh:
         self.query: Any = None
         self._seen = ""  # timestamp of the last progress event reported
         self._progress = read_progress(self.root) or Progress("running")
+        self._sources: dict[str, str] = {}  # source -> the location its stream follows
+        self._sources_checked = 0.0
 
     def start(self) -> None:
         from pyspark.errors import AnalysisException
@@ -244,6 +282,7 @@ class ContinuousRefresh:
         definition = self.definition
         shape = query_shape(definition.identifier, definition.query)
         sources = stream_sources(self.spark, shape.sources, self.settings.metastore_uri)
+        self._follow({name: location for name, (location, _, _) in sources.items()})
         plan = plan_continuous(definition.identifier, definition.query, definition.freshness,
                                definition.partition_by, self.root, sources)
         open_streams(self.spark, plan.sources)
@@ -268,10 +307,39 @@ class ContinuousRefresh:
                  "checkpoint %s", definition.identifier, plan.output_mode, plan.trigger_interval,
                  len(plan.sources), ", ".join(s.name for s in plan.sources), plan.checkpoint_location)
 
+    def _follow(self, locations: dict[str, str]) -> None:
+        """Record where the checkpoint's streams read, or refuse sources that moved since."""
+        recorded = recorded_sources(self.root) if exists(checkpoint_location(self.root)) else {}
+        why = replaced_source(recorded, locations)
+        if why:
+            self._fail(why)
+        if recorded != locations:
+            _write_json(sources_location(self.root), {**recorded, **locations})
+        self._sources, self._sources_checked = locations, time.monotonic()
+
+    def _check_sources(self) -> None:
+        if time.monotonic() - self._sources_checked < self.source_check_seconds:
+            return
+        self._sources_checked = time.monotonic()
+        try:
+            why = replaced_source(self._sources, source_locations(self._sources, self.settings.metastore_uri))
+        except NotStreamableError as err:
+            why = str(err)
+        if why:
+            self.stop("failed")
+            self._fail(why)
+
+    def _fail(self, why: str) -> None:
+        error = replaced_source_error(self.definition.identifier, why)
+        self._progress = replace(self._progress, state="failed", error=str(error), updated=_now())
+        write_progress(self.root, self._progress)
+        raise error
+
     def report(self) -> Progress:
         """Log the micro-batches finished since the last call and store the progress."""
         if self.query is None:
             raise RuntimeError("the continuous refresh is not started")
+        self._check_sources()
         failure = self.query.exception()
         # Spark keeps a bounded history of progress events: follow them by their time.
         for event in self.query.recentProgress:

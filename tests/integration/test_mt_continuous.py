@@ -27,7 +27,7 @@ import pytest
 from airflow_provider_staged.engine.runners import EmbeddedEngine
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
-from airflow_provider_staged.materialized.continuous import NotStreamableError
+from airflow_provider_staged.materialized.continuous import NotStreamableError, SourceReplacedError
 from airflow_provider_staged.materialized.continuous_run import (
     ContinuousRefresh,
     read_progress,
@@ -177,6 +177,32 @@ def test_a_source_that_is_no_stream_of_files_is_refused_by_name(spark, db, runni
     parsed = definition(db, "from_missing", f"SELECT id FROM {db}.nowhere")
     with pytest.raises(NotStreamableError, match=rf"source table {db}\.nowhere does not exist"):
         running(parsed)
+
+
+def test_a_replaced_source_stops_the_stream_and_its_restart_by_name(spark, db, running, tmp_path) -> None:
+    """A source switched to another location (what a staged replace does) is no longer the stream of
+    files the checkpoint follows: the refresh stops with the reason and refuses to start again."""
+    src = source_table(spark, db, "swapped", tmp_path)
+    insert(spark, src, 0, 20)
+    parsed = definition(db, "swapped_live", f"SELECT id, v FROM {src}")
+    target = parsed.identifier.name
+    refresh = running(parsed)
+    refresh.source_check_seconds = 0.0  # check on every report
+    wait_for("the first rows", lambda: refresh.report() and ids(spark, target) == list(range(20)), 90)
+    replaced = tmp_path / "swapped_v2"
+    spark.sql(f"CREATE TABLE {db}.swapped_copy USING parquet LOCATION '{replaced}' AS SELECT * FROM {src}")
+    spark.sql(f"DROP TABLE {db}.swapped_copy")  # external: its files stay
+    spark.sql(f"ALTER TABLE {src} SET LOCATION '{replaced}'")
+    insert(spark, src, 20, 10)  # lands in the new location, which the checkpoint never read
+    moved = rf"source table {src} was replaced: its data moved from \S+/swapped to \S+/swapped_v2"
+    with pytest.raises(SourceReplacedError, match=moved):
+        refresh.report()
+    assert not refresh.query.isActive
+    progress = read_progress(refresh.root)
+    assert progress.state == "failed" and "DROP, then CREATE" in progress.error
+    with pytest.raises(SourceReplacedError, match=moved):
+        running(parsed)
+    assert ids(spark, target) == list(range(20))  # nothing read twice, nothing half-read
 
 
 def partitions(metastore_uri: str, table: str) -> dict[str, str]:

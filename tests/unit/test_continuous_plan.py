@@ -14,6 +14,8 @@ from airflow_provider_staged.materialized.continuous import (
     one_time_refresh_refused,
     plan_continuous,
     query_shape,
+    replaced_source,
+    replaced_source_error,
     snapshot_view_name,
     streaming_query,
     trigger_interval,
@@ -195,3 +197,17 @@ def test_link_files_links_the_wanted_data_files_and_keeps_what_is_there(tmp_path
     assert (new / "q-b1-w-a.parquet").stat().st_ino == (old / "q-b1-w-a.parquet").stat().st_ino  # a link
     assert (new / "q-b2-w-b.parquet").read_text() == "kept"
     assert dir_stats(f"file:{new}") == (2, len("q-b1-w-a.parquet") + len("kept"))
+
+
+def test_a_source_at_another_location_than_its_stream_followed_is_named() -> None:
+    recorded = {"raw.a": "file:/w/raw.db/a/_v=1", "raw.b": "file:/w/raw.db/b"}
+    assert replaced_source(recorded, dict(recorded)) is None
+    assert replaced_source({}, recorded) is None  # a new checkpoint: nothing followed yet
+    assert replaced_source(recorded, {"raw.a": "file:/w/raw.db/a/_v=1"}) is None  # b not read any more
+    moved = {**recorded, "raw.b": "file:/w/raw.db/b/_v=2"}
+    assert replaced_source(recorded, moved) == (
+        "source table raw.b was replaced: its data moved from file:/w/raw.db/b to file:/w/raw.db/b/_v=2"
+    )
+    error = replaced_source_error(TABLE, replaced_source(recorded, moved) or "")
+    assert str(error).startswith(f"the continuous refresh of {TABLE} stopped: source table raw.b was")
+    assert "DROP, then CREATE" in str(error)
