@@ -11,7 +11,8 @@ definition file in the definitions folder, ``<db>__<table>.sql``:
   written in canonical form, the query is kept verbatim) and wait for the new schedule;
 - modify definition (CREATE OR ALTER): rewrite the definition file atomically and wait until
   Airflow shows the DAG parsed from it (its docs carry the definition's text);
-- delete: remove the definition, then ``DELETE /api/v2/dags/{id}`` until it stays gone;
+- delete: remove the definition, wait until the DAG processor marks the DAG stale, then
+  ``DELETE /api/v2/dags/{id}`` until it stays gone;
 - refresh: ``POST /api/v2/dags/{id}/dagRuns`` with the five FLIP-448 keys as ``conf``.
 """
 
@@ -295,10 +296,11 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         if path is not None:
             path.unlink(missing_ok=True)
             remove_state(path)
-        # A parse that started before the file went away can write the DAG back after our
-        # DELETE: delete until it has stayed gone for longer than such a parse takes.
         api = DAGApi(self.client)
         deadline = time.monotonic() + self.parse_timeout
+        self._wait_until_stale(api, dag_id, deadline)
+        # A parse that started before the file went away can write the DAG back after our
+        # DELETE: delete until it has stayed gone for longer than such a parse takes.
         gone_since: float | None = None
         last_error = ""
         while time.monotonic() < deadline:
@@ -317,6 +319,27 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         raise WorkflowException(
             f"DAG {dag_id} still exists {self.parse_timeout:.0f}s after deleting it"
             + (f": {last_error}" if last_error else "")
+        )
+
+    def _wait_until_stale(self, api: DAGApi, dag_id: str, deadline: float) -> None:
+        """Until the DAG processor marks ``dag_id`` stale (its file no longer defines it) or it is gone.
+
+        A DELETE that lands while the processor writes a parse that still had the DAG fails that
+        write, and Airflow 3.3's DAG processor then exits for good (its retry reuses the failed
+        session: apache/airflow#68263); once the DAG is stale no parse writes it any more.
+        """
+        while time.monotonic() < deadline:
+            try:
+                if api.get_dag(dag_id).is_stale:
+                    return
+            except ApiException as err:
+                if err.status == 404:
+                    return
+                raise _api_failure(f"cannot read DAG {dag_id}", err) from None
+            time.sleep(self.poll_interval)
+        raise WorkflowException(
+            f"DAG {dag_id} was not marked stale {self.parse_timeout:.0f}s after its definition was "
+            "removed: is the DAG processor running?"
         )
 
     def trigger_refresh(self, handler: AirflowRefreshHandler, trigger: RefreshTrigger) -> str:
