@@ -308,6 +308,9 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         staged = self._staged(write)
         with staged._client() as client:
             if staged.recorded(client.get_table(self.sink.table.database, self.sink.table.table)):
+                # An earlier run's commit landed: finish its journal record too (a crash may have
+                # cut it short between the catalog call and the journal).
+                settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)
                 self._sweep_runs(write)
                 return True
         published = settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)

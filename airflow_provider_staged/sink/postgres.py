@@ -194,14 +194,20 @@ class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, Postgr
     ) -> list[PostgresWriteCommittable]:
         fresh = []
         for write in global_committables:
-            staged = self.sink.commit_table(write)
-            recovered = staged.recorded() or write_committed(self.sink.settings, write.write_id) or (
-                write.streaming
-                and settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)
-            )
-            if not recovered:
+            if self.sink.commit_table(write).recorded():
+                # An earlier run's commit landed: finish its journal record too (a crash may have
+                # cut it short between the transaction and the journal).
+                self._settle_earlier_runs(write)
+                continue
+            if not (write_committed(self.sink.settings, write.write_id) or self._settle_earlier_runs(write)):
                 fresh.append(write)
         return fresh
+
+    def _settle_earlier_runs(self, write: PostgresWriteCommittable) -> bool:
+        """Settle what earlier runs of a micro-batch left (a batch write has none); whether one published."""
+        return write.streaming and settle_earlier_runs(
+            self.sink.settings, write.query_id, write.batch_id, write.write_id
+        )
 
     def commit(self, global_committables: list[PostgresWriteCommittable]) -> list[PostgresWriteCommittable]:
         for write in global_committables:

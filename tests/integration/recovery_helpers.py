@@ -124,8 +124,12 @@ def new_attempt(
             RETENTION,
             task=task,
         )
-    if kind == "hive_partitions":
-        return HivePartitionStagedTable(
+    if kind in ("hive_partitions", "hive_partitions_continuous"):
+        # The continuous kind is the same refresh, beside a stream whose later micro-batch it keeps.
+        continuous = kind == "hive_partitions_continuous"
+        kind_class = ContinuousPartitionStagedTable if continuous else HivePartitionStagedTable
+        stream = {"query_id": STREAM_QUERY_ID, "after_batch": STREAM_AFTER_BATCH} if continuous else {}
+        return kind_class(
             TableIdentifier.parse(target),
             PARTITION_COLUMNS,
             PARTITION_SPEC,
@@ -133,18 +137,7 @@ def new_attempt(
             metastore_uri,
             RETENTION,
             task=task,
-        )
-    if kind == "hive_partitions_continuous":
-        return ContinuousPartitionStagedTable(
-            TableIdentifier.parse(target),
-            PARTITION_COLUMNS,
-            PARTITION_SPEC,
-            journal,
-            metastore_uri,
-            RETENTION,
-            task=task,
-            query_id=STREAM_QUERY_ID,
-            after_batch=STREAM_AFTER_BATCH,
+            **stream,
         )
     from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, JdbcTarget
 
