@@ -99,7 +99,7 @@ AS SELECT ds, count(*) AS n FROM {source} GROUP BY ds;
             wait_for("the DAG paused", lambda: api.get(f"/dags/{dag_id}").json()["is_paused"])
             # The scheduler ends a paused DAG's last run only in a periodic check: its task
             # says how it went, once its process has exited.
-            wait_for("five failed refresh tasks", lambda: task_states("scheduled") == ["failed"] * 5, 120)
+            wait_for("five failed refresh tasks", lambda: task_states("scheduled") == ["failed"] * 5, 300)
             suspended = status()
             assert suspended.status_text() == f"SUSPENDED ({SUSPENDED_DUE_TO_ERRORS})"
             assert suspended.failures.count == 5
