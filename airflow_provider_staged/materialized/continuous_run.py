@@ -314,7 +314,7 @@ class ContinuousRefresh:
         if why:
             self._fail(why)
         if recorded != locations:
-            _write_json(sources_location(self.root), {**recorded, **locations})
+            _write_json(sources_location(self.root), locations)
         self._sources, self._sources_checked = locations, time.monotonic()
 
     def _check_sources(self) -> None:
