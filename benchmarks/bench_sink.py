@@ -42,7 +42,7 @@ from _common import (
 )
 
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink import hive as hive_module
+from airflow_provider_staged.sink import recovery as recovery_module
 from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
 
@@ -99,7 +99,7 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
     timed_method(HiveSink, "write_native", writes)
     per_arm: dict[str, tuple[list[float], list[float]]] = {}  # counted reps: (commits, writes)
     counter = itertools.count()
-    every_check = hive_module.ran_previous_batch
+    every_check = recovery_module.ran_previous_batch
 
     def stream(arm: str) -> float:
         run = next(counter)
@@ -114,12 +114,12 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
                 rows, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds"
             )
         # hive_sink_checks: the replay checks on every micro-batch (the commit path before eb72b64).
-        hive_module.ran_previous_batch = (lambda *_: False) if arm == "hive_sink_checks" else every_check
+        recovery_module.ran_previous_batch = (lambda *_: False) if arm == "hive_sink_checks" else every_check
         first_commit, first_write = len(commits), len(writes)
         try:
             seconds = stopwatch(query.processAllAvailable)
         finally:
-            hive_module.ran_previous_batch = every_check
+            recovery_module.ran_previous_batch = every_check
         query.stop()
         mine = per_arm.setdefault(arm, ([], []))
         mine[0].extend(commits[first_commit:])

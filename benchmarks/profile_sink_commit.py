@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from _common import ThriftCalls, arm_order, load, metastore_only, paired_ratios, percentile_ms
 
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink import hive as hive_module
+from airflow_provider_staged.sink import recovery as recovery_module
 from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.api import WriterContext
 from airflow_provider_staged.sink.hive import HiveFilesCommittable, HiveSink
@@ -49,7 +49,7 @@ def main() -> None:
         sink = HiveSink("profile.appended", settings)
         calls = ThriftCalls()
         calls.record_calls_of(runtime, "commit_write")
-        every_check = hive_module.ran_previous_batch
+        every_check = recovery_module.ran_previous_batch
         arms = {"skip": every_check, "checks": lambda *_: False}
         times: dict[str, list[float]] = {arm: [] for arm in arms}
         counts: dict[str, dict[str, int]] = {arm: {} for arm in arms}
@@ -66,12 +66,12 @@ def main() -> None:
                 context.write_id, query, batch, True, "append", SCHEMA, staging, None, files
             )
             before = {name: len(values) for name, values in calls.times.items()}
-            hive_module.ran_previous_batch = arms[arm]
+            recovery_module.ran_previous_batch = arms[arm]
             start = time.perf_counter()
             try:
                 runtime.commit_write(sink, context, [committable])
             finally:
-                hive_module.ran_previous_batch = every_check
+                recovery_module.ran_previous_batch = every_check
             seconds = time.perf_counter() - start
             for name, values in calls.times.items():
                 counts[arm][name] = counts[arm].get(name, 0) + len(values) - before[name]

@@ -31,14 +31,7 @@ from airflow_provider_staged.sink.api import (
     WriteRef,
     check_mode,
 )
-from airflow_provider_staged.sink.recovery import (
-    abort_once,
-    batch_prefix,
-    commit_once,
-    ran_previous_batch,
-    settle_earlier_runs,
-    write_committed,
-)
+from airflow_provider_staged.sink.recovery import abort_once, batch_prefix, commit_once, filter_recovered
 from airflow_provider_staged.staging.kinds.hive_sink import (
     READY_DIR,
     STAGING_DIR,
@@ -296,30 +289,19 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
     def filter_recovered_committables(
         self, global_committables: list[HiveWriteCommittable]
     ) -> list[HiveWriteCommittable]:
-        return [write for write in global_committables if not self._recovered(write)]
+        return filter_recovered(self.sink.settings, global_committables, self._records, self._sweep_runs)
 
-    def _recovered(self, write: HiveWriteCommittable) -> bool:
-        """Whether this write, or an earlier run of this micro-batch, is published (settling what
-        earlier runs left open)."""
-        if write_committed(self.sink.settings, write.write_id):
-            return True
-        if not write.streaming or ran_previous_batch(self.sink.settings, write):
-            return False
+    def _records(self, write: HiveWriteCommittable) -> bool:
+        """Whether the table records this micro-batch (the batch parameter of its query)."""
         staged = self._staged(write)
         with staged._client() as client:
-            if staged.recorded(client.get_table(self.sink.table.database, self.sink.table.table)):
-                # An earlier run's commit landed: finish its journal record too (a crash may have
-                # cut it short between the catalog call and the journal).
-                settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)
-                self._sweep_runs(write)
-                return True
-        published = settle_earlier_runs(self.sink.settings, write.query_id, write.batch_id, write.write_id)
-        self._sweep_runs(write)
-        return published
+            return staged.recorded(client.get_table(self.sink.table.database, self.sink.table.table))
 
     def _sweep_runs(self, write: HiveWriteCommittable) -> None:
-        """Delete earlier runs' staging of this micro-batch that no journal record owns (a crash
-        before their commit began)."""
+        """Delete earlier runs' staging of this micro-batch that no open journal record owns (a
+        crash before their commit began). Here, not in the commit's ``after_commit`` as the
+        PostgreSQL sink's table drop: finding them lists the table's whole ``_staging`` directory,
+        which only a replay needs (``filter_recovered`` calls this only for a possible replay)."""
         journal = self.sink.settings.journal
         parent = normalize_location(write.staging).rsplit("/", 1)[0]
         prefix = batch_prefix(write.query_id, write.batch_id)

@@ -22,12 +22,7 @@ from airflow_provider_staged.sink.api import (
     WriteRef,
     check_mode,
 )
-from airflow_provider_staged.sink.recovery import (
-    abort_once,
-    commit_once,
-    settle_earlier_runs,
-    write_committed,
-)
+from airflow_provider_staged.sink.recovery import abort_once, commit_once, filter_recovered
 from airflow_provider_staged.sink.secret_files import read_secret, secret_file
 from airflow_provider_staged.staging.kinds.jdbc_sink import (
     JdbcAppendStagedTable,
@@ -192,21 +187,10 @@ class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, Postgr
     def filter_recovered_committables(
         self, global_committables: list[PostgresWriteCommittable]
     ) -> list[PostgresWriteCommittable]:
-        fresh = []
-        for write in global_committables:
-            if self.sink.commit_table(write).recorded():
-                # An earlier run's commit landed: finish its journal record too (a crash may have
-                # cut it short between the transaction and the journal).
-                self._settle_earlier_runs(write)
-                continue
-            if not (write_committed(self.sink.settings, write.write_id) or self._settle_earlier_runs(write)):
-                fresh.append(write)
-        return fresh
-
-    def _settle_earlier_runs(self, write: PostgresWriteCommittable) -> bool:
-        """Settle what earlier runs of a micro-batch left (a batch write has none); whether one published."""
-        return write.streaming and settle_earlier_runs(
-            self.sink.settings, write.query_id, write.batch_id, write.write_id
+        # Earlier runs' staged tables need no sweep here: every commit and abort of a micro-batch
+        # drops all of its runs' tables by name prefix (one catalog query).
+        return filter_recovered(
+            self.sink.settings, global_committables, lambda write: self.sink.commit_table(write).recorded()
         )
 
     def commit(self, global_committables: list[PostgresWriteCommittable]) -> list[PostgresWriteCommittable]:

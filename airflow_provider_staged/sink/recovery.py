@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from airflow_provider_staged.sink.api import WriteRef
     from airflow_provider_staged.staging.attempts import JournaledStagedTable
     from airflow_provider_staged.staging.manifest import Manifest
+
+W = TypeVar("W", bound="WriteRef")
 
 
 def batch_prefix(query_id: str, batch_id: int) -> str:
@@ -73,6 +75,42 @@ def settle_earlier_runs(settings: StagedSettings, query_id: str, batch_id: int, 
         if record.attempt_id != write_id and _settle(settings, record):
             published = True
     return published
+
+
+def filter_recovered(
+    settings: StagedSettings,
+    writes: list[W],
+    target_records: Callable[[W], bool],
+    sweep: Callable[[W], None] | None = None,
+) -> list[W]:
+    """``GlobalCommitter.filter_recovered_committables`` of a journaled sink: the ``writes`` that
+    neither they nor an earlier run of their micro-batch published.
+
+    A sink supplies ``target_records(write)``: whether the target records the write's batch of its
+    query as committed (recorded atomically with the data). Before a replayed micro-batch is
+    dropped or committed, the journal records earlier runs of it left are settled (the one whose
+    commit landed rolled forward, the rest aborted), then ``sweep(write)`` deletes what earlier
+    runs staged without a journal record (a crash before their commit began), where a sink's own
+    commit does not already.
+    """
+    return [write for write in writes if not _recovered(settings, write, target_records, sweep)]
+
+
+def _recovered(
+    settings: StagedSettings,
+    write: W,
+    target_records: Callable[[W], bool],
+    sweep: Callable[[W], None] | None,
+) -> bool:
+    if write_committed(settings, write.write_id):
+        return True
+    if not write.streaming or ran_previous_batch(settings, write):
+        return False  # a batch write's id is its own; no earlier run of this batch exists
+    recorded = target_records(write)
+    published = settle_earlier_runs(settings, write.query_id, write.batch_id, write.write_id)
+    if sweep is not None:
+        sweep(write)
+    return recorded or published
 
 
 def _settle(settings: StagedSettings, record: AttemptRecord) -> bool:
