@@ -79,7 +79,9 @@ KNOWN_OPTIONS = (
     *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
     "engine",  # where the refresh's Spark runs: REFRESH_ENGINES
 )
-# 'engine': in the task's process, or on a Spark Connect server (the gateway).
+# 'engine': in the task's process, or on a Spark Connect server (the gateway). A CONTINUOUS table's
+# stream runs in the task's process whatever it says (the sink commits each micro-batch in the
+# driver); its one-time refreshes (staticPartitions) run where it says.
 REFRESH_ENGINES = ("embedded", "connect")
 # Refreshes write Parquet through the staged commit path; no other format is honoured.
 FORMATS = ("parquet",)
@@ -249,10 +251,6 @@ class _Parser:
         settings = _Options(self, options, option_tokens, partition_by)
         threshold = settings.threshold()
         refresh_mode = derive_refresh_mode(freshness, explicit_mode, threshold)
-        if refresh_mode is RefreshMode.CONTINUOUS and settings.get("engine") == "connect":
-            settings.fail("engine", "option 'engine' = 'connect' is not supported for a CONTINUOUS table: "
-                          "its streaming query runs in the refresh task's own (embedded) Spark; remove "
-                          "the option, or use REFRESH_MODE = FULL")
         schedule = settings.cron()
         if refresh_mode is RefreshMode.FULL:  # Flink's FULL limits hold with a cron override too
             try:

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +21,13 @@ from typing import Any
 import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_staged.engine.connect import ConnectEngine
+from airflow_provider_staged.engine.runners import make_engine
 from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.continuous_run import ContinuousRefresh
+from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.params import parse_refresh_request
+from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
 from airflow_provider_staged.materialized.scheduler import (
     CreatePeriodicRefreshWorkflow,
     DeleteRefreshWorkflow,
@@ -29,7 +36,9 @@ from airflow_provider_staged.materialized.scheduler import (
 from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.services.gateway import GatewayInfo, log_file
 from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.storage import normalize_location
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.integration.staged_helpers import (
     assert_aborted_unwritten,
@@ -43,6 +52,8 @@ from tests.integration.staged_helpers import (
     version_dirs,
     wait_for_part_files,
 )
+from tests.integration.test_mt_auto_suspend import wait_for
+from tests.integration.test_mt_continuous import D0, D1, ids, partition_ids, partitions
 from tests.integration.test_mt_workflow_e2e import Rest, rest, scheduler  # noqa: F401 (fixtures)
 
 GATEWAY_CONN_ID = "gateway_test"
@@ -201,3 +212,55 @@ def test_refresh_dag_with_engine_connect_on_running_airflow(
         assert f"connecting to Spark Connect server {spark_gateway.public_url}" in log, log[-3000:]
     finally:
         scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
+
+
+def test_one_time_refresh_of_a_continuous_table_on_the_gateway(
+    spark: Any, spark_gateway: GatewayInfo, metastore: MetastoreInfo, database: str, tmp_path: Path,
+) -> None:
+    """A CONTINUOUS table with ``'engine' = 'connect'``: its stream runs in-process, a refresh with
+    ``staticPartitions`` overwrites exactly partition D1 on the gateway (a source file erased since
+    the stream read it is gone from D1), the micro-batch the stream committed after the refresh
+    began is carried into D1, D0 is untouched, and the stream's next micro-batch lands once."""
+    settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+    src = f"{database}.live_src"
+    spark.sql(f"CREATE TABLE {src} (id BIGINT, v INT, ds STRING) USING parquet LOCATION '{tmp_path / 'src'}'")
+
+    def add(first: int, count: int) -> None:
+        spark.sql(f"INSERT INTO {src} SELECT id, CAST(id AS INT), IF(id % 2 = 0, '{D0}', '{D1}') "
+                  f"FROM range({first}, {first + count})")
+
+    parsed = parse_definition(
+        f"CREATE MATERIALIZED TABLE {database}.live PARTITIONED BY (ds) WITH ('engine' = 'connect')\n"
+        f"FRESHNESS = INTERVAL '1' SECOND\nAS SELECT id, v, ds FROM {src}", "live.sql")
+    target = parsed.identifier.name
+    add(0, 20)
+    before = set((tmp_path / "src").glob("*.parquet"))
+    spark.sql(f"INSERT INTO {src} SELECT /*+ COALESCE(1) */ id, 0, '{D1}' FROM range(1001, 1005, 2)")
+    refresh = ContinuousRefresh(parsed, settings, spark)
+    refresh.start()
+    try:
+        first = [*range(20), 1001, 1003]
+        wait_for("the first rows", lambda: refresh.report() and ids(spark, target) == first)
+        for erased in set((tmp_path / "src").glob("*.parquet")) - before:
+            erased.unlink()  # the stream keeps its rows: only the overwrite takes them out
+        request = parse_refresh_request(RefreshTrigger(static_partitions={"ds": D1}).as_conf(), parsed,
+                                        datetime.now(timezone.utc))
+        staged = staged_refresh(parsed, request, settings, None)
+        add(20, 10)  # streamed into D1's current location before the switch: carried over
+        wait_for("rows streamed during the refresh",
+                 lambda: refresh.report() and ids(spark, target) == [*range(30), 1001, 1003])
+        d0 = (partitions(metastore.uri, target)[D0], partition_ids(spark, target, D0))
+        engine = make_engine(parsed.options["engine"], settings, url=spark_gateway.url)
+        try:
+            result = run_refresh(parsed, request, settings, staged, engine)
+        finally:
+            engine.close()
+
+        assert isinstance(engine, ConnectEngine) and result["partitions"] == {"ds": D1}
+        assert partitions(metastore.uri, target)[D1].startswith(normalize_location(staged.location) + "/")
+        assert partition_ids(spark, target, D1) == list(range(1, 30, 2))  # erased rows gone, later batch kept
+        assert (partitions(metastore.uri, target)[D0], partition_ids(spark, target, D0)) == d0
+        add(30, 4)
+        wait_for("rows after the refresh", lambda: refresh.report() and ids(spark, target) == list(range(34)))
+    finally:
+        refresh.stop()

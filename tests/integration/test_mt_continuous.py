@@ -212,6 +212,12 @@ def partitions(metastore_uri: str, table: str) -> dict[str, str]:
         return {p.values[0]: normalize_location(p.sd.location) for p in client.partitions(database, name)}
 
 
+def partition_ids(spark, table: str, ds: str) -> list[int]:
+    """The ids of partition ``ds`` as the catalog has them now."""
+    spark.catalog.refreshTable(table)
+    return sorted(row[0] for row in spark.table(table).where(f"ds = '{ds}'").select("id").collect())
+
+
 D0, D1 = "2026-11-01", "2026-11-02"
 
 
@@ -231,8 +237,7 @@ def test_one_time_partition_refresh_beside_the_running_stream(
                   f"FROM range({first}, {first + count})")
 
     def part(ds: str) -> list[int]:
-        spark.catalog.refreshTable(target)
-        return sorted(row[0] for row in spark.table(target).where(f"ds = '{ds}'").select("id").collect())
+        return partition_ids(spark, target, ds)
 
     add(0, 40)
     parsed = parse_definition(
