@@ -17,7 +17,8 @@
    the same with the replay checks on every micro-batch (the commit path before eb72b64: what
    skipping them gained, paired). Printed: paired ratios of sustained rows/s (target >= 0.9),
    per sink arm the commit time per micro-batch (p50 < 100 ms), the sink's own write per
-   micro-batch and the milliseconds per micro-batch against native's. ``--stream-only`` skips part 1.
+   micro-batch and the milliseconds per micro-batch against native's. ``--stream-only`` skips part 1,
+   ``--batch-only`` part 2 (to run the batch part alone at the issue's 10M rows).
 
 Starts its own metastore and Spark; stops both. Run:
 ``/work/heavy .venv/bin/python benchmarks/bench_sink.py --rows 1000000 --reps 3``.
@@ -54,7 +55,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batches", type=int, default=10, help="micro-batches of the streaming part")
-    parser.add_argument("--stream-only", action="store_true", help="skip the batch part")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument("--stream-only", action="store_true", help="skip the batch part")
+    parts.add_argument("--batch-only", action="store_true", help="skip the streaming part")
     args = parser.parse_args()
     with hive_services("bench-sink", DATABASE) as services:
         spark = services.spark
@@ -85,7 +88,8 @@ def main() -> None:
             for name, target in (("hive_sink", 0.95), ("python_sink", 0.6)):
                 ratios = paired_ratios(times["native"], times[name])
                 print(f"  {name} throughput / native: {ratios.describe()} (target >= {target})", flush=True)
-        stream_part(spark, settings, services.home, args)
+        if not args.batch_only:
+            stream_part(spark, settings, services.home, args)
 
 
 def stream_part(spark, settings: StagedSettings, home, args) -> None:
