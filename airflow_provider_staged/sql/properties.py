@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 from sqlglot.tokens import Token, TokenType
 
-from airflow_provider_staged.settings import parse_bool
-
 ATOMICITY = "table.ctas.atomicity-enabled"
 RESULT_MODE = "sql-client.execution.result-mode"
 MAX_ROWS = "sql-client.execution.max-table-result.rows"
@@ -41,6 +39,10 @@ class Source(enum.Enum):
 
 
 def _bool(value: str) -> str:
+    # Imported here: the settings module brings the journal, which a session that sets no
+    # boolean property never needs (start-up of `staged sql -e`).
+    from airflow_provider_staged.settings import parse_bool
+
     try:
         return str(parse_bool(value, ATOMICITY)).lower()
     except ValueError as err:

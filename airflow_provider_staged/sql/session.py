@@ -21,9 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot.tokens import TokenType
 
-from airflow_provider_staged.engine import spark_job
-from airflow_provider_staged.engine.runners import Engine
-from airflow_provider_staged.lineage import source_tables
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
@@ -61,27 +58,6 @@ class StatementError(Exception):
         self.message = message
         self.line = line
         self.column = column
-
-
-class SessionEngine(Engine):
-    """The staged write job on the client's own Spark session (classic or Connect).
-
-    The staging, the journal and the commit stay in the client process (the one commit path);
-    only the query and the Parquet write run in Spark.
-    """
-
-    def __init__(self, settings: StagedSettings, spark: Any) -> None:
-        super().__init__(settings)
-        self.spark = spark
-
-    def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-        if env:  # a kind with secrets for the driver (JDBC): not a target of the SQL client
-            raise ValueError(f"staged write to {spec.get('location')!r} needs driver secrets; "
-                             "use the operator for it")
-        return spark_job.run_staged_write(self.spark, sql, spec)
-
-    def cancel(self) -> None:
-        self.spark.interruptAll()
 
 
 class SqlSession:
@@ -135,6 +111,8 @@ class SqlSession:
             return self._atomic_ctas(plan)
         if self.properties.streaming and tokens and tokens[0].token_type in _QUERY_STARTS:
             database = self.spark.catalog.currentDatabase()
+            from airflow_provider_staged.lineage import source_tables
+
             if source_tables(statement.text, database):  # a query of no table is bounded: a batch
                 from airflow_provider_staged.sql.streaming import stream_changes
 
@@ -191,6 +169,7 @@ class SqlSession:
 
     def _atomic_ctas(self, plan: CtasPlan) -> ResultSet:
         from airflow_provider_staged.execution import execute_staged
+        from airflow_provider_staged.sql.session_engine import SessionEngine
         from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
 
         settings = self.settings

@@ -26,6 +26,24 @@ def test_sql_starts_without_the_other_commands_modules() -> None:
     assert done.stdout.strip() == "[]"
 
 
+# What `staged sql -e "SELECT 1"` on a gateway imports of ours: the statement's path only (the
+# journal, the engines, the settings and lineage come with a CTAS or a streaming query).
+STATEMENT_PROBE = """
+import sys
+import airflow_provider_staged.cli, airflow_provider_staged.sql.client, airflow_provider_staged.sql.session
+ours = ("settings", "staging.journal", "engine.runners", "lineage", "sql.session_engine")
+names = ("airflow", "psutil", *(f"airflow_provider_staged.{name}" for name in ours))
+print(sorted(name for name in names if name in sys.modules))
+"""
+
+
+def test_a_statement_starts_without_the_journal_or_the_engines() -> None:
+    done = subprocess.run([sys.executable, "-c", STATEMENT_PROBE], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_every_lazy_command_is_listed_and_has_its_help() -> None:
     runner = CliRunner()
     listing = runner.invoke(app, ["--help"])
