@@ -6,14 +6,20 @@ process start to its exit (interpreter start, imports, the session, the query, t
 - ``gateway``: ``staged sql --gateway sc://localhost:PORT/;token=… -e "SELECT 1"`` against one
   gateway started (and warmed) once for the whole run;
 - ``embedded``: ``staged sql -e "SELECT 1"``: an in-process Spark (a JVM per run) against the
-  same metastore.
+  same metastore (``--no-embedded`` leaves it out: the gateway arm alone, or against a baseline).
 
 - ``baseline`` (with ``--baseline DIR``): the gateway arm's command on another version of the
   package, e.g. ``git archive REV airflow_provider_staged | tar -x -C DIR`` (``PYTHONPATH=DIR``
   shadows the installed one): what a change to the start-up path gained, paired.
 
+Fairness: every run is its own session (process group); the next run starts only once every
+process of it has exited (the embedded run's JVM outlives its client by a moment) and then
+``--settle`` seconds later. Each run's CPU seconds (user + system of the client process, which
+other sessions' load barely changes) and the machine's busy share during it (``/proc/stat``:
+other sessions' load) are printed beside its wall time.
+
 The arms alternate (``_common.arm_order``) after one uncounted warm-up round; every rep's
-seconds and the paired ratio gateway/embedded are printed, then the paired-ratio statistics.
+seconds and the paired ratios are printed, then p50/p90 per arm and the paired-ratio statistics.
 Target: gateway p50 <= 1.5 s.
 
 Starts its own metastore and gateway in a temp home; stops both. Run it alone on the machine:
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,58 +44,115 @@ STAGED = Path(sys.executable).with_name("staged")
 QUERY = "SELECT 1"
 
 
-def run_sql(env: dict[str, str], *args: str) -> float:
-    """Wall seconds of one ``staged sql`` process; it must print the one-row result."""
-    start = time.perf_counter()
-    done = subprocess.run([str(STAGED), "sql", *args, "-e", QUERY, "--output", "csv"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0 or done.stdout.split() != ["1", "1"]:
-        raise SystemExit(f"staged sql {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return seconds
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot (``/proc/stat``)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        values = [int(field) for field in stat.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def session_alive(session_id: int) -> bool:
+    """Whether any process of the session ``session_id`` still runs."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == session_id:
+                    return True
+            except OSError:  # it exited while listing
+                continue
+    return False
+
+
+class Runner:
+    """Runs ``staged sql`` once per call; keeps each run's CPU seconds and the machine's busy share."""
+
+    def __init__(self, env: dict[str, str], args: list[str], settle: float) -> None:
+        self.env = env
+        self.args = args
+        self.settle = settle
+        self.cpu: list[float] = []
+        self.busy: list[float] = []
+
+    def __call__(self) -> float:
+        rusage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy, total = machine_ticks()
+        start = time.perf_counter()
+        # A session of its own: the embedded run's JVM is found and waited for below.
+        process = subprocess.Popen([str(STAGED), "sql", *self.args, "-e", QUERY, "--output", "csv"],
+                                   env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        stdout, stderr = process.communicate(timeout=600)
+        seconds = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy_after, total_after = machine_ticks()
+        if process.returncode != 0 or stdout.split() != ["1", "1"]:
+            raise SystemExit(f"staged sql {' '.join(self.args)} failed:\n{stdout}\n{stderr}")
+        self.cpu.append(after.ru_utime + after.ru_stime - rusage.ru_utime - rusage.ru_stime)
+        self.busy.append((busy_after - busy) / max(1, total_after - total))
+        deadline = time.monotonic() + 60
+        while session_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(self.settle)
+        return seconds
+
+    def forget_warmup(self) -> None:
+        self.cpu.clear()
+        self.busy.clear()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=8, help="timed reps per arm (even: ABBA balanced)")
     parser.add_argument("--baseline", type=Path, help="a source tree of the package to compare with")
+    parser.add_argument("--no-embedded", dest="embedded", action="store_false",
+                        help="leave the embedded arm out")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds between a run's last process exiting and the next run")
     args = parser.parse_args()
 
     from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
     from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
 
     home = Path(tempfile.mkdtemp(prefix="bench-sql-client-"))
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW", "STAGED_"))}
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("AIRFLOW", "STAGED_")) and key != "PYTHONPATH"}
     try:
         metastore = start_metastore(home)
         started = time.perf_counter()
         gateway = start_gateway(metastore.uri, metastore.warehouse, home, master="local[2]")
         print(f"gateway up in {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
         env |= {"STAGED_HOME": str(home), "STAGED_METASTORE_URI": metastore.uri}
-        arms = {
-            "gateway": lambda: run_sql(env, "--gateway", gateway.url),
-            "embedded": lambda: run_sql(env, "--master", "local[2]"),
-        }
+        arms: dict[str, Runner] = {"gateway": Runner(env, ["--gateway", gateway.url], args.settle)}
+        if args.embedded:
+            arms["embedded"] = Runner(env, ["--master", "local[2]"], args.settle)
         if args.baseline is not None:
             baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve())}
-            arms["baseline"] = lambda: run_sql(baseline_env, "--gateway", gateway.url)
+            arms["baseline"] = Runner(baseline_env, ["--gateway", gateway.url], args.settle)
 
         def on_rep(rep: int, order: list[str], seconds: dict[str, float]) -> None:
-            print(f"rep {rep + 1}: " + "  ".join(f"{name} {seconds[name]:.2f}s" for name in order)
-                  + f"  ratio {seconds['gateway'] / seconds['embedded']:.3f}  (load {load()})", flush=True)
+            runs = "  ".join(f"{name} {seconds[name]:.2f}s (cpu {arms[name].cpu[-1]:.2f}s, machine busy "
+                             f"{arms[name].busy[-1]:.0%})" for name in order)
+            print(f"rep {rep + 1}: {runs}  (load {load()})", flush=True)
 
-        times = alternating_rounds(arms, args.reps, on_rep=on_rep)
+        def after_warmup() -> None:
+            for runner in arms.values():
+                runner.forget_warmup()
+
+        times = alternating_rounds(arms, args.reps, on_rep=on_rep, after_warmup=after_warmup)
     finally:
         stop_gateway(home)
         stop_metastore(home)
         shutil.rmtree(home, ignore_errors=True)
     for name, values in times.items():
+        cpu, busy = arms[name].cpu, arms[name].busy
         print(f"{name:9s} p50 {percentile_ms(values, 0.5) / 1000:.2f}s  p90 "
-              f"{percentile_ms(values, 0.9) / 1000:.2f}s  runs {runs_text(values)}")
-    ratios = paired_ratios(times["gateway"], times["embedded"])
-    print(f"gateway/embedded: {ratios.describe()}")
-    if args.baseline is not None:
-        print(f"gateway/baseline: {paired_ratios(times['gateway'], times['baseline']).describe()}")
+              f"{percentile_ms(values, 0.9) / 1000:.2f}s  runs {runs_text(values)}  |  cpu p50 "
+              f"{percentile_ms(cpu, 0.5) / 1000:.2f}s  p90 {percentile_ms(cpu, 0.9) / 1000:.2f}s  "
+              f"runs {runs_text(cpu)}  |  machine busy p50 {percentile_ms(busy, 0.5) / 1000:.0%}")
+    for other in ("embedded", "baseline"):
+        if other in times:
+            print(f"gateway/{other}: {paired_ratios(times['gateway'], times[other]).describe()}")
     p50 = percentile_ms(times["gateway"], 0.5) / 1000
     print(f"target gateway p50 <= 1.5 s: {'met' if p50 <= 1.5 else 'NOT met'} ({p50:.2f} s); "
           f"load average {load()}")
