@@ -313,7 +313,8 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
 
     def commit(self, global_committables: list[HiveWriteCommittable]) -> list[HiveWriteCommittable]:
         for write in global_committables:
-            commit_once(self._staged(write), lambda write=write: self.manifest_of(write))
+            staged = self._staged(write)
+            commit_once(self.sink.settings, write, staged, lambda write=write: self.manifest_of(write))
         return []
 
     def manifest_of(self, write: HiveWriteCommittable) -> Manifest:

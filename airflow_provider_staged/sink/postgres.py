@@ -195,7 +195,8 @@ class _PostgresGlobalCommitter(GlobalCommitter[PostgresStagedCommittable, Postgr
 
     def commit(self, global_committables: list[PostgresWriteCommittable]) -> list[PostgresWriteCommittable]:
         for write in global_committables:
-            commit_once(self.sink.commit_table(write), lambda write=write: self.manifest_of(write))
+            staged = self.sink.commit_table(write)
+            commit_once(self.sink.settings, write, staged, lambda write=write: self.manifest_of(write))
         return []
 
     def manifest_of(self, write: PostgresWriteCommittable) -> Manifest:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds import from_record
+from airflow_provider_staged.staging.pruning import prune_journal
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -15,7 +17,13 @@ if TYPE_CHECKING:
     from airflow_provider_staged.staging.attempts import JournaledStagedTable
     from airflow_provider_staged.staging.manifest import Manifest
 
+log = logging.getLogger(__name__)
+
 W = TypeVar("W", bound="WriteRef")
+# A streaming sink prunes its target's ended journal records every this many micro-batches
+# (``staging.pruning``; the maintenance pass prunes them too), so that a stream's journal stays
+# bounded without the maintenance DAG. Reading the journal once per 100 commits costs little.
+PRUNE_EVERY_BATCHES = 100
 
 
 def batch_prefix(query_id: str, batch_id: int) -> str:
@@ -23,15 +31,23 @@ def batch_prefix(query_id: str, batch_id: int) -> str:
     return f"{query_id}-b{batch_id}-"
 
 
-def commit_once(staged: JournaledStagedTable, manifest: Callable[[], Manifest]) -> None:
-    """Commit one write's journaled attempt: begin it (once), record ``manifest()`` (called after
-    the begin) and commit; nothing when the attempt already ended (a retried commit)."""
+def commit_once(
+    settings: StagedSettings, write: WriteRef, staged: JournaledStagedTable, manifest: Callable[[], Manifest]
+) -> None:
+    """Commit ``write``'s journaled attempt ``staged``: begin it (once), record ``manifest()``
+    (called after the begin) and commit; nothing when the attempt already ended (a retried
+    commit). Every ``PRUNE_EVERY_BATCHES``-th micro-batch then prunes the target's journal."""
     record = staged.journal.get(staged.attempt_id)
     if record is not None and record.state.ended:
         return
     if record is None:
         staged.begin()
     commit_written(staged, manifest())
+    if write.streaming and write.batch_id % PRUNE_EVERY_BATCHES == 0:
+        try:
+            prune_journal(settings, staged.target)
+        except Exception:  # housekeeping: the commit stands, the next pruning retries
+            log.exception("pruning the journal of %s failed", staged.target)
 
 
 def abort_once(staged: JournaledStagedTable, reason: str) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 from airflow_provider_staged.staging.errors import CommitConflictError
@@ -130,12 +130,18 @@ class AttemptJournal:
     def locked(self, attempt_id: str) -> Iterator[None]:
         """Hold the attempt's exclusive lock (blocks while another process holds it)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self._path(attempt_id, ".lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        path = self._path(attempt_id, ".lock")
+        while True:
+            with open(path, "a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    # ``remove_ended`` deletes the lock file while holding it: a process that was
+                    # waiting on it then holds a lock nobody else sees, so it locks the new file.
+                    if _is_file_at(handle, path):
+                        yield
+                        return
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _write(self, record: AttemptRecord) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -234,6 +240,20 @@ class AttemptJournal:
                 found.append(record)
         return found
 
+    def remove_ended(self, attempt_id: str) -> bool:
+        """Delete an ENDED record and its lock file (``staging.pruning``); whether it did. An ended
+        record never changes again, so no writer's update is lost."""
+        if self.get(attempt_id) is None:
+            return False  # and no lock file to make
+        with self.locked(attempt_id):
+            record = self.get(attempt_id)
+            if record is not None and not record.state.ended:
+                return False
+            # None: another pruner removed it meanwhile (and this call made the lock file again).
+            self._path(attempt_id).unlink(missing_ok=True)
+            self._path(attempt_id, ".lock").unlink()
+        return record is not None
+
     def open_attempts(self) -> list[AttemptRecord]:
         return [record for record in self.records() if not record.state.ended]
 
@@ -247,6 +267,16 @@ class AttemptJournal:
             == (task.dag_id, task.task_id, task.run_id, task.map_index)
             and (task.try_number == 0 or record.task.try_number == task.try_number)
         ]
+
+
+def _is_file_at(handle: IO[str], path: Path) -> bool:
+    """Whether the open ``handle`` is the file now at ``path`` (not one deleted since)."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle.fileno())
+    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _remove_if_stale(temporary: Path) -> None:

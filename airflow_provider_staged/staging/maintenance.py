@@ -29,6 +29,7 @@ from airflow_provider_staged.staging.kinds.hive_table import (
     list_versions,
     sweep_listed,
 )
+from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.reconcile import ReconcileAction, TaskStateLookup, reconcile
 from airflow_provider_staged.storage import normalize_location
 
@@ -40,14 +41,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class VersionSweep:
-    """Directories the version sweep deleted, per table."""
+    """Directories the version sweep deleted, per table; the journal records pruned after it."""
 
     deleted: dict[str, list[str]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    pruned: list[str] = field(default_factory=list)
 
 
 def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> VersionSweep:
-    """Retention of every Hive table the journal knows, plus the files of expired partitions.
+    """Retention of every Hive table the journal knows, plus the files of expired partitions; then
+    the pruning of the journal's ended sink records (``staging.pruning``).
 
     Every table root is listed before the journal is read (once): an attempt journals BEGUN
     before it creates its directory, so no listed directory of a running attempt is missed.
@@ -77,6 +80,11 @@ def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> Ve
             continue
         if deleted:
             report.deleted[target] = deleted
+    try:  # after the sweep: the records of the directories it deleted are no longer needed
+        report.pruned = prune_journal(settings, now=now)
+    except Exception as error:
+        log.exception("pruning the journal failed")
+        report.failures["journal"] = str(error)
     return report
 
 
@@ -102,6 +110,8 @@ class MaintenanceReport:
         out += [f"expiry {t}: FAILED {e}" for t, e in self.expiry.failures.items()]
         out += [f"retention {t}: deleted {d}" for t, d in self.versions.deleted.items()]
         out += [f"retention {t}: FAILED {e}" for t, e in self.versions.failures.items()]
+        if self.versions.pruned:
+            out.append(f"journal: pruned {len(self.versions.pruned)} ended sink record(s)")
         return out
 
     @property

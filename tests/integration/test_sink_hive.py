@@ -1,4 +1,5 @@
-"""The built-in Hive sink in batch writes, on a real metastore and Spark (the session's Spark)."""
+"""The built-in Hive sink in batch writes, on a real metastore and Spark (the session's Spark), and
+a stream's journal pruning."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import hive as hive_module
+from airflow_provider_staged.sink import recovery
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch, write_stream
+from airflow_provider_staged.staging import pruning
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY
+from airflow_provider_staged.staging.pruning import prune_journal
+from airflow_provider_staged.staging.rollback import rollback
+from airflow_provider_staged.staging.versions import RetentionPolicy
 from airflow_provider_staged.storage import normalize_location
 from tests.integration.staged_helpers import build, staged_table
 
@@ -174,3 +180,52 @@ def test_committer_idempotency_contract(spark, settings, table, monkeypatch):
     assert target() == [(0,), (1,)]
     versions = sorted(name for name in os.listdir(table_root(sink)) if name.startswith("_v="))
     assert "_v=q1-b0-r1" in versions and len(versions) == 2, versions
+
+
+def test_a_streams_journal_stays_bounded_while_replay_and_rollback_work(
+    spark, metastore, table, tmp_path, monkeypatch
+):
+    """Six micro-batches pruning every second one (keeping the newest ended record): the journal
+    holds the last records and the overwrites whose versions exist; the replay of the last batch,
+    whose record is pruned too, is still dropped (the table records its batch); rollback to the
+    superseded overwrite still works."""
+    retention = RetentionPolicy(keep_versions=2, max_age_seconds=None, grace_seconds=0)
+    settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"),
+                              retention=retention)
+    monkeypatch.setattr(recovery, "PRUNE_EVERY_BATCHES", 2)
+    monkeypatch.setattr(pruning, "KEEP_LAST_RECORDS", 1)
+    sink = HiveSink(table, settings)
+    overwrite = HiveSink(table, settings, "overwrite")
+    for ids in (range(5), range(100, 103)):  # nullable, as the stream's rows
+        write_batch(spark.createDataFrame([(i,) for i in ids], "id BIGINT"), overwrite)
+    first, second = sorted(settings.journal.records(), key=lambda r: r.updated_at)
+    source, checkpoint = tmp_path / "source", str(tmp_path / "checkpoint")
+    for n in range(6):
+        # One file each: one micro-batch each (maxFilesPerTrigger).
+        spark.sql(f"SELECT id FROM range({1000 + 10 * n}, {1010 + 10 * n})").coalesce(1).write.mode(
+            "append").parquet(str(source))
+
+    def stream() -> None:
+        df = spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).parquet(str(source))
+        query = write_stream(df, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds")
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    stream()
+    streamed = [*range(100, 103), *range(1000, 1060)]
+    assert rows(spark, table) == [(i,) for i in streamed]
+    appends = [r.attempt_id for r in settings.journal.records() if r.kind == "hive_append"]
+    assert [a.split("-")[1] for a in sorted(appends)] == ["b4", "b5"]  # b0..b3 pruned at b2 and b4
+    assert {first.attempt_id, second.attempt_id} <= {r.attempt_id for r in settings.journal.records()}
+    journal = tmp_path / "journal"
+    assert sorted(p.stem for p in journal.glob("*.lock")) == sorted(p.stem for p in journal.glob("*.json"))
+
+    assert sorted(prune_journal(settings, keep_last=0)) == sorted(appends)  # what the maintenance pass may do
+    for name in ("5", ".5.crc"):  # a crash after the sink's commit of batch 5, before Spark's
+        os.remove(os.path.join(checkpoint, "commits", name))
+    stream()
+    assert rows(spark, table) == [(i,) for i in streamed]  # the replay was dropped
+    rollback(settings, table, first.attempt_id)
+    assert rows(spark, table) == [(i,) for i in range(5)]
