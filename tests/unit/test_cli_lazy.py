@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from airflow_provider_staged.cli import LAZY_COMMANDS, app
+from airflow_provider_staged.sql.client import loading_modules
 
 PROBE = """
 import sys
@@ -53,3 +56,19 @@ def test_every_lazy_command_is_listed_and_has_its_help() -> None:
         assert runner.invoke(app, [name, "--help"]).exit_code == 0
     assert "refresh" in runner.invoke(app, ["mt", "--help"]).output
     assert "start" in runner.invoke(app, ["gateway", "--help"]).output
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_modules_pauses_the_collector_and_freezes_what_loaded(enabled: bool) -> None:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    frozen = gc.get_freeze_count()
+    try:
+        with loading_modules():
+            assert not gc.isenabled()
+            built = [[] for _ in range(1000)]  # stands for a library's long-lived objects
+        assert gc.isenabled() is enabled  # as it was before
+        assert gc.get_freeze_count() - frozen >= len(built)  # no collection walks them again
+    finally:
+        gc.unfreeze()  # the test process's heap goes back to the collector
+        (gc.enable if was else gc.disable)()
