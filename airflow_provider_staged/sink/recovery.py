@@ -1,4 +1,6 @@
-"""Recovery of a replayed micro-batch: settle what earlier runs of it left in the journal."""
+"""The journaled commit of a sink write and its recovery: a replayed micro-batch is recognised
+(``filter_recovered``) and what earlier runs of it left in the journal is settled; a stream's
+ended records are pruned as it goes (``commit_once``)."""
 
 from __future__ import annotations
 
