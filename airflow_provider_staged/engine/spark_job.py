@@ -112,6 +112,51 @@ WRITERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def leading_keyword(sql: str) -> str:
+    """The first word of ``sql`` in upper case, after blanks, ``(`` and comments (bracketed
+    comments nest in Spark SQL); ``""`` when it does not start with a word."""
+    at, depth = 0, 0
+    while at < len(sql):
+        if depth:
+            if sql.startswith("*/", at):
+                depth, at = depth - 1, at + 2
+            elif sql.startswith("/*", at):
+                depth, at = depth + 1, at + 2
+            else:
+                at += 1
+        elif sql.startswith("/*", at):
+            depth, at = 1, at + 2
+        elif sql.startswith("--", at):
+            end = sql.find("\n", at)
+            at = len(sql) if end < 0 else end + 1
+        elif sql[at].isspace() or sql[at] == "(":
+            at += 1
+        else:
+            break
+    end = at
+    while end < len(sql) and (sql[end].isalnum() or sql[end] == "_"):
+        end += 1
+    return sql[at:end].upper()
+
+
+def query_frame(spark: SparkSession, sql: str) -> DataFrame:
+    """The DataFrame of the staged build's query.
+
+    Over Spark Connect, ``spark.sql`` is a round trip of its own (the server parses and
+    analyzes the text to run a command at once) that returns, for a query, only the same SQL
+    text as the relation to build on: a query is sent as that relation directly, and the
+    server analyzes it once, in the write (one round trip and one analysis less per build).
+    A statement starting with ``SELECT`` is a query in Spark's grammar; anything else (``WITH``
+    may lead to an ``INSERT``) takes ``spark.sql``, so a command still runs once.
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect.") and leading_keyword(sql) == "SELECT":
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+        from pyspark.sql.connect.plan import SQL
+
+        return ConnectDataFrame(SQL(sql), spark)  # what spark.sql builds from such an answer
+    return spark.sql(sql)
+
+
 def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Run ``sql`` and write its result as ``spec`` says; return the manifest."""
     writer = WRITERS.get(spec.get("format", "parquet"))
@@ -123,7 +168,7 @@ def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dic
     try:
         for key, value in sql_conf.items():
             spark.conf.set(key, value)
-        manifest = writer(spark.sql(sql), spec)
+        manifest = writer(query_frame(spark, sql), spec)
     finally:
         for key, value in previous.items():
             if value is None:

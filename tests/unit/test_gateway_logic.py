@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 from pathlib import Path
+from unittest.mock import Mock
 
 import pytest
 
@@ -17,6 +18,7 @@ from airflow_provider_staged.engine.connect import (
     session_conf,
 )
 from airflow_provider_staged.engine.runners import make_engine
+from airflow_provider_staged.engine.spark_job import leading_keyword, query_frame
 from airflow_provider_staged.materialized.definition import DefinitionError, parse_definition
 from airflow_provider_staged.services.gateway import TOKEN_ENV, gateway_command, gateway_status
 from airflow_provider_staged.services.processes import ServiceError
@@ -106,3 +108,25 @@ def test_definition_engine_option() -> None:
     assert parse_definition(DEFINITION.format(engine="connect")).options["engine"] == "connect"
     with pytest.raises(DefinitionError, match=r"option 'engine' = 'gpu' is not supported.*'connect'"):
         parse_definition(DEFINITION.format(engine="gpu"))
+
+
+@pytest.mark.parametrize(
+    ("sql", "keyword"),
+    [
+        ("SELECT 1", "SELECT"),
+        ("  -- a comment\n /* one /* nested */ still */ ((select id FROM t))", "SELECT"),
+        ("WITH s AS (SELECT 1) INSERT INTO t SELECT * FROM s", "WITH"),
+        ("drop_table", "DROP_TABLE"),
+        ("/* never closed SELECT", ""),
+        ("`t`", ""),
+        ("", ""),
+    ],
+)
+def test_leading_keyword(sql: str, keyword: str) -> None:
+    assert leading_keyword(sql) == keyword
+
+
+def test_a_classic_session_builds_the_query_with_spark_sql() -> None:
+    spark = Mock()
+    assert query_frame(spark, "SELECT 1") is spark.sql.return_value
+    spark.sql.assert_called_once_with("SELECT 1")
