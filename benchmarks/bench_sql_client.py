@@ -14,9 +14,10 @@ process start to its exit (interpreter start, imports, the session, the query, t
 
 Fairness: every run is its own session (process group); the next run starts only once every
 process of it has exited (the embedded run's JVM outlives its client by a moment) and then
-``--settle`` seconds later. Each run's CPU seconds (user + system of the client process, which
-other sessions' load barely changes) and the machine's busy share during it (``/proc/stat``:
-other sessions' load) are printed beside its wall time.
+``--settle`` seconds later. Each run's CPU seconds (user + system of the client's Python process,
+which other sessions' load barely changes; not the embedded run's JVM, which it does not reap)
+and the machine's busy share during it (``/proc/stat``: other sessions' load) are printed beside
+its wall time.
 
 The arms alternate (``_common.arm_order``) after one uncounted warm-up round; every rep's
 seconds and the paired ratios are printed, then p50/p90 per arm and the paired-ratio statistics.
