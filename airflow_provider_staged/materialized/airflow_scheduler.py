@@ -23,6 +23,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
@@ -55,7 +56,12 @@ from airflow_provider_staged.materialized.definition import (
     read_identifier,
 )
 from airflow_provider_staged.materialized.freshness import RefreshMode
-from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, broken_dag_id, dag_id_for
+from airflow_provider_staged.materialized.naming import (
+    DEFINITION_GLOB,
+    broken_dag_id,
+    dag_id_for,
+    manual_run_fields,
+)
 from airflow_provider_staged.materialized.scheduler import (
     CreatePeriodicRefreshWorkflow,
     CreateRefreshWorkflow,
@@ -343,7 +349,8 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         )
 
     def trigger_refresh(self, handler: AirflowRefreshHandler, trigger: RefreshTrigger) -> str:
-        body = TriggerDAGRunPostBody(logical_date=None, conf=trigger.as_conf())
+        body = TriggerDAGRunPostBody(logical_date=None, conf=trigger.as_conf(),
+                                     **manual_run_fields(datetime.now(timezone.utc)))
         try:
             run = DagRunApi(self.client).trigger_dag_run(handler.dag_id, body)
         except ApiException as err:
