@@ -40,13 +40,12 @@ from airflow_provider_staged.sql import client
 mark("import sql.client (sqlglot's Spark tokenizer)")
 import typer._adapters
 mark("typer's parameter coercion (pydantic)")
-import pyspark.sql.connect.session
-mark("import pyspark.sql.connect.session (pandas, numpy, pyarrow, grpc)")
 client.quiet_spark_errors()
 spark = client.gateway_spark(os.environ["PROBE_URL"])
+mark("import pyspark.sql.connect.session, session object (no round trip)")
 from airflow_provider_staged.sql.properties import SessionProperties
 session = client.make_session(spark, SessionProperties({}), lambda: None)
-mark("session object, sql.session import (no round trip)")
+mark("sql.session import")
 from airflow_provider_staged.sql.splitting import split_statements
 statement = split_statements("SELECT 1")[0]
 frame = spark.sql(statement.text)
