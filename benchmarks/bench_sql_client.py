@@ -8,6 +8,9 @@ process start to its exit (interpreter start, imports, the session, the query, t
 - ``embedded``: ``staged sql -e "SELECT 1"``: an in-process Spark (a JVM per run) against the
   same metastore (``--no-embedded`` leaves it out: the gateway arm alone, or against a baseline).
 
+- ``pyspark`` (with ``--pyspark``): the floor under the gateway arm: a bare Python program that
+  does the same with pyspark alone (import the Connect client, the session, ``spark.sql(QUERY)``,
+  collect, print, ``stop()``): what the client costs that is not ours;
 - ``baseline`` (with ``--baseline DIR``): the gateway arm's command on another version of the
   package, e.g. ``git archive REV airflow_provider_staged | tar -x -C DIR`` (``PYTHONPATH=DIR``
   shadows the installed one): what a change to the start-up path gained, paired.
@@ -43,6 +46,19 @@ from _common import alternating_rounds, load, paired_ratios, percentile_ms, runs
 
 STAGED = Path(sys.executable).with_name("staged")
 QUERY = "SELECT 1"
+# The pyspark arm: the gateway arm's work with pyspark's Connect client alone, printed as csv.
+PYSPARK_ONLY = f"""
+import sys
+from pyspark.sql.connect.session import SparkSession
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+rows = spark.sql({QUERY!r}).limit(101).collect()
+print(*rows[0].__fields__, sep=","); print(*rows[0], sep=",")
+spark.stop()
+"""
+
+
+def staged_sql(*args: str) -> list[str]:
+    return [str(STAGED), "sql", *args, "-e", QUERY, "--output", "csv"]
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -66,11 +82,11 @@ def session_alive(session_id: int) -> bool:
 
 
 class Runner:
-    """Runs ``staged sql`` once per call; keeps each run's CPU seconds and the machine's busy share."""
+    """Runs ``command`` once per call; keeps each run's CPU seconds and the machine's busy share."""
 
-    def __init__(self, env: dict[str, str], args: list[str], settle: float) -> None:
+    def __init__(self, env: dict[str, str], command: list[str], settle: float) -> None:
         self.env = env
-        self.args = args
+        self.command = command
         self.settle = settle
         self.cpu: list[float] = []
         self.busy: list[float] = []
@@ -80,15 +96,14 @@ class Runner:
         busy, total = machine_ticks()
         start = time.perf_counter()
         # A session of its own: the embedded run's JVM is found and waited for below.
-        process = subprocess.Popen([str(STAGED), "sql", *self.args, "-e", QUERY, "--output", "csv"],
-                                   env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
+        process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
         stdout, stderr = process.communicate(timeout=600)
         seconds = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         busy_after, total_after = machine_ticks()
         if process.returncode != 0 or stdout.split() != ["1", "1"]:
-            raise SystemExit(f"staged sql {' '.join(self.args)} failed:\n{stdout}\n{stderr}")
+            raise SystemExit(f"{self.command[:3]} failed:\n{stdout}\n{stderr}")
         self.cpu.append(after.ru_utime + after.ru_stime - rusage.ru_utime - rusage.ru_stime)
         self.busy.append((busy_after - busy) / max(1, total_after - total))
         deadline = time.monotonic() + 60
@@ -108,6 +123,8 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="a source tree of the package to compare with")
     parser.add_argument("--no-embedded", dest="embedded", action="store_false",
                         help="leave the embedded arm out")
+    parser.add_argument("--pyspark", action="store_true",
+                        help="add the arm of pyspark's Connect client alone (the floor)")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="seconds between a run's last process exiting and the next run")
     args = parser.parse_args()
@@ -124,12 +141,14 @@ def main() -> None:
         gateway = start_gateway(metastore.uri, metastore.warehouse, home, master="local[2]")
         print(f"gateway up in {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
         env |= {"STAGED_HOME": str(home), "STAGED_METASTORE_URI": metastore.uri}
-        arms: dict[str, Runner] = {"gateway": Runner(env, ["--gateway", gateway.url], args.settle)}
+        arms = {"gateway": Runner(env, staged_sql("--gateway", gateway.url), args.settle)}
+        if args.pyspark:
+            arms["pyspark"] = Runner(env, [sys.executable, "-c", PYSPARK_ONLY, gateway.url], args.settle)
         if args.embedded:
-            arms["embedded"] = Runner(env, ["--master", "local[2]"], args.settle)
+            arms["embedded"] = Runner(env, staged_sql("--master", "local[2]"), args.settle)
         if args.baseline is not None:
             baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve())}
-            arms["baseline"] = Runner(baseline_env, ["--gateway", gateway.url], args.settle)
+            arms["baseline"] = Runner(baseline_env, staged_sql("--gateway", gateway.url), args.settle)
 
         def on_rep(rep: int, order: list[str], seconds: dict[str, float]) -> None:
             runs = "  ".join(f"{name} {seconds[name]:.2f}s (cpu {arms[name].cpu[-1]:.2f}s, machine busy "
@@ -151,7 +170,7 @@ def main() -> None:
               f"{percentile_ms(values, 0.9) / 1000:.2f}s  runs {runs_text(values)}  |  cpu p50 "
               f"{percentile_ms(cpu, 0.5) / 1000:.2f}s  p90 {percentile_ms(cpu, 0.9) / 1000:.2f}s  "
               f"runs {runs_text(cpu)}  |  machine busy p50 {percentile_ms(busy, 0.5) / 1000:.0%}")
-    for other in ("embedded", "baseline"):
+    for other in ("embedded", "baseline", "pyspark"):
         if other in times:
             print(f"gateway/{other}: {paired_ratios(times['gateway'], times[other]).describe()}")
     p50 = percentile_ms(times["gateway"], 0.5) / 1000
