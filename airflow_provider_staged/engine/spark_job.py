@@ -144,8 +144,8 @@ def query_frame(spark: SparkSession, sql: str) -> DataFrame:
 
     Over Spark Connect, ``spark.sql`` is a round trip of its own (the server parses and
     analyzes the text to run a command at once) that returns, for a query, only the same SQL
-    text as the relation to build on: a query is sent as that relation directly, and the
-    server analyzes it once, in the write (one round trip and one analysis less per build).
+    text as the relation to build on: a query is sent as that relation directly (one round
+    trip and one of the server's analyses of it less per build).
     A statement starting with ``SELECT`` is a query in Spark's grammar; anything else (``WITH``
     may lead to an ``INSERT``) takes ``spark.sql``, so a command still runs once.
     """
