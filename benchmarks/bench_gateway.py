@@ -246,7 +246,7 @@ class Stack:
         before = {r.attempt_id for r in self.journal.records() if r.target == target}
         triggered = time.time()
         # The body the workflow scheduler's trigger_refresh sends (run_after due at once on SQLite).
-        fields = manual_run_fields(datetime.fromtimestamp(triggered, timezone.utc))
+        fields = manual_run_fields(datetime.fromtimestamp(triggered, timezone.utc), False, None)
         body = {"logical_date": None, "conf": {"ds": "2024-01-02"}, "dag_run_id": fields["dag_run_id"],
                 "run_after": fields["run_after"].isoformat()}
         run = self.http.post(f"/dags/{dag_id}/dagRuns", json=body)

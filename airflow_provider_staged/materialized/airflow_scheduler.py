@@ -349,8 +349,8 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         )
 
     def trigger_refresh(self, handler: AirflowRefreshHandler, trigger: RefreshTrigger) -> str:
-        body = TriggerDAGRunPostBody(logical_date=None, conf=trigger.as_conf(),
-                                     **manual_run_fields(datetime.now(timezone.utc)))
+        fields = manual_run_fields(datetime.now(timezone.utc), trigger.is_periodic, trigger.schedule_time)
+        body = TriggerDAGRunPostBody(logical_date=None, conf=trigger.as_conf(), **fields)
         try:
             run = DagRunApi(self.client).trigger_dag_run(handler.dag_id, body)
         except ApiException as err:

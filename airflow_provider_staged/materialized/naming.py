@@ -27,17 +27,20 @@ def broken_dag_id(path: Path) -> str:
     return BROKEN_DAG_ID_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
 
 
-def manual_run_fields(now: datetime) -> dict[str, Any]:
-    """``run_after`` and ``dag_run_id`` of a refresh triggered at ``now`` (aware, UTC).
+def manual_run_fields(now: datetime, is_periodic: bool, schedule_time: str | None) -> dict[str, Any]:
+    """``run_after`` and ``dag_run_id`` of a refresh triggered at ``now`` (aware, UTC); none
+    (Airflow's own) for a periodic refresh without ``schedule_time``.
 
     Airflow 3.3 starts a queued run once ``run_after <= now()`` in its database. On SQLite (the
     local stack) that compares the stored text ``'... HH:MM:SS.ffffff'`` with
     ``CURRENT_TIMESTAMP``, which has whole seconds: a run is due only in the second after its
     ``run_after``, 0.5 s of every trigger's wait on average. The last microsecond of the second
-    before ``now`` is due at the scheduler's next loop. A refresh without ``scheduleTime`` takes
-    ``run_after`` as its schedule time: a trigger in the first second of a partition's period
-    refreshes the period before (give ``scheduleTime`` when that matters). The run id keeps
-    ``now``, as Airflow's own ``manual__<run_after>``: two triggers in one second stay two runs.
+    before ``now`` is due at the scheduler's next loop. Not for a periodic refresh without
+    ``schedule_time``: its partition follows ``run_after`` (a one-time refresh only shows it,
+    as its schedule time when none is given: the second before). The run id keeps ``now``, as
+    Airflow's own ``manual__<run_after>``: two triggers in one second stay two runs.
     """
+    if is_periodic and not schedule_time:
+        return {}
     return {"dag_run_id": f"manual__{now.isoformat()}",
             "run_after": now.replace(microsecond=0) - timedelta(microseconds=1)}

@@ -25,10 +25,14 @@ def test_manual_run_is_due_at_once_on_sqlite() -> None:
     from sqlalchemy.dialects.sqlite import DATETIME
 
     now = datetime(2026, 11, 24, 1, 39, 45, 357592, tzinfo=timezone.utc)
-    fields = manual_run_fields(now)
+    fields = manual_run_fields(now, False, None)
     assert fields["run_after"] == datetime(2026, 11, 24, 1, 39, 44, 999999, tzinfo=timezone.utc)
     assert fields["dag_run_id"] == "manual__2026-11-24T01:39:45.357592+00:00"  # Airflow's own form
-    assert manual_run_fields(now.replace(microsecond=357593))["dag_run_id"] != fields["dag_run_id"]
+    later = manual_run_fields(now.replace(microsecond=357593), False, None)
+    assert later["dag_run_id"] != fields["dag_run_id"]
+    # A periodic refresh takes its partition from its schedule time: run_after unless one is given.
+    assert manual_run_fields(now, True, None) == {}
+    assert manual_run_fields(now, True, "2026-11-24 00:00:00") == fields
     # Airflow's test on SQLite: run_after, stored as SQLAlchemy writes it, <= CURRENT_TIMESTAMP
     # (whole seconds; here the database's clock is `now`): `now` itself, even cut to its
     # second, is not due before the next second.
