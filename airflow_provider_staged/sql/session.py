@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot.tokens import TokenType
 
+from airflow_provider_staged.engine.spark_job import query_frame
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
@@ -118,7 +119,8 @@ class SqlSession:
 
                 return stream_changes(self.spark, statement.text, database, self.properties,
                                       self.settings.metastore_uri, self.interactive)
-        return self._collect(self.spark.sql(statement.text))
+        # A query goes to a gateway as its SQL relation, without spark.sql's own round trip.
+        return self._collect(query_frame(self.spark, statement.text))
 
     def _collect(self, frame: Any) -> ResultSet:
         limit = self.properties.max_rows
