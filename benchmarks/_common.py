@@ -315,6 +315,29 @@ def metastore_only(prefix: str, database: str) -> Iterator[Any]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@contextmanager
+def client_gateway(prefix: str) -> Iterator[tuple[Any, dict[str, str]]]:
+    """A throwaway metastore and a warm gateway (``local[2]``) in a temp home: its ``GatewayInfo``
+    and the environment of a ``staged sql`` client of them (this process's ``AIRFLOW_*``,
+    ``STAGED_*`` and ``PYTHONPATH`` left out). Both stopped and deleted on exit."""
+    from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
+    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
+
+    home = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("AIRFLOW", "STAGED_")) and key != "PYTHONPATH"}
+    try:
+        metastore = start_metastore(home)
+        started = time.perf_counter()
+        gateway = start_gateway(metastore.uri, metastore.warehouse, home, master="local[2]")
+        print(f"gateway up in {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
+        yield gateway, {**env, "STAGED_HOME": str(home), "STAGED_METASTORE_URI": metastore.uri}
+    finally:
+        stop_gateway(home)
+        stop_metastore(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def embedded_engine(services: HiveServices, journal_dir: Path) -> Any:
     """The operator's ``EmbeddedEngine``, running on the benchmark's own session.
 

@@ -35,14 +35,12 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _common import alternating_rounds, load, paired_ratios, percentile_ms, runs_text
+from _common import alternating_rounds, client_gateway, load, paired_ratios, percentile_ms, runs_text
 
 STAGED = Path(sys.executable).with_name("staged")
 QUERY = "SELECT 1"
@@ -129,18 +127,7 @@ def main() -> None:
                         help="seconds between a run's last process exiting and the next run")
     args = parser.parse_args()
 
-    from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
-    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
-
-    home = Path(tempfile.mkdtemp(prefix="bench-sql-client-"))
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("AIRFLOW", "STAGED_")) and key != "PYTHONPATH"}
-    try:
-        metastore = start_metastore(home)
-        started = time.perf_counter()
-        gateway = start_gateway(metastore.uri, metastore.warehouse, home, master="local[2]")
-        print(f"gateway up in {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
-        env |= {"STAGED_HOME": str(home), "STAGED_METASTORE_URI": metastore.uri}
+    with client_gateway("bench-sql-client") as (gateway, env):
         arms = {"gateway": Runner(env, staged_sql("--gateway", gateway.url), args.settle)}
         if args.pyspark:
             arms["pyspark"] = Runner(env, [sys.executable, "-c", PYSPARK_ONLY, gateway.url], args.settle)
@@ -160,10 +147,6 @@ def main() -> None:
                 runner.forget_warmup()
 
         times = alternating_rounds(arms, args.reps, on_rep=on_rep, after_warmup=after_warmup)
-    finally:
-        stop_gateway(home)
-        stop_metastore(home)
-        shutil.rmtree(home, ignore_errors=True)
     for name, values in times.items():
         cpu, busy = arms[name].cpu, arms[name].busy
         print(f"{name:9s} p50 {percentile_ms(values, 0.5) / 1000:.2f}s  p90 "

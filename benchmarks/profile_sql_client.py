@@ -2,11 +2,11 @@
 
 Each sample is a fresh interpreter (as a user's command is) that takes the command's steps in its
 order with the client's own functions, timestamped: our CLI's imports, typer's parameter
-coercion (it imports pydantic), pyspark's Spark Connect client, the session, the statement's two
-round trips (``spark.sql`` runs a SQL command on the server; the rows come with a second plan),
-the output, releasing the server's session, and the interpreter's exit (measured from outside:
-the process end after its last timestamp). Wall and CPU milliseconds per phase, median over the
-samples; the process total beside them.
+coercion (it imports pydantic), pyspark's Spark Connect client, the session, the statement (a
+SELECT is one round trip: its SQL relation, limited, collected), the output, releasing the
+server's session, and the interpreter's exit (measured from outside: the process end after its
+last timestamp). Wall and CPU milliseconds per phase, median over the samples; the process
+total beside them.
 
 Starts its own metastore and a warm gateway (``local[2]``) in a temp home; stops both.
 ``.venv/bin/python benchmarks/profile_sql_client.py --samples 9``
@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from _common import load
+from _common import client_gateway, load
 
 # The probe: the phases of `staged sql --gateway URL -e "SELECT 1" -o csv`, each timestamped.
 PROBE = r"""
@@ -48,10 +44,8 @@ session = client.make_session(spark, SessionProperties({}), lambda: None)
 mark("sql.session import")
 from airflow_provider_staged.sql.splitting import split_statements
 statement = split_statements("SELECT 1")[0]
-frame = spark.sql(statement.text)
-mark("round trip 1: spark.sql (SQL command)")
-result = session._collect(frame)
-mark("round trip 2: limit + collect")
+result = session.execute(statement)
+mark("the statement: one round trip (its relation, limit + collect)")
 client.Printer(session.properties, client.ScriptOutput.csv, False)(result)
 sys.stdout.flush()
 mark("print")
@@ -80,23 +74,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=9)
     args = parser.parse_args()
 
-    from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
-    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
-
-    home = Path(tempfile.mkdtemp(prefix="profile-sql-client-"))
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("AIRFLOW", "STAGED_")) and key != "PYTHONPATH"}
-    try:
-        metastore = start_metastore(home)
-        gateway = start_gateway(metastore.uri, metastore.warehouse, home, master="local[2]")
-        env |= {"STAGED_HOME": str(home), "STAGED_METASTORE_URI": metastore.uri, "PROBE_URL": gateway.url}
-        print(f"gateway up; load average {load()}", flush=True)
+    with client_gateway("profile-sql-client") as (gateway, env):
+        env["PROBE_URL"] = gateway.url
         sample(env)  # warm-up: the page cache, the gateway's first session
         runs = [sample(env) for _ in range(args.samples)]
-    finally:
-        stop_gateway(home)
-        stop_metastore(home)
-        shutil.rmtree(home, ignore_errors=True)
     print(f"{'phase':66s} {'wall ms':>8s} {'cpu ms':>7s}   (median of {args.samples})")
     for index, (name, _, _) in enumerate(runs[0][0]):
         wall = statistics.median(run[0][index][1] for run in runs)
