@@ -84,8 +84,23 @@ def wait_for_port(port: int, pid: int, timeout: float, log_file: Path) -> None:
     raise ServiceError(f"port {port} did not open within {timeout:.0f}s (pid {pid}, log {log_file})")
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether a process of process group ``pgid`` still runs (zombies do not count)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    return True
+    return False
+
+
 def stop_pid(pid: int, timeout: float = 20.0) -> None:
-    """SIGTERM the process group of ``pid``, then SIGKILL it if it lingers."""
+    """SIGTERM the process group of ``pid``, then SIGKILL it if any of it lingers.
+
+    The whole group, not only its leader: a member that outlives the leader (e.g. a worker
+    that ignores SIGTERM while the scheduler that forked it exits) would be left running.
+    """
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
@@ -93,7 +108,7 @@ def stop_pid(pid: int, timeout: float = 20.0) -> None:
         while time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            if not pid_alive(pid):
+            if not pid_alive(pid) and not group_alive(pid):
                 return
             time.sleep(0.1)
 
