@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -110,8 +110,16 @@ class MaterializedTables:
                 identifier, definition_text, cron, dict(dynamic_options or {}), dict(execution_config or {})
             )
         )
-        self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler),
-                        failures=FailureStreak())
+        serialized = self._serialize(handler)
+
+        def activated(current: CatalogStatus) -> CatalogStatus:
+            # The workflow runs from its unpause on: a first scheduled run may already have
+            # failed and counted (or suspended the table) before this write; what it recorded
+            # stays (resetting the streak here lost that count).
+            return replace(current, refresh_status=current.refresh_status or RefreshStatus.ACTIVATED,
+                           refresh_handler=serialized)
+
+        self.store.update(identifier, path, activated)
         return handler
 
     def alter(

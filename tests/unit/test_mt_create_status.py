@@ -1,0 +1,59 @@
+"""CREATE keeps what the workflow's first run recorded before CREATE stored the status."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.materialized.airflow_scheduler import (
+    AirflowRefreshHandler,
+    AirflowRefreshHandlerSerializer,
+)
+from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
+from airflow_provider_staged.materialized.failure_streak import FailureStreak
+from airflow_provider_staged.materialized.manager import MaterializedTables
+from airflow_provider_staged.materialized.scheduler import CreateRefreshWorkflow, RefreshStatus
+
+DEFINITION = """CREATE MATERIALIZED TABLE e2e.t
+FRESHNESS = INTERVAL '1' DAY
+AS SELECT 1 AS n;
+"""
+
+
+class _FirstRunFailsDuringCreate:
+    """A workflow scheduler whose workflow's first scheduled run fails (and counts) before
+    ``create_refresh_workflow`` returns, as a catch-up run does right after the unpause."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def definition_path_for(self, identifier: TableIdentifier) -> Path:
+        return self.folder / f"{identifier.database}__{identifier.table}.sql"
+
+    def create_refresh_workflow(self, workflow: CreateRefreshWorkflow) -> AirflowRefreshHandler:
+        path = self.definition_path_for(workflow.identifier)
+        path.write_text(workflow.definition_text)
+
+        def first_run_failed(current: CatalogStatus) -> CatalogStatus:
+            return replace(current, refresh_status=RefreshStatus.ACTIVATED,
+                           failures=FailureStreak(1, "scheduled__2026-11-19: source missing"))
+
+        CatalogStatusStore(None).update(workflow.identifier, path, first_run_failed)
+        return AirflowRefreshHandler("mt__e2e__t", "http://127.0.0.1:9")
+
+    def get_refresh_handler_serializer(self) -> AirflowRefreshHandlerSerializer:
+        return AirflowRefreshHandlerSerializer()
+
+
+def test_create_keeps_a_failure_the_first_run_counted(tmp_path: Path) -> None:
+    scheduler = _FirstRunFailsDuringCreate(tmp_path)
+    tables = MaterializedTables(scheduler, None)  # type: ignore[arg-type]
+
+    tables.create(DEFINITION)
+
+    identifier = TableIdentifier("e2e", "t")
+    status = tables.store.load(identifier, scheduler.definition_path_for(identifier))
+    assert status.refresh_status is RefreshStatus.ACTIVATED
+    assert status.failures == FailureStreak(1, "scheduled__2026-11-19: source missing")
+    assert status.refresh_handler is not None and "mt__e2e__t" in status.refresh_handler
