@@ -81,7 +81,7 @@ def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> Ve
         if deleted:
             report.deleted[target] = deleted
     try:  # after the sweep: the records of the directories it deleted are no longer needed
-        report.pruned = prune_journal(settings, now=now)
+        report.pruned = prune_journal(settings, now=now, records=records)
     except Exception as error:
         log.exception("pruning the journal failed")
         report.failures["journal"] = str(error)

@@ -87,10 +87,15 @@ def prune_journal(
     target: str | None = None,
     now: float | None = None,
     keep_last: int | None = None,
+    records: Iterable[AttemptRecord] | None = None,
 ) -> list[str]:
-    """Delete the prunable records (of ``target`` only, when given); their attempt ids."""
+    """Delete the prunable records (of ``target`` only, when given); their attempt ids.
+
+    ``records``: the journal as a caller already read it (a record ended since is pruned next
+    time; ``remove_ended`` re-checks each one under its lock)."""
     now = time.time() if now is None else now
-    records = [r for r in settings.journal.records() if target is None or r.target == target]
+    listed = settings.journal.records() if records is None else records
+    records = [r for r in listed if target is None or r.target == target]
     keep = KEEP_LAST_RECORDS if keep_last is None else keep_last
     pruned = [
         record.attempt_id
