@@ -37,7 +37,7 @@ _TOKEN = re.compile(
       |(?P<ident>`(?:[^`]|``)*`)
       |(?P<word>[A-Za-z_][A-Za-z0-9_]*)
       |(?P<number>[0-9]+(?:\.[0-9]+)?)
-      |(?P<punct>[(),=.;<>+*:-])
+      |(?P<punct>[(),=.;<>+*:|%!&^~?\[\]{}-]|/(?!\*))  # operators of expressions Flink accepts
       |(?P<end>\Z))""",
     re.DOTALL | re.VERBOSE,
 )

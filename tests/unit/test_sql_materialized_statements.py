@@ -282,6 +282,16 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
         ("CREATE MATERIALIZED TABLE tbl1\n(ts TIMESTAMP(3),\n watermark FOR ts AS ts - interval '3' "
          "second)\nAS SELECT 1", 3, 2, "WATERMARK is not supported"),
         ("CREATE MATERIALIZED TABLE t (c AS a + 1) AS SELECT 1", 1, 32, "computed column 'c'"),
+        # SqlMaterializedTableNodeToOperationConverterTest.before: the tables with non-persisted
+        # columns; their expressions' operators (||, /, %, [ ]) parse, the column is reported.
+        ("CREATE MATERIALIZED TABLE base_mtbl_with_non_persisted (\n   m STRING METADATA VIRTUAL,"
+         "   calc AS 'a' || 'b')\nFRESHNESS = INTERVAL '30' SECOND\nREFRESH_MODE = FULL\nAS SELECT 1",
+         2, 13, "metadata column 'm'"),
+        ("CREATE MATERIALIZED TABLE base_mtbl_with_non_persisted_last (\n   a INT NOT NULL,"
+         "   c AS UPPER(CAST(a AS STRING)))\nFRESHNESS = INTERVAL '30' SECOND\nREFRESH_MODE = FULL\n"
+         "AS SELECT 1 as a", 2, 24, "computed column 'c'"),
+        ("CREATE MATERIALIZED TABLE t (calc AS 'a' || m['k'] / 2 % 3, d INT) AS SELECT 1", 1, 35,
+         "computed column 'calc'"),
         ("CREATE MATERIALIZED TABLE t (m STRING METADATA VIRTUAL) AS SELECT 1", 1, 39,
          "metadata column 'm'"),
         ("CREATE MATERIALIZED TABLE tbl1\nDISTRIBUTED BY HASH (a) INTO 4 BUCKETS\nAS SELECT 1", 2, 1,
