@@ -12,7 +12,7 @@ Clauses, in Flink's order, all optional but ``AS``::
       [( column [type [NOT NULL] [PRIMARY KEY NOT ENFORCED] [COMMENT '...']], ...,
          [CONSTRAINT c] PRIMARY KEY (a, ...) NOT ENFORCED )]
       [COMMENT '...'] [PARTITIONED BY (a, ...)] [WITH ('key' = 'value', ...)]
-      [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY] [REFRESH_MODE = FULL|CONTINUOUS]
+      [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK] [REFRESH_MODE = FULL|CONTINUOUS]
       AS query
 
 Flink forms the project cannot honour (``DISTRIBUTED BY``, ``START_MODE``, watermarks,
@@ -38,9 +38,12 @@ from airflow_provider_staged.materialized.failure_streak import (
 )
 from airflow_provider_staged.materialized.freshness import (
     DEFAULT_FRESHNESS_THRESHOLD,
+    POSITIVE_MESSAGE,
+    UNITS_MESSAGE,
     Freshness,
     FreshnessError,
     RefreshMode,
+    TimeUnit,
     derive_refresh_mode,
     parse_duration,
 )
@@ -94,8 +97,8 @@ DEFAULT_FRESHNESS = {
     RefreshMode.CONTINUOUS: Freshness(3, "MINUTE"),
     RefreshMode.FULL: Freshness(1, "HOUR"),
 }
-_UNITS = {"SECOND": "SECOND", "MINUTE": "MINUTE", "HOUR": "HOUR", "DAY": "DAY"}
-_UNITS.update({f"{unit}S": unit for unit in list(_UNITS)})  # Flink accepts MINUTES, DAYS, ...
+_UNITS = {unit.value: unit for unit in TimeUnit}
+_UNITS.update({f"{name}S": unit for name, unit in list(_UNITS.items())})  # Flink: MINUTES, DAYS, ...
 _INTERVAL_ONLY = ("MATERIALIZED TABLE only supports define interval type FRESHNESS, please refer "
                   "to the materialized table document")  # Flink's wording
 _TYPE_END = ("NOT", "NULL", "COMMENT", "PRIMARY", "CONSTRAINT", "METADATA")
@@ -296,7 +299,7 @@ class _Parser:
         c.expect_punct("FRESHNESS", "=")
         if not c.at_keyword("INTERVAL"):
             self.fail("FRESHNESS", f"{_INTERVAL_ONLY}: found {c.describe(c.current)}, expected "
-                      "INTERVAL 'n' SECOND|MINUTE|HOUR|DAY")
+                      "INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK")
         c.advance()
         sign = c.advance() if c.at_punct("-") else None
         value = c.current
@@ -308,18 +311,14 @@ class _Parser:
         c.advance()
         unit = c.current
         if not c.at_keyword(*_UNITS):
-            self.fail("FRESHNESS", f"unsupported freshness unit {c.describe(unit)}: materialized table "
-                      "freshness only supports SECOND, MINUTE, HOUR, DAY as the time unit")
+            self.fail("FRESHNESS", f"unsupported freshness unit {c.describe(unit)}: {UNITS_MESSAGE}")
         c.advance()
         if c.at_keyword("TO"):
-            self.fail("FRESHNESS", f"unsupported freshness unit {unit.text.upper()} TO ...: materialized "
-                      "table freshness only supports SECOND, MINUTE, HOUR, DAY as the time unit")
+            self.fail("FRESHNESS", f"unsupported freshness unit {unit.text.upper()} TO ...: {UNITS_MESSAGE}")
         interval = f"INTERVAL {'-' if sign else ''}'{value.text}' {unit.text.upper()}"
         if sign or not value.text.strip().isdigit():
             shown = f"-{value.text}" if sign else value.text
-            negative = "materialized table freshness doesn't support negative value; " if sign else ""
-            self.fail("FRESHNESS", f"invalid freshness {interval}: {negative}the freshness interval "
-                      f"only supports positive integer values, but was: {shown}", sign or value)
+            self.fail("FRESHNESS", f"invalid freshness {interval}: {POSITIVE_MESSAGE}{shown}", sign or value)
         try:
             return Freshness(int(value.text), _UNITS[unit.text.upper()])
         except FreshnessError as err:

@@ -17,6 +17,7 @@ class TimeUnit(str, enum.Enum):
     MINUTE = "MINUTE"
     HOUR = "HOUR"
     DAY = "DAY"
+    WEEK = "WEEK"
 
 
 class RefreshMode(str, enum.Enum):
@@ -24,9 +25,16 @@ class RefreshMode(str, enum.Enum):
     CONTINUOUS = "CONTINUOUS"
 
 
-_UNIT_SECONDS = {TimeUnit.SECOND: 1, TimeUnit.MINUTE: 60, TimeUnit.HOUR: 3600, TimeUnit.DAY: 86400}
+_UNIT_SECONDS = {
+    TimeUnit.SECOND: 1, TimeUnit.MINUTE: 60, TimeUnit.HOUR: 3600, TimeUnit.DAY: 86400, TimeUnit.WEEK: 604800,
+}
 # FULL refresh: the value must divide the next larger unit (see ``check_full_refresh``).
-_UNIT_PERIOD = {TimeUnit.SECOND: 60, TimeUnit.MINUTE: 60, TimeUnit.HOUR: 24, TimeUnit.DAY: 1}
+_UNIT_PERIOD = {TimeUnit.SECOND: 60, TimeUnit.MINUTE: 60, TimeUnit.HOUR: 24}
+# Flink's wording (MaterializedTableUtils, IntervalFreshness), after the value it refuses.
+UNITS_MESSAGE = "Materialized table freshness only supports SECOND, MINUTE, HOUR, DAY, WEEK as the time unit."
+POSITIVE_MESSAGE = "The freshness interval currently only supports positive integer type values. But was: "
+_MAX_VALUE = 2**31 - 1  # Flink's int; and no longer than Python's timedelta can hold
+_MAX_SECONDS = int(timedelta.max.total_seconds())
 
 DEFAULT_FRESHNESS_THRESHOLD = timedelta(minutes=30)
 
@@ -42,12 +50,13 @@ class Freshness:
         try:
             unit = TimeUnit(str(getattr(self.unit, "value", self.unit)).upper())
         except ValueError:
-            raise FreshnessError(
-                f"invalid freshness unit {self.unit!r}: use SECOND, MINUTE, HOUR or DAY"
-            ) from None
+            raise FreshnessError(f"invalid freshness unit {self.unit!r}: {UNITS_MESSAGE}") from None
         object.__setattr__(self, "unit", unit)
-        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value <= 0:
-            raise FreshnessError(f"invalid freshness {self}: the interval must be a positive integer")
+        if (isinstance(self.value, bool) or not isinstance(self.value, int)
+                or not 0 < self.value <= _MAX_VALUE):
+            raise FreshnessError(f"invalid freshness {self}: {POSITIVE_MESSAGE}{self.value}")
+        if self.value * _UNIT_SECONDS[unit] > _MAX_SECONDS:
+            raise FreshnessError(f"invalid freshness {self}: longer than {timedelta.max.days} days")
 
     def __str__(self) -> str:
         return f"INTERVAL '{self.value}' {self.unit.value}"
@@ -56,21 +65,29 @@ class Freshness:
         return timedelta(seconds=self.value * _UNIT_SECONDS[self.unit])
 
     def check_full_refresh(self) -> None:
-        """Flink's FULL-mode limits (``validateFreshnessForCron``): the interval must divide the
-        next larger unit (60 seconds, 60 minutes, 24 hours) so that refreshes line up with
-        wall-clock boundaries, and a DAY freshness must be exactly 1 (months differ in length).
+        """Flink's FULL-mode limits (``validateFreshnessForCron``), in its words: the interval
+        must be less than and divide the next larger unit (60 seconds, 60 minutes, 24 hours) so
+        that refreshes line up with wall-clock boundaries, and a DAY freshness must be exactly 1
+        (months differ in length); so must a WEEK (a cron has no "every n weeks").
         CONTINUOUS tables accept any positive interval."""
-        if self.unit is TimeUnit.DAY:
+        unit = self.unit.value
+        if self.unit not in _UNIT_PERIOD:  # DAY, WEEK
             if self.value != 1:
                 raise FreshnessError(
-                    f"invalid freshness {self}: in FULL refresh mode a DAY freshness must be exactly 1"
+                    f"invalid freshness {self}: In full refresh mode, freshness must be 1 when the "
+                    f"time unit is {unit}."
                 )
             return
         period = _UNIT_PERIOD[self.unit]
-        if self.value >= period or period % self.value:
+        if self.value >= period:
             raise FreshnessError(
-                f"invalid freshness {self}: in FULL refresh mode a {self.unit.value} freshness must "
-                f"be less than {period} and divide {period} evenly"
+                f"invalid freshness {self}: In full refresh mode, freshness must be less than "
+                f"{period} when the time unit is {unit}."
+            )
+        if period % self.value:
+            raise FreshnessError(
+                f"invalid freshness {self}: In full refresh mode, only freshness that are factors "
+                f"of {period} are currently supported when the time unit is {unit}."
             )
 
     def to_cron(self) -> str:
@@ -79,6 +96,7 @@ class Freshness:
         Minutes and up are five-field crons. A SECOND freshness is croniter's six-field form
         with seconds last (``* * * * * */10``: every 10 s aligned to the minute, Flink's
         ``0/10 * * * * ? *``), which Airflow's ``CronTriggerTimetable`` schedules to the second.
+        A WEEK is Airflow's ``@weekly``: Sunday at midnight.
         """
         self.check_full_refresh()
         step = "*" if self.value == 1 else f"*/{self.value}"
@@ -88,6 +106,8 @@ class Freshness:
             return f"{step} * * * *"
         if self.unit is TimeUnit.HOUR:
             return f"0 {step} * * *"
+        if self.unit is TimeUnit.WEEK:
+            return "0 0 * * 0"
         return "0 0 * * *"
 
 

@@ -13,10 +13,11 @@ from airflow_provider_staged.materialized.freshness import Freshness
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
 _SCHEDULE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 _SCHEDULE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-# A periodic run refreshes the partition up to a day (the longest freshness) before its schedule
-# time, and zones are less than a day apart: a day's margin keeps that math inside datetime's
-# range, and years from 1000 are what strftime zero-pads to four digits (glibc writes 999 as '999').
-EARLIEST_SCHEDULE_TIME = datetime(1000, 1, 2)
+# A periodic run refreshes the partition up to a week (the longest freshness) before its schedule
+# time, and zones are less than a day apart: a week and a day's margin keeps that math inside
+# datetime's range, and years from 1000 are what strftime zero-pads to four digits (glibc writes
+# 999 as '999').
+EARLIEST_SCHEDULE_TIME = datetime(1000, 1, 9)
 LATEST_SCHEDULE_TIME = datetime(9999, 12, 30, 23, 59, 59)
 
 # Java/Flink date-pattern letters we accept and their strftime equivalents. Anything else
