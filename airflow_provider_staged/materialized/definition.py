@@ -235,7 +235,10 @@ class _Parser:
                 if not c.at_keyword(*RefreshMode.__members__):
                     self.fail(word, f"expected FULL or CONTINUOUS, found {c.describe(c.current)}")
                 explicit_mode = RefreshMode(c.advance().text.upper())
-            else:  # DISTRIBUTED, START_MODE: Flink clauses with nothing to honour here
+            elif word == "START_MODE":  # Flink's syntax first (its errors and positions), then refused
+                self._start_mode()
+                self.defer(word, _UNSUPPORTED_CLAUSES[word], token)
+            else:  # DISTRIBUTED: a Flink clause with nothing to honour here
                 self.defer(word, _UNSUPPORTED_CLAUSES[word], token)
                 c.skip(lambda: c.at_keyword(*_CLAUSES, "AS"))
         as_token = c.current
@@ -325,6 +328,41 @@ class _Parser:
             self.fail("FRESHNESS", str(err), value)
 
 
+    def _start_mode(self) -> None:
+        """``START_MODE = kind [(literal)]`` as Flink's parser reads it: an INTERVAL for the NOW
+        kinds, a TIMESTAMP [WITH LOCAL TIME ZONE] for the TIMESTAMP kinds, nothing for BEGINNING."""
+        c = self.cursor
+        clause = "START_MODE"
+        c.expect_punct(clause, "=")
+        if not c.at_keyword(*_START_MODES):
+            self.fail(clause, f"expected one of {', '.join(_START_MODES)}, found {c.describe(c.current)}")
+        kind = c.advance().text.upper()
+        if kind.endswith("BEGINNING") or not c.at_punct("("):
+            return
+        c.advance()
+        if kind.endswith("TIMESTAMP"):
+            c.expect_keyword(clause, "TIMESTAMP")
+            if c.at_keyword("WITH"):
+                c.expect_keyword(clause, "WITH", "LOCAL", "TIME", "ZONE")
+            c.expect(clause, "string", "a quoted timestamp such as '2023-04-22 21:37:58'")
+        elif c.at_keyword("INTERVAL"):
+            c.advance()
+            if c.at_punct("-"):
+                c.advance()
+            c.expect(clause, "string", "a quoted interval value such as '1'")
+            c.expect(clause, "word", "an interval unit such as HOUR")
+        else:
+            literal = c.current
+            if c.at_keyword("TIMESTAMP", "DATE", "TIME"):  # Flink points at the literal's value
+                c.advance()
+                literal = c.current
+            self.fail(clause, "START_MODE literal must be an interval for FROM_NOW and RESUME_OR_FROM_NOW "
+                      f"modes, found {c.describe(literal)}", literal)
+        c.expect_punct(clause, ")")
+
+
+_START_MODES = ("FROM_BEGINNING", "FROM_NOW", "FROM_TIMESTAMP",
+                "RESUME_OR_FROM_BEGINNING", "RESUME_OR_FROM_NOW", "RESUME_OR_FROM_TIMESTAMP")
 _CLAUSE_NAMES = {
     "COMMENT": "COMMENT",
     "PARTITIONED": "PARTITIONED BY",

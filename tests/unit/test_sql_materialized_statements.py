@@ -313,6 +313,14 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
          "DISTRIBUTED BY/INTO is not supported"),
         ("create materialized table tbl1 start_mode = from_now(INTERVAL '1' HOUR) as select * "
          "from t", 1, 32, "START_MODE is not supported"),
+        # MaterializedTableStatementParserTest.testStartMode: Flink's syntax errors come first.
+        ("create materialized table tbl1 start_mode = from_now(timestamp '2023-04-22 21:37:58') as "
+         "select * from t", 1, 64, "START_MODE literal must be an interval for FROM_NOW and "
+         "RESUME_OR_FROM_NOW modes, found \"'2023-04-22 21:37:58'\""),
+        ("create materialized table tbl1 start_mode = resume_or_from_timestamp(interval '2' minutes) "
+         "as select * from t", 1, 70, "expected TIMESTAMP, found 'interval'"),
+        ("create materialized table tbl1 start_mode = from_later as select * from t", 1, 45,
+         "expected one of FROM_BEGINNING, .*, found 'from_later'"),
         # Clause order is Flink's.
         ("CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '1' DAY\nPARTITIONED BY (ds)\nAS SELECT 1",
          3, 1, "expected REFRESH_MODE or AS, found 'PARTITIONED' \\(clauses go in the order"),
@@ -330,6 +338,22 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
 )
 def test_create_errors(text: str, line: int, column: int, match: str) -> None:
     assert_error(text, line, column, match)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "from_beginning", "from_now", "from_now(INTERVAL '1' HOUR)",
+        "from_timestamp(TIMESTAMP '2023-04-22 21:37:58')", "resume_or_from_beginning",
+        "resume_or_from_now", "resume_or_from_now(interval '2' minutes)",
+        "resume_or_from_timestamp(TIMESTAMP WITH LOCAL TIME ZONE '2023-04-22 21:37:58')",
+    ],
+)
+def test_flink_start_modes_parse_then_are_refused(mode: str) -> None:
+    """MaterializedTableStatementParserTest.testStartMode's accepted forms: read as Flink reads
+    them, then refused at START_MODE (a CONTINUOUS table resumes from its own checkpoint)."""
+    assert_error(f"create materialized table tbl1 start_mode = {mode} as select * from t", 1, 32,
+                 "START_MODE is not supported")
 
 
 def test_flink_full_examples_are_refused_naming_the_first_unsupported_part() -> None:
