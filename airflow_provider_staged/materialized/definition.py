@@ -147,6 +147,45 @@ class MaterializedTableDefinition:
     primary_key_name: str | None = None
 
 
+def read_freshness(c: Cursor) -> Freshness:
+    """``= INTERVAL 'n' unit`` after FRESHNESS, with Flink's errors at its positions."""
+    c.expect_punct("FRESHNESS", "=")
+    if not c.at_keyword("INTERVAL"):
+        c.fail("FRESHNESS", f"{_INTERVAL_ONLY}: found {c.describe(c.current)}, expected "
+               "INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK")
+    c.advance()
+    sign = c.advance() if c.at_punct("-") else None
+    value = c.current
+    if value.kind != "string":
+        if value.kind == "number":
+            c.advance()  # Flink points at what follows an unquoted number (its unit)
+        c.fail("FRESHNESS", f"{_INTERVAL_ONLY}: the interval value must be quoted, as in "
+               f"INTERVAL '1' HOUR, found {c.describe(value)}")
+    c.advance()
+    unit = c.current
+    if not c.at_keyword(*_UNITS):
+        c.fail("FRESHNESS", f"unsupported freshness unit {c.describe(unit)}: {UNITS_MESSAGE}")
+    c.advance()
+    if c.at_keyword("TO"):
+        c.fail("FRESHNESS", f"unsupported freshness unit {unit.text.upper()} TO ...: {UNITS_MESSAGE}")
+    interval = f"INTERVAL {'-' if sign else ''}'{value.text}' {unit.text.upper()}"
+    if sign or not value.text.strip().isdigit():
+        shown = f"-{value.text}" if sign else value.text
+        c.fail("FRESHNESS", f"invalid freshness {interval}: {POSITIVE_MESSAGE}{shown}", sign or value)
+    try:
+        return Freshness(int(value.text), _UNITS[unit.text.upper()])
+    except FreshnessError as err:
+        c.fail("FRESHNESS", str(err), value)
+
+
+def read_refresh_mode(c: Cursor) -> RefreshMode:
+    """``= FULL|CONTINUOUS`` after REFRESH_MODE."""
+    c.expect_punct("REFRESH_MODE", "=")
+    if not c.at_keyword(*RefreshMode.__members__):
+        c.fail("REFRESH_MODE", f"expected FULL or CONTINUOUS, found {c.describe(c.current)}")
+    return RefreshMode(c.advance().text.upper())
+
+
 class _Parser:
     def __init__(self, text: str, path: str, error: ErrorFactory | None = None, unit: str = "file") -> None:
         self.text = text
@@ -229,12 +268,9 @@ class _Parser:
             elif word == "WITH":
                 options, option_tokens = c.string_options(word)
             elif word == "FRESHNESS":
-                freshness_token, freshness = token, self._freshness()
+                freshness_token, freshness = token, read_freshness(c)
             elif word == "REFRESH_MODE":
-                c.expect_punct(word, "=")
-                if not c.at_keyword(*RefreshMode.__members__):
-                    self.fail(word, f"expected FULL or CONTINUOUS, found {c.describe(c.current)}")
-                explicit_mode = RefreshMode(c.advance().text.upper())
+                explicit_mode = read_refresh_mode(c)
             elif word == "START_MODE":  # Flink's syntax first (its errors and positions), then refused
                 self._start_mode()
                 self.defer(word, _UNSUPPORTED_CLAUSES[word], token)
@@ -296,37 +332,6 @@ class _Parser:
         clause = _CLAUSE_NAMES.get(word or "", "AS")
         why = f" (clauses go in the order {_CLAUSE_ORDER})" if word in _CLAUSES else ""
         self.fail(clause, f"expected {listed}, found {found}{why}")
-
-    def _freshness(self) -> Freshness:
-        c = self.cursor
-        c.expect_punct("FRESHNESS", "=")
-        if not c.at_keyword("INTERVAL"):
-            self.fail("FRESHNESS", f"{_INTERVAL_ONLY}: found {c.describe(c.current)}, expected "
-                      "INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK")
-        c.advance()
-        sign = c.advance() if c.at_punct("-") else None
-        value = c.current
-        if value.kind != "string":
-            if value.kind == "number":
-                c.advance()  # Flink points at what follows an unquoted number (its unit)
-            self.fail("FRESHNESS", f"{_INTERVAL_ONLY}: the interval value must be quoted, as in "
-                      f"INTERVAL '1' HOUR, found {c.describe(value)}")
-        c.advance()
-        unit = c.current
-        if not c.at_keyword(*_UNITS):
-            self.fail("FRESHNESS", f"unsupported freshness unit {c.describe(unit)}: {UNITS_MESSAGE}")
-        c.advance()
-        if c.at_keyword("TO"):
-            self.fail("FRESHNESS", f"unsupported freshness unit {unit.text.upper()} TO ...: {UNITS_MESSAGE}")
-        interval = f"INTERVAL {'-' if sign else ''}'{value.text}' {unit.text.upper()}"
-        if sign or not value.text.strip().isdigit():
-            shown = f"-{value.text}" if sign else value.text
-            self.fail("FRESHNESS", f"invalid freshness {interval}: {POSITIVE_MESSAGE}{shown}", sign or value)
-        try:
-            return Freshness(int(value.text), _UNITS[unit.text.upper()])
-        except FreshnessError as err:
-            self.fail("FRESHNESS", str(err), value)
-
 
     def _start_mode(self) -> None:
         """``START_MODE = kind [(literal)]`` as Flink's parser reads it: an INTERVAL for the NOW

@@ -33,6 +33,8 @@ from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIde
 from airflow_provider_staged.materialized.definition import (
     MaterializedTableDefinition,
     parse_create_statement,
+    read_freshness,
+    read_refresh_mode,
 )
 from airflow_provider_staged.sql.materialized_grammar import Cursor
 
@@ -192,10 +194,40 @@ class _Statements:
             return RefreshMaterializedTable(table, MappingProxyType(partition))
         found = c.describe(c.current)
         if c.at_keyword(*_OTHER_ALTER):
-            self.fail(_ALTER, f"{c.current.text.upper()} is not supported here: change the definition "
-                      "(its file, or CREATE OR ALTER MATERIALIZED TABLE) instead; supported: "
-                      f"{_SUPPORTED_ALTER}")
+            keyword = c.current
+            if c.at_keyword("SET", "RESET"):
+                self.set_or_reset()  # Flink's syntax errors first, at its positions
+            c.fail(_ALTER, f"{keyword.text.upper()} is not supported here: change the definition "
+                   "(its file, or CREATE OR ALTER MATERIALIZED TABLE) instead; supported: "
+                   f"{_SUPPORTED_ALTER}", keyword)
         self.fail(_ALTER, f"expected {_SUPPORTED_ALTER}, found {found}")
+
+    def set_or_reset(self) -> None:
+        """Flink's ``SET ('k' = 'v', ...) | SET FRESHNESS = ... | SET REFRESH_MODE = ...`` and
+        ``RESET ('k', ...)``, read only to report their syntax errors where Flink does."""
+        c = self.c
+        clause = f"{_ALTER} {c.current.text.upper()}"
+
+        def key() -> None:
+            c.expect(clause, "string", "a quoted option key such as 'owner'")
+
+        def option() -> None:
+            key()
+            c.expect_punct(clause, "=")
+            c.expect(clause, "string", "a quoted option value")
+
+        if c.advance().text.upper() == "RESET":
+            c.parenthesized(clause, key, empty=True)
+        elif c.at_keyword("FRESHNESS"):
+            c.advance()
+            read_freshness(c)
+        elif c.at_keyword("REFRESH_MODE"):
+            c.advance()
+            read_refresh_mode(c)
+        elif c.at_punct("("):
+            c.parenthesized(clause, option, empty=True)
+        else:
+            self.fail(clause, f"expected FRESHNESS, REFRESH_MODE or '(', found {c.describe(c.current)}")
 
     def partition_spec(self) -> dict[str, str]:
         """``(k = 'v', ...)``: validated keys, values decoded to plain strings (never SQL)."""
