@@ -17,8 +17,9 @@ A malformed statement raises :class:`MaterializedStatementError` with the 1-base
 column of the offending token. ``CREATE`` uses the definition files' parser
 (:mod:`airflow_provider_staged.materialized.definition`): one grammar, two entry points.
 Only an optional ``;`` may follow a statement; partition values and options are decoded string
-literals (data, never SQL). Flink's other ``ALTER`` forms are refused: the definition is the
-one place a table's schema, options and query change.
+literals (data, never SQL). Flink's other ``ALTER`` forms are refused at their keyword (SET and
+RESET after Flink's syntax errors in them): the definition is the one place a table's schema,
+options and query change.
 """
 
 from __future__ import annotations
