@@ -90,8 +90,9 @@ def check_definition_change(
         )
     if new.refresh_mode is not old.refresh_mode:
         raise QueryChangeError(
-            f"CREATE OR ALTER of {table} cannot change the refresh mode {old.refresh_mode.value} to "
-            f"{new.refresh_mode.value}; DROP MATERIALIZED TABLE it, then CREATE it"
+            f"Changing of REFRESH MODE is unsupported: CREATE OR ALTER of {table} cannot change the "
+            f"refresh mode {old.refresh_mode.value} to {new.refresh_mode.value}; DROP MATERIALIZED "
+            "TABLE it, then CREATE it"
         )
     if new.refresh_mode is RefreshMode.CONTINUOUS and new.query.strip() != old.query.strip():
         raise QueryChangeError(
