@@ -56,10 +56,13 @@ def column_text(column: Column) -> str:
 def appended_columns(old: Sequence[Column], new: Sequence[Column]) -> list[Column]:
     """The columns ``new`` appends to ``old``; :class:`QueryChangeError` for any other change."""
     if len(old) > len(new):
+        kept = {name.lower() for name, _ in new}
+        dropped = next((name for name, _ in old if name.lower() not in kept), old[len(new)][0])
         raise QueryChangeError(
-            "Failed to modify query because drop column is unsupported. When modifying a query, you can "
-            "only append new columns at the end of original schema. The original schema has "
-            f"{len(old)} columns, but the newly derived schema from the query has {len(new)} columns."
+            f"Dropping of persisted column `{dropped}` is not supported. Failed to modify query because "
+            "drop column is unsupported. When modifying a query, you can only append new columns at the "
+            f"end of original schema. The original schema has {len(old)} columns, but the newly "
+            f"derived schema from the query has {len(new)} columns."
         )
     for position, (before, after) in enumerate(zip(old, new, strict=False), start=1):
         if before[0].lower() != after[0].lower() or before[1] != after[1]:

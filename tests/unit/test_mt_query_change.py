@@ -34,10 +34,17 @@ def test_dropping_a_column_is_refused_with_flinks_message() -> None:
     with pytest.raises(QueryChangeError) as caught:
         appended_columns(OLD, OLD[:1])
     assert str(caught.value) == (
+        "Dropping of persisted column `b` is not supported. "
         "Failed to modify query because drop column is unsupported. When modifying a query, you can only "
         "append new columns at the end of original schema. The original schema has 2 columns, but the "
         "newly derived schema from the query has 1 columns."
     )
+    # SqlMaterializedTableNodeToOperationConverterTest.alterQuery: 'AS SELECT a, b FROM t3' names `c`.
+    base = [("a", "long"), ("b", "string"), ("c", "integer"), ("d", "string")]
+    with pytest.raises(QueryChangeError, match=r"^Dropping of persisted column `c` is not supported\."):
+        appended_columns(base, base[:2])
+    with pytest.raises(QueryChangeError, match=r"^Dropping of persisted column `b` is not supported\."):
+        appended_columns(base, [("a", "long"), ("x", "string"), ("c", "integer")])
 
 
 @pytest.mark.parametrize(
