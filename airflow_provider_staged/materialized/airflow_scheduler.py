@@ -119,26 +119,49 @@ class AirflowRefreshHandlerSerializer(RefreshHandlerSerializer[AirflowRefreshHan
         return AirflowRefreshHandler(dag_id, endpoint)
 
 
-def render_definition(definition: MaterializedTableDefinition, options: Mapping[str, str]) -> str:
-    """The definition's DDL with ``options`` as its WITH clause (query text kept verbatim)."""
+def render_definition(
+    definition: MaterializedTableDefinition, options: Mapping[str, str], enriched: bool = False
+) -> str:
+    """The definition's DDL with ``options`` as its WITH clause (query text kept verbatim).
+
+    ``enriched``: as Flink's ``SHOW CREATE MATERIALIZED TABLE`` shows it, with the refresh mode
+    even when it was derived and no ';'; otherwise a definition file's text (a derived mode
+    stays derived).
+    """
 
     def quote(text: str) -> str:
         return "'" + text.replace("'", "''") + "'"
 
-    lines = [f"CREATE MATERIALIZED TABLE `{definition.identifier.database}`."
-             f"`{definition.identifier.table}`"]
+    def name(text: str) -> str:
+        return "`" + text.replace("`", "``") + "`"
+
+    lines = [f"CREATE MATERIALIZED TABLE {name(definition.identifier.database)}."
+             f"{name(definition.identifier.table)}"]
+    elements = [
+        " ".join(filter(None, (
+            name(column.name), column.data_type, "" if column.nullable else "NOT NULL",
+            f"COMMENT {quote(column.comment)}" if column.comment is not None else "",
+        )))
+        for column in definition.columns
+    ]
+    if definition.primary_key:
+        constraint = f"CONSTRAINT {name(definition.primary_key_name)} " if definition.primary_key_name else ""
+        key = ", ".join(map(name, definition.primary_key))
+        elements.append(f"{constraint}PRIMARY KEY ({key}) NOT ENFORCED")
+    if elements:
+        lines.append("(\n" + ",\n".join(f"  {element}" for element in elements) + "\n)")
     if definition.comment is not None:
         lines.append(f"COMMENT {quote(definition.comment)}")
     if definition.partition_by:
-        lines.append("PARTITIONED BY (" + ", ".join(f"`{c}`" for c in definition.partition_by) + ")")
+        lines.append("PARTITIONED BY (" + ", ".join(map(name, definition.partition_by)) + ")")
     if options:
         lines.append("WITH (\n" + ",\n".join(f"  {quote(k)} = {quote(v)}" for k, v in options.items())
                      + "\n)")
     freshness = definition.freshness
     lines.append(f"FRESHNESS = INTERVAL '{freshness.value}' {freshness.unit.value}")
-    if "REFRESH_MODE" in definition.lines:  # keep an explicit mode explicit, a derived one derived
+    if enriched or "REFRESH_MODE" in definition.lines:  # a file keeps a derived mode derived
         lines.append(f"REFRESH_MODE = {definition.refresh_mode.value}")
-    lines.append(f"AS {definition.query};\n")
+    lines.append(f"AS {definition.query}" if enriched else f"AS {definition.query};\n")
     return "\n".join(lines)
 
 
@@ -431,8 +454,10 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             rendered = parse_definition(text, definition.source_path)
         except DefinitionError as err:
             raise WorkflowException(f"invalid cron expression for {definition.identifier}: {err}") from None
-        if (rendered.identifier, rendered.query, rendered.partition_by, rendered.refresh_mode) != (
-            definition.identifier, definition.query, definition.partition_by, definition.refresh_mode
+        if (rendered.identifier, rendered.query, rendered.partition_by, rendered.refresh_mode,
+                rendered.columns, rendered.primary_key, rendered.primary_key_name) != (
+            definition.identifier, definition.query, definition.partition_by, definition.refresh_mode,
+            definition.columns, definition.primary_key, definition.primary_key_name,
         ):  # the renderer must never change what the table is
             raise WorkflowException(f"rewriting the definition of {definition.identifier} changed it")
         return text

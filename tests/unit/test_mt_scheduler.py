@@ -148,6 +148,34 @@ def test_render_definition_with_cron_keeps_everything_else() -> None:
     assert "REFRESH_MODE" not in render_definition(original, original.options)  # stays derived
 
 
+@pytest.mark.parametrize(
+    "columns",
+    [
+        "(\n  ts timestamp(3),\n  id ARRAY<ROW(f0 INT, f1 DECIMAL(10, 2))> NOT NULL PRIMARY KEY NOT ENFORCED "
+        "COMMENT 'it''s',\n  name STRING NULL\n)",
+        "(a, b, CONSTRAINT k PRIMARY KEY (a) NOT ENFORCED)",
+        "(CONSTRAINT `my key` PRIMARY KEY (id) NOT ENFORCED)",
+    ],
+)
+def test_render_definition_keeps_the_column_list_and_key(columns: str) -> None:
+    """A re-scheduled table keeps its columns and key (the renderer dropped them)."""
+    original = parse_definition(f"CREATE MATERIALIZED TABLE db.t {columns}\nAS SELECT 1 AS id", "t.sql")
+    for enriched in (False, True):
+        rendered = parse_definition(render_definition(original, original.options, enriched), "x.sql")
+        assert (rendered.columns, rendered.primary_key, rendered.primary_key_name) == (
+            original.columns, original.primary_key, original.primary_key_name)
+        assert (rendered.freshness, rendered.refresh_mode) == (original.freshness, original.refresh_mode)
+
+
+def test_render_definition_enriched_as_flinks_show_create() -> None:
+    """materialized_table.q: SHOW CREATE shows the default freshness and the derived mode."""
+    original = parse_definition("CREATE MATERIALIZED TABLE users_shops\nAS SELECT 1 AS user_id", "t.sql")
+    assert render_definition(original, original.options, enriched=True) == (
+        "CREATE MATERIALIZED TABLE `default`.`users_shops`\nFRESHNESS = INTERVAL '3' MINUTE\n"
+        "REFRESH_MODE = CONTINUOUS\nAS SELECT 1 AS user_id"
+    )
+
+
 def test_create_rejects_bad_definitions_before_touching_anything(tmp_path: Path) -> None:
     scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
     identifier = TableIdentifier("analytics", "orders_daily")
