@@ -29,6 +29,7 @@ from airflow_provider_staged.materialized.continuous_run import (
 )
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
+    MaterializedTableDefinition,
     load_definition,
     parse_definition,
     read_identifier,
@@ -218,12 +219,20 @@ class MaterializedTables:
         if continuous and self.metastore_uri is not None:
             drop_continuous_state(table_root(identifier, self.metastore_uri))
 
-    def describe(self, identifier: TableIdentifier, runs: int = 5) -> TableDescription:
-        handler, path = self._locate(identifier)
+    def definition(self, identifier: TableIdentifier) -> MaterializedTableDefinition:
+        """The table's definition, from its file in the definitions folder."""
+        return self._definition(self._locate(identifier)[1])
+
+    @staticmethod
+    def _definition(path: Path) -> MaterializedTableDefinition:
         try:
-            definition = load_definition(path)
+            return load_definition(path)
         except DefinitionError as err:
             raise WorkflowException(str(err)) from None
+
+    def describe(self, identifier: TableIdentifier, runs: int = 5) -> TableDescription:
+        handler, path = self._locate(identifier)
+        definition = self._definition(path)
         dag = self.scheduler.get_dag(handler)
         last_runs = [
             {"run_id": run.dag_run_id, "state": run.state.value, "run_after": run.run_after,

@@ -11,6 +11,7 @@ hands it to Spark) and otherwise one of:
 ``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
 ``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
 ``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
+``SHOW CREATE [OR ALTER] MATERIALIZED TABLE t``                :class:`ShowCreateMaterializedTable`
 =============================================================  ================================
 
 A malformed statement raises :class:`MaterializedStatementError` with the 1-based line and
@@ -99,6 +100,14 @@ class ShowMaterializedTables:
     not_like: bool = False
 
 
+@dataclass(frozen=True)
+class ShowCreateMaterializedTable:
+    """``SHOW CREATE [OR ALTER] MATERIALIZED TABLE t`` (Flink 2.2): the definition's DDL."""
+
+    table: TableIdentifier
+    or_alter: bool = False
+
+
 MaterializedTableStatement = (
     CreateMaterializedTable
     | SuspendMaterializedTable
@@ -107,6 +116,7 @@ MaterializedTableStatement = (
     | DropMaterializedTable
     | DescribeMaterializedTable
     | ShowMaterializedTables
+    | ShowCreateMaterializedTable
 )
 
 _GAP = r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)+"  # whitespace and comments between keywords
@@ -117,6 +127,7 @@ _DETECT = re.compile(
     rf"""(?:{_GAP})?(?:
         (?P<create>CREATE){_GAP}(?:OR{_GAP}(?:ALTER|REPLACE){_GAP}|TEMPORARY{_GAP})?
       | (?:ALTER|SHOW|DESC|DESCRIBE){_GAP}
+      | SHOW{_GAP}CREATE{_GAP}(?:OR{_GAP}ALTER{_GAP})?
       | DROP{_GAP}(?:TEMPORARY{_GAP})?
     )MATERIALIZED{_GAP}TABLES?\b""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
@@ -168,7 +179,11 @@ class _Statements:
             c.expect_keyword(clause, "MATERIALIZED", "TABLE")
             statement = DescribeMaterializedTable(c.table_identifier(clause))
         else:
-            clause, statement = "SHOW MATERIALIZED TABLES", self.show()
+            c.expect_keyword("SHOW", "SHOW")
+            if c.at_keyword("CREATE"):
+                clause, statement = "SHOW CREATE MATERIALIZED TABLE", self.show_create()
+            else:
+                clause, statement = "SHOW MATERIALIZED TABLES", self.show()
         c.finish(clause)
         return statement
 
@@ -266,10 +281,21 @@ class _Statements:
             if_exists = True
         return DropMaterializedTable(c.table_identifier(clause), if_exists)
 
+    def show_create(self) -> ShowCreateMaterializedTable:
+        c = self.c
+        clause = "SHOW CREATE MATERIALIZED TABLE"
+        c.expect_keyword(clause, "CREATE")
+        or_alter = c.at_keyword("OR")
+        if or_alter:
+            c.advance()
+            c.expect_keyword(clause, "ALTER")
+        c.expect_keyword(clause, "MATERIALIZED", "TABLE")
+        return ShowCreateMaterializedTable(c.table_identifier(clause), or_alter)
+
     def show(self) -> ShowMaterializedTables:
         c = self.c
         clause = "SHOW MATERIALIZED TABLES"
-        c.expect_keyword(clause, "SHOW", "MATERIALIZED", "TABLES")
+        c.expect_keyword(clause, "MATERIALIZED", "TABLES")
         database = None
         if c.at_keyword("FROM", "IN"):
             c.advance()

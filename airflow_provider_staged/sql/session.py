@@ -275,6 +275,18 @@ def _show(tables: MaterializedTables, statement: mts.ShowMaterializedTables) -> 
     return ResultSet(["materialized table", "definition"], names)
 
 
+def _show_create(tables: MaterializedTables, statement: mts.ShowCreateMaterializedTable) -> ResultSet:
+    """Flink's ``SHOW CREATE [OR ALTER] MATERIALIZED TABLE``: the DDL with the freshness and
+    refresh mode the table runs with (defaults and derived mode included)."""
+    from airflow_provider_staged.materialized.airflow_scheduler import render_definition
+
+    definition = tables.definition(statement.table)
+    text = render_definition(definition, definition.options, enriched=True)
+    if statement.or_alter:
+        text = text.replace("CREATE ", "CREATE OR ALTER ", 1)
+    return ResultSet(["result"], [(text,)])
+
+
 def _like(pattern: str) -> re.Pattern[str]:
     """SQL LIKE (``%`` any run, ``_`` one character) as a case-insensitive regular expression."""
     parts = (".*" if char == "%" else "." if char == "_" else re.escape(char) for char in pattern)
@@ -288,6 +300,7 @@ _MATERIALIZED: dict[type, Callable[[Any, Any], ResultSet]] = {
     mts.DropMaterializedTable: _drop,
     mts.DescribeMaterializedTable: _describe,
     mts.ShowMaterializedTables: _show,
+    mts.ShowCreateMaterializedTable: _show_create,
 }
 
 

@@ -28,6 +28,7 @@ from airflow_provider_staged.sql.materialized_statements import (
     MaterializedStatementError,
     RefreshMaterializedTable,
     ResumeMaterializedTable,
+    ShowCreateMaterializedTable,
     ShowMaterializedTables,
     SuspendMaterializedTable,
     parse_materialized_statement,
@@ -87,6 +88,10 @@ def create(text: str) -> CreateMaterializedTable:
         ("show materialized tables in spark_catalog.Sales not like 'tmp%'",
          ShowMaterializedTables("sales", "tmp%", True)),
         ("SHOW MATERIALIZED TABLES LIKE 'orders\\_%'", ShowMaterializedTables(None, "orders\\_%")),
+        # Flink 2.2's SHOW CREATE [OR ALTER] MATERIALIZED TABLE (sql-gateway materialized_table.q).
+        ("SHOW CREATE MATERIALIZED TABLE users_shops;",
+         ShowCreateMaterializedTable(T("default", "users_shops"))),
+        ("show create or alter materialized table Db.T", ShowCreateMaterializedTable(T("db", "t"), True)),
     ],
 )
 def test_flink_parser_accepts(text: str, expected: object) -> None:
@@ -106,6 +111,18 @@ def test_flink_parser_accepts(text: str, expected: object) -> None:
 )
 def test_names_case_comments_and_a_trailing_semicolon(text: str) -> None:
     assert parse(text) == SuspendMaterializedTable(T("db", "orders"))
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "match"),
+    [
+        ("SHOW CREATE MATERIALIZED TABLES t", 26, "expected TABLE, found 'TABLES'"),
+        ("SHOW CREATE OR ALTER MATERIALIZED TABLE", 39, "expected \\[db.\\]name, found the end"),
+        ("SHOW CREATE MATERIALIZED TABLE a b", 34, "expected the end of the statement, found 'b'"),
+    ],
+)
+def test_show_create_errors(text: str, column: int, match: str) -> None:
+    assert_error(text, 1, column, match)
 
 
 # -- Flink's parser test: errors at its positions -------------------------------------------
@@ -500,6 +517,8 @@ def test_original_query(text: str, query: str) -> None:
         "-- ALTER MATERIALIZED TABLE t SUSPEND\nSELECT 1",
         "ALTER TABLE materialized SET TBLPROPERTIES ('a' = 'b')",
         "EXPLAIN SELECT 1",
+        "SHOW CREATE TABLE t",
+        "SHOW CREATE MATERIALIZED VIEW mv",
         "",
         "  ",
     ],

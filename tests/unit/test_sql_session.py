@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -84,3 +85,33 @@ def test_spark_error_position_is_mapped_into_the_file() -> None:
 def test_like_patterns() -> None:
     assert _like("dai%").fullmatch("daily") and not _like("dai%").fullmatch("xdaily")
     assert _like("d_ily").fullmatch("DAILY") and not _like("a.c").fullmatch("abc")
+
+
+class FakeTables:
+    """MaterializedTables with one definition and nothing else."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def definition(self, identifier: Any) -> Any:
+        from airflow_provider_staged.materialized.definition import parse_definition
+
+        definition = parse_definition(self.text, "users_shops.sql")
+        assert identifier == definition.identifier
+        return definition
+
+
+@pytest.mark.parametrize("or_alter", ["", "OR ALTER "])
+def test_show_create_materialized_table_as_flinks_script(or_alter: str) -> None:
+    """materialized_table.q: SHOW CREATE shows the default FRESHNESS and the derived REFRESH_MODE."""
+    tables = FakeTables("CREATE MATERIALIZED TABLE users_shops\nPARTITIONED BY (ds)\n"
+                        "WITH ('format' = 'parquet')\nAS SELECT user_id, ds FROM orders")
+    s = SqlSession(FakeSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: contextlib.nullcontext(tables))
+    result = run(s, f"SHOW CREATE {or_alter}MATERIALIZED TABLE users_shops;")
+    assert result.columns == ["result"]
+    assert result.rows == [(
+        f"CREATE {or_alter}MATERIALIZED TABLE `default`.`users_shops`\nPARTITIONED BY (`ds`)\n"
+        "WITH (\n  'format' = 'parquet'\n)\nFRESHNESS = INTERVAL '3' MINUTE\nREFRESH_MODE = CONTINUOUS\n"
+        "AS SELECT user_id, ds FROM orders",
+    )]
