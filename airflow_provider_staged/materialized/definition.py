@@ -145,6 +145,15 @@ class MaterializedTableDefinition:
     columns: tuple[Column, ...] = ()
     primary_key: tuple[str, ...] = ()
     primary_key_name: str | None = None
+    # (clause, name) -> (line, column) of the name as written: the column list's columns
+    # ("columns"), the key's ("PRIMARY KEY"), the partition columns, the WITH keys. For errors
+    # found once the query's schema is known (:mod:`.output_schema`).
+    positions: Mapping[tuple[str, str], tuple[int, int]] = field(
+        default_factory=dict, hash=False, compare=False, repr=False)
+
+    def position(self, clause: str, name: str) -> tuple[int, int]:
+        """Where ``name`` of ``clause`` is written; the CREATE's line when it is not."""
+        return self.positions.get((clause, name), (self.lines.get(CREATE, 1), 1))
 
 
 def read_freshness(c: Cursor) -> Freshness:
@@ -322,8 +331,17 @@ class _Parser:
             columns=tuple(elements.columns),
             primary_key=tuple(elements.key),
             primary_key_name=elements.key_name,
+            positions=MappingProxyType(self.positions({
+                "columns": elements.tokens, "PRIMARY KEY": elements.key,
+                "PARTITIONED BY": partitions, "WITH": option_tokens,
+            })),
         )
         return definition, or_alter
+
+    def positions(self, named: dict[str, dict[str, Token]]) -> dict[tuple[str, str], tuple[int, int]]:
+        c = self.cursor
+        return {(clause, name): (c.line_of(token.pos), c.column_of(token.pos))
+                for clause, tokens in named.items() for name, token in tokens.items()}
 
     def _misplaced(self, word: str | None, remaining: tuple[str, ...]) -> NoReturn:
         expected = [*(_CLAUSE_NAMES[clause] for clause in remaining if clause in _CLAUSE_NAMES), "AS"]
@@ -395,6 +413,7 @@ class _Elements:
         self.names_only: bool | None = None  # decided by the first column, as Flink's parser
         self.key: dict[str, Token] = {}
         self.key_name: str | None = None
+        self.tokens: dict[str, Token] = {}  # column -> its name as written
 
     def parse(self) -> None:
         self.cursor.parenthesized(self.clause, self.element)
@@ -426,6 +445,7 @@ class _Elements:
         name, token = c.column(self.clause, "column")
         if name in (column.name for column in self.columns):
             self.parser.fail(self.clause, f"duplicate column {token.text!r}", token)
+        self.tokens[name] = token
         if c.at_keyword("AS"):
             self.unsupported(f"computed column {token.text!r} is not supported: compute it in the "
                              "query after AS", c.current)
