@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from sqlglot.tokens import TokenType
 
 from airflow_provider_staged.engine.spark_job import query_frame
+from airflow_provider_staged.materialized.definition import DefinitionError, MaterializedTableDefinition
 from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.materialized.output_schema import projected_query, query_columns
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
 from airflow_provider_staged.sql.ctas import CtasPlan, is_ctas, plan_ctas
@@ -196,12 +198,16 @@ class SqlSession:
             return _MATERIALIZED[type(statement)](tables, statement)
 
     def _create(self, tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
-        identifier = statement.definition.identifier
+        definition = statement.definition
+        identifier = definition.identifier
         if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:
-            handler = tables.alter(statement.definition.text, self._table_columns, self._query_columns)
+            query = self._checked_query(definition)
+            # The table's columns are the query's as the column list casts and orders them.
+            handler = tables.alter(definition.text, self._table_columns, lambda _: self._query_columns(query))
             return ResultSet.info(f"Materialized table {identifier} altered: {handler.as_summary_string()} "
                                   "refreshes the new definition (the table keeps its data)")
-        handler = tables.create(statement.definition.text)
+        self._checked_query(definition)  # before the workflow, its definition file and status exist
+        handler = tables.create(definition.text)
         return ResultSet.info(f"Materialized table {identifier} created: "
                               f"{handler.as_summary_string()} (ACTIVATED)")
 
@@ -215,6 +221,14 @@ class SqlSession:
     def _query_columns(self, query: str) -> list[Column]:
         """The output columns of ``query``: Spark analyses it, nothing runs."""
         return schema_columns(self.spark.sql(query).schema.json())
+
+    def _checked_query(self, definition: MaterializedTableDefinition) -> str:
+        """The query the refreshes run (the column list applied), once Spark's analysis of the
+        definition's query fits the definition (Flink's checks, at the definition's positions)."""
+        try:
+            return projected_query(definition, query_columns(self.spark.sql(definition.query).schema.json()))
+        except DefinitionError as err:
+            raise mts.MaterializedStatementError(err.line, err.column, err.message) from None
 
 
 def _suspend(tables: MaterializedTables, statement: mts.SuspendMaterializedTable) -> ResultSet:

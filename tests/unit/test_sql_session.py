@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 import pytest
@@ -115,3 +116,65 @@ def test_show_create_materialized_table_as_flinks_script(or_alter: str) -> None:
         "WITH (\n  'format' = 'parquet'\n)\nFRESHNESS = INTERVAL '3' MINUTE\nREFRESH_MODE = CONTINUOUS\n"
         "AS SELECT user_id, ds FROM orders",
     )]
+
+
+class SchemaSpark(FakeSpark):
+    """Analyses every query to ``SELECT 1 AS shop_id, 2 AS user_id``'s schema."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def sql(self, text: str) -> Any:
+        self.queries.append(text)
+        fields = [{"name": name, "type": "integer", "nullable": False, "metadata": {}}
+                  for name in ("shop_id", "user_id")]
+        schema = type("Schema", (), {"json": lambda _: json.dumps({"type": "struct", "fields": fields})})()
+        return type("Frame", (), {"schema": schema})()
+
+
+class CreatingTables:
+    """MaterializedTables that records what CREATE asks of it (no table exists yet)."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.scheduler = type("Scheduler", (), {"definition_file": lambda _, dag_id: None})()
+
+    def create(self, text: str) -> Any:
+        self.created.append(text)
+        return type("Handler", (), {"as_summary_string": lambda _: "dag"})()
+
+
+def creating_session() -> tuple[SqlSession, CreatingTables, SchemaSpark]:
+    tables, spark = CreatingTables(), SchemaSpark()
+    s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: contextlib.nullcontext(tables))
+    return s, tables, spark
+
+
+@pytest.mark.parametrize(("columns", "position", "message"), [
+    ("(shop_id)", (2, 1), "The number of columns in the column list must match the number of columns"),
+    ("(shop_id STRING, user_id STRING)", (2, 40),
+     "Incompatible types for sink column 'shop_id' at position 0"),
+    ("(shop_id INT, user_id INT, PRIMARY KEY(id) NOT ENFORCED)", (2, 78),
+     "Primary key column 'id' is not defined in the schema at line 1, column 78"),
+])
+def test_a_create_that_does_not_fit_its_query_creates_nothing(
+    columns: str, position: tuple[int, int], message: str
+) -> None:
+    s, tables, spark = creating_session()
+    (_, statement) = split_statements(f"SET 'a' = 'b';\nCREATE MATERIALIZED TABLE users_shops {columns} "
+                                      "AS SELECT 1 as shop_id, 2 as user_id")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert caught.value.message.startswith(message)
+    assert (caught.value.line, caught.value.column) == position  # in the input: the statement's line 2
+    assert tables.created == [] and spark.queries == ["SELECT 1 as shop_id, 2 as user_id"]
+
+
+def test_a_create_that_fits_its_query_is_created() -> None:
+    s, tables, _ = creating_session()
+    text = "CREATE MATERIALIZED TABLE users_shops (user_id, shop_id) AS SELECT 1 as shop_id, 2 as user_id"
+    result = run(s, text)
+    assert tables.created == [text]
+    assert result.message == "Materialized table default.users_shops created: dag (ACTIVATED)"
