@@ -43,6 +43,7 @@ from airflow_provider_staged.materialized.continuous import (
     streaming_query,
 )
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.settings import StagedSettings
@@ -283,7 +284,9 @@ class ContinuousRefresh:
         shape = query_shape(definition.identifier, definition.query)
         sources = stream_sources(self.spark, shape.sources, self.settings.metastore_uri)
         self._follow({name: location for name, (location, _, _) in sources.items()})
-        plan = plan_continuous(definition.identifier, definition.query, definition.freshness,
+        # The column list applied (checked first: a definition file never met CREATE's checks).
+        query = refresh_query(definition, self.spark)
+        plan = plan_continuous(definition.identifier, query, definition.freshness,
                                definition.partition_by, self.root, sources)
         open_streams(self.spark, plan.sources)
         # Catalog partitions: a one-time refresh can then overwrite some beside the stream.

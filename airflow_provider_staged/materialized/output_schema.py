@@ -343,3 +343,10 @@ def _select_item(column: OutputColumn) -> str:
     if column.cast:
         return f"CAST({source} AS {column.type.spark}) AS {name}"
     return source if source == name else f"{source} AS {name}"
+
+
+def refresh_query(definition: MaterializedTableDefinition, spark: Any, query: str | None = None) -> str:
+    """:func:`projected_query` with the query's columns as ``spark`` (a Spark session, in-process
+    or Connect) analyses the definition's query: what a refresh runs. ``query``: another text of
+    the same columns (a snapshot or streaming rewrite of the definition's query)."""
+    return projected_query(definition, query_columns(spark.sql(definition.query).schema.json()), query)

@@ -21,6 +21,7 @@ from airflow_provider_staged.lineage import source_tables
 from airflow_provider_staged.materialized.catalog_status import workflow_options
 from airflow_provider_staged.materialized.continuous_run import one_time_staged, snapshot_query
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition, RefreshMode
+from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.params import (
     RefreshRequest,
     execution_conf,
@@ -114,6 +115,17 @@ def check_sources(definition: MaterializedTableDefinition, metastore_uri: str) -
                 )
 
 
+def table_query(definition: MaterializedTableDefinition, engine: Engine, query: str) -> str:
+    """``query`` (the definition's, or its snapshot) cast and ordered as the column list says,
+    after the checks CREATE ran (a definition file never met them): Spark analyses the query."""
+    if isinstance(engine, EmbeddedEngine | ConnectEngine):
+        return refresh_query(definition, engine.session(), query)
+    if definition.columns:
+        raise ValueError(f"the column list of {definition.identifier} needs the embedded or connect "
+                         f"engine to analyse its query, not {type(engine).__name__}")
+    return query
+
+
 def run_refresh(
     definition: MaterializedTableDefinition,
     request: RefreshRequest,
@@ -139,6 +151,7 @@ def run_refresh(
             raise ValueError(f"a one-time refresh of continuous table {definition.identifier} runs on the "
                              f"embedded or connect engine, not {type(engine).__name__}")
         query = snapshot_query(definition, staged, engine.session(), settings.metastore_uri)
+    query = table_query(definition, engine, query)
     manifest = execute_staged(
         staged,
         engine,

@@ -4,6 +4,10 @@ test method, with the query schemas Spark reports for them."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+from typing import Any, cast
+
 import pytest
 
 from airflow_provider_staged.materialized.definition import DefinitionError, parse_definition
@@ -15,6 +19,7 @@ from airflow_provider_staged.materialized.output_schema import (
     output_columns,
     projected_query,
     query_columns,
+    refresh_query,
     spark_type,
 )
 
@@ -237,3 +242,37 @@ def test_a_definition_file_error_names_the_file_and_line() -> None:
     with pytest.raises(DefinitionError) as info:
         output_columns(parse_definition(text, "defs/m.sql"), [QueryColumn("a", "integer", False)])
     assert str(info.value).startswith("defs/m.sql:2: PARTITIONED BY: Partition column 'e' not defined")
+
+
+class AnalysingSpark:
+    """Spark's analysis of any query: the columns of ``SELECT 1 AS shop_id, 2 AS user_id``."""
+
+    def __init__(self) -> None:
+        self.analysed: list[str] = []
+
+    def sql(self, text: str) -> Any:
+        self.analysed.append(text)
+        fields = [{"name": c.name, "type": c.type, "nullable": c.nullable, "metadata": {}} for c in SHOPS]
+        schema = SimpleNamespace(json=lambda: json.dumps({"type": "struct", "fields": fields}))
+        return SimpleNamespace(schema=schema)
+
+
+def test_refresh_query_analyses_the_definitions_query_and_projects_the_given_one() -> None:
+    spark = AnalysingSpark()
+    typed = definition("CREATE MATERIALIZED TABLE m (user_id, shop_id)" + AS_SHOPS)
+    assert refresh_query(typed, spark, "SELECT * FROM snapshot") == (
+        "SELECT `user_id`, `shop_id` FROM (\nSELECT * FROM snapshot\n) AS _materialized_columns")
+    assert spark.analysed == ["SELECT 1 as shop_id, 2 as user_id"]
+    failing = definition("CREATE MATERIALIZED TABLE m (id, name)" + AS_SHOPS)
+    with pytest.raises(DefinitionError, match="Column 'id' not found in the source schema"):
+        refresh_query(failing, spark)
+
+
+def test_a_refresh_without_a_spark_session_refuses_a_column_list() -> None:
+    from airflow_provider_staged.materialized.refresh import table_query
+
+    engine = cast(Any, SimpleNamespace())  # e.g. spark-submit: no session here to analyse with
+    plain = definition("CREATE MATERIALIZED TABLE m" + AS_SHOPS)
+    assert table_query(plain, engine, plain.query) == plain.query
+    with pytest.raises(ValueError, match="needs the embedded or connect engine"):
+        table_query(definition("CREATE MATERIALIZED TABLE m (user_id, shop_id)" + AS_SHOPS), engine, "q")
