@@ -1,10 +1,12 @@
-"""The built-in PostgreSQL sink in batch writes, on a real PostgreSQL and the session's Spark."""
+"""The built-in PostgreSQL sink in batch writes and a stream's pruned journal, on a real PostgreSQL
+and the session's Spark."""
 
 from __future__ import annotations
 
 import base64
 import logging
 import os
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -16,12 +18,20 @@ from pyspark.sql.readwriter import DataFrameWriter
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
 from airflow_provider_staged.sink.postgres import PostgresSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, stage_batch, write_batch
+from airflow_provider_staged.sink.runtime import (
+    _write_task,
+    commit_write,
+    stage_batch,
+    write_batch,
+    write_stream,
+)
 from airflow_provider_staged.sink.secret_files import secrets_dir
 from airflow_provider_staged.sink.staged import COMMITTABLES_FILE, SinkStagedTable
 from airflow_provider_staged.staging.journal import AttemptState, TaskRef
 from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.versions import DEFAULT_GRACE_SECONDS
 
 
 @pytest.fixture
@@ -118,3 +128,41 @@ def test_password_is_in_no_journal_attempt_dir_option_or_log(spark, postgres, se
     assert leaks == [] and _files_with(journal, secret) == []
     assert not any(secrets_dir(settings.journal_dir).iterdir()), "a secret file outlived its write"
     assert postgres.password not in caplog.text
+
+
+def test_a_pruned_streams_replay_is_still_dropped(spark, postgres, settings, target, tmp_path):
+    """A stream of four micro-batches, then the journal pruning of the maintenance pass (every
+    ended record of the target, past the grace period): no record of the target is left, and
+    the replay of the last micro-batch (its commit removed from Spark's checkpoint) is still
+    dropped, because PostgreSQL itself records the stream's last batch."""
+    sink = PostgresSink(target, settings)
+    source, checkpoint = tmp_path / "source", str(tmp_path / "checkpoint")
+    for n in range(4):  # one file each: one micro-batch each (maxFilesPerTrigger)
+        rows = spark.sql(f"SELECT id, concat('p', id) AS label FROM range({10 * n}, {10 * n + 3})")
+        rows.coalesce(1).write.mode("append").parquet(str(source))
+
+    def stream() -> None:
+        df = spark.readStream.schema("id BIGINT, label STRING").option("maxFilesPerTrigger", 1)
+        df = df.parquet(str(source))
+        query = write_stream(df, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds")
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    stream()
+    expected = ([(i, f"p{i}") for n in range(4) for i in range(10 * n, 10 * n + 3)], 0)
+    assert read(postgres, target) == expected
+    appends = [r.attempt_id for r in settings.journal.records() if r.kind == "jdbc_append"]
+    assert len(appends) == 4, appends
+    later = time.time() + DEFAULT_GRACE_SECONDS + 1
+    assert sorted(prune_journal(settings, keep_last=0, now=later)) == sorted(appends)
+    assert not [r for r in settings.journal.records() if r.kind == "jdbc_append"]
+
+    for name in ("3", ".3.crc"):  # a crash after the sink's commit of batch 3, before Spark's
+        os.remove(os.path.join(checkpoint, "commits", name))
+    stream()
+    assert os.path.exists(os.path.join(checkpoint, "commits", "3"))  # Spark ran batch 3 again
+    assert read(postgres, target) == expected  # the replay was dropped, its staged table too
+    # Dropped before any attempt began: the target's own record of batch 3 answered.
+    assert not [r for r in settings.journal.records() if r.kind == "jdbc_append"]
