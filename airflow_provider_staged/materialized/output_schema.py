@@ -42,9 +42,12 @@ _NUMERIC = (*_INTEGERS, "DECIMAL", "FLOAT", "DOUBLE")
 _STRINGS = ("CHAR", "VARCHAR", "STRING")
 _BINARIES = ("BINARY", "VARBINARY", "BYTES")
 _TIMESTAMPS = ("TIMESTAMP", "TIMESTAMP_LTZ")
+# Spark's analysis keeps a column nullable under a filter `IS NOT NULL` (checked on Spark 4.2);
+# coalesce with a value that is not null makes it NOT NULL.
 _NULLABLE_HINT = (
-    " Spark reads the columns of Hive tables as nullable: declare the column with its type in the "
-    "column list ({example}), or filter `WHERE {name} IS NOT NULL` in the query"
+    " Spark reads the columns of Hive tables as nullable (a filter IS NOT NULL does not change that): "
+    "declare the column with its type in the column list ({example}), or give it a value where it "
+    "is null in the query (`coalesce({name}, ...) AS {name}`)"
 )
 
 

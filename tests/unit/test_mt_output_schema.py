@@ -84,8 +84,9 @@ COUNT = "The number of columns in the column list must match the number of colum
 INCOMPATIBLE = ("Incompatible types for sink column 'shop_id' at position 0. The source column has type "
                 "'INT NOT NULL', while the target column has type 'STRING'.")
 UNUSED = "Invalid as physical column '{}' is defined in the DDL, but is not used in a query column."
-NULLABLE_HINT = (" Spark reads the columns of Hive tables as nullable: declare the column with its type in "
-                 "the column list (`d STRING NOT NULL`), or filter `WHERE d IS NOT NULL` in the query")
+NULLABLE_HINT = (" Spark reads the columns of Hive tables as nullable (a filter IS NOT NULL does not change "
+                 "that): declare the column with its type in the column list (`d STRING NOT NULL`), or give "
+                 "it a value where it is null in the query (`coalesce(d, ...) AS d`)")
 FORMATTER = ("Materialized table option 'partition.fields.c.date-formatter' only supports referring to char, "
              "varchar and string type partition column. Column c type is INT.")
 
