@@ -128,6 +128,20 @@ def test_append_query_streams_new_files_and_resumes_exactly_once(spark, db, runn
     assert exists(f"{table_root(parsed.identifier, resumed.settings.metastore_uri)}/_continuous/checkpoint")
 
 
+def test_a_column_list_shapes_the_streamed_table(spark, db, running, tmp_path) -> None:
+    """The stream writes the query's columns as the column list casts and orders them."""
+    src = source_table(spark, db, "typed_src", tmp_path)
+    insert(spark, src, 0, 10)
+    parsed = parse_definition(f"CREATE MATERIALIZED TABLE {db}.typed_live (v BIGINT, grp STRING NOT NULL)\n"
+                              f"FRESHNESS = INTERVAL '{FRESHNESS_SECONDS}' SECOND\n"
+                              f"AS SELECT id, v, grp FROM {src}", "typed_live.sql")
+    target = parsed.identifier.name
+    refresh = running(parsed)
+    wait_for("the streamed rows", lambda: refresh.report() and ids(spark, target) == list(range(10)), 90)
+    assert spark.table(target).dtypes == [("id", "bigint"), ("v", "bigint"), ("grp", "string")]
+    assert sorted(tuple(row) for row in spark.table(target).collect())[:2] == [(0, 0, "g0"), (1, 1, "g1")]
+
+
 def test_aggregation_is_replaced_whole_each_batch(spark, db, running, tmp_path) -> None:
     src = source_table(spark, db, "sales", tmp_path)
     insert(spark, src, 0, 30)
