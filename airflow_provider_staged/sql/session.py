@@ -24,7 +24,7 @@ from sqlglot.tokens import TokenType
 from airflow_provider_staged.engine.spark_job import query_frame
 from airflow_provider_staged.materialized.definition import DefinitionError, MaterializedTableDefinition
 from airflow_provider_staged.materialized.naming import dag_id_for
-from airflow_provider_staged.materialized.output_schema import projected_query, query_columns
+from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
 from airflow_provider_staged.sql.ctas import CtasPlan, is_ctas, plan_ctas
@@ -226,7 +226,7 @@ class SqlSession:
         """The query the refreshes run (the column list applied), once Spark's analysis of the
         definition's query fits the definition (Flink's checks, at the definition's positions)."""
         try:
-            return projected_query(definition, query_columns(self.spark.sql(definition.query).schema.json()))
+            return refresh_query(definition, self.spark)
         except DefinitionError as err:
             raise mts.MaterializedStatementError(err.line, err.column, err.message) from None
 
