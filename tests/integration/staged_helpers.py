@@ -224,3 +224,16 @@ def assert_aborted_unwritten(record: AttemptRecord) -> None:
     assert record.state is AttemptState.ABORTED, record
     assert states[0] == AttemptState.BEGUN.value and states[-1] == AttemptState.ABORTED.value, states
     assert {AttemptState.WRITTEN.value, AttemptState.COMMITTED.value}.isdisjoint(states), states
+
+
+def stream_all_files(spark: Any, schema: str, source: Path, sink: Any, checkpoint: str) -> None:
+    """Stream the Parquet files under ``source`` through ``sink`` (one file per micro-batch, as
+    fast as they go) from ``checkpoint`` until every file is processed; then stop the query."""
+    from airflow_provider_staged.sink.runtime import write_stream
+
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
+    query = write_stream(df, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()

@@ -16,7 +16,7 @@ from airflow_provider_staged.sink import hive as hive_module
 from airflow_provider_staged.sink import recovery
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch, write_stream
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
 from airflow_provider_staged.staging import pruning
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptState
@@ -25,7 +25,7 @@ from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.rollback import rollback
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from airflow_provider_staged.storage import normalize_location
-from tests.integration.staged_helpers import build, staged_table
+from tests.integration.staged_helpers import build, staged_table, stream_all_files
 
 
 @pytest.fixture(scope="module")
@@ -205,15 +205,7 @@ def test_a_streams_journal_stays_bounded_while_replay_and_rollback_work(
         spark.sql(f"SELECT id FROM range({1000 + 10 * n}, {1010 + 10 * n})").coalesce(1).write.mode(
             "append").parquet(str(source))
 
-    def stream() -> None:
-        df = spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).parquet(str(source))
-        query = write_stream(df, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds")
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
-
-    stream()
+    stream_all_files(spark, "id BIGINT", source, sink, checkpoint)
     streamed = [*range(100, 103), *range(1000, 1060)]
     assert rows(spark, table) == [(i,) for i in streamed]
     appends = [r.attempt_id for r in settings.journal.records() if r.kind == "hive_append"]
@@ -225,7 +217,7 @@ def test_a_streams_journal_stays_bounded_while_replay_and_rollback_work(
     assert sorted(prune_journal(settings, keep_last=0)) == sorted(appends)  # what the maintenance pass may do
     for name in ("5", ".5.crc"):  # a crash after the sink's commit of batch 5, before Spark's
         os.remove(os.path.join(checkpoint, "commits", name))
-    stream()
+    stream_all_files(spark, "id BIGINT", source, sink, checkpoint)
     assert rows(spark, table) == [(i,) for i in streamed]  # the replay was dropped
     rollback(settings, table, first.attempt_id)
     assert rows(spark, table) == [(i,) for i in range(5)]

@@ -23,7 +23,6 @@ from airflow_provider_staged.sink.runtime import (
     commit_write,
     stage_batch,
     write_batch,
-    write_stream,
 )
 from airflow_provider_staged.sink.secret_files import secrets_dir
 from airflow_provider_staged.sink.staged import COMMITTABLES_FILE, SinkStagedTable
@@ -32,6 +31,7 @@ from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.versions import DEFAULT_GRACE_SECONDS
+from tests.integration.staged_helpers import stream_all_files
 
 
 @pytest.fixture
@@ -141,16 +141,7 @@ def test_a_pruned_streams_replay_is_still_dropped(spark, postgres, settings, tar
         rows = spark.sql(f"SELECT id, concat('p', id) AS label FROM range({10 * n}, {10 * n + 3})")
         rows.coalesce(1).write.mode("append").parquet(str(source))
 
-    def stream() -> None:
-        df = spark.readStream.schema("id BIGINT, label STRING").option("maxFilesPerTrigger", 1)
-        df = df.parquet(str(source))
-        query = write_stream(df, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds")
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
-
-    stream()
+    stream_all_files(spark, "id BIGINT, label STRING", source, sink, checkpoint)
     expected = ([(i, f"p{i}") for n in range(4) for i in range(10 * n, 10 * n + 3)], 0)
     assert read(postgres, target) == expected
     appends = [r.attempt_id for r in settings.journal.records() if r.kind == "jdbc_append"]
@@ -161,7 +152,7 @@ def test_a_pruned_streams_replay_is_still_dropped(spark, postgres, settings, tar
 
     for name in ("3", ".3.crc"):  # a crash after the sink's commit of batch 3, before Spark's
         os.remove(os.path.join(checkpoint, "commits", name))
-    stream()
+    stream_all_files(spark, "id BIGINT, label STRING", source, sink, checkpoint)
     assert os.path.exists(os.path.join(checkpoint, "commits", "3"))  # Spark ran batch 3 again
     assert read(postgres, target) == expected  # the replay was dropped, its staged table too
     # Dropped before any attempt began: the target's own record of batch 3 answered.
