@@ -102,7 +102,7 @@ _UNITS.update({f"{name}S": unit for name, unit in list(_UNITS.items())})  # Flin
 _INTERVAL_ONLY = ("MATERIALIZED TABLE only supports define interval type FRESHNESS, please refer "
                   "to the materialized table document")  # Flink's wording
 _TYPE_END = ("NOT", "NULL", "COMMENT", "PRIMARY", "CONSTRAINT", "METADATA")
-_FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
+FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
 _START_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -539,7 +539,7 @@ class _Options:
         self.tokens = tokens
         self.partition_by = partition_by
         for key in options:
-            if not (key in KNOWN_OPTIONS or _FORMATTER_KEY.match(key)):
+            if not (key in KNOWN_OPTIONS or FORMATTER_KEY.match(key)):
                 self.fail(key, f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}")
         engine = self.get("engine")
         if engine is not None and engine not in REFRESH_ENGINES:
@@ -567,7 +567,7 @@ class _Options:
     def formatters(self) -> dict[str, str]:
         formatters = {}
         for key, pattern in self.options.items():
-            match = _FORMATTER_KEY.match(key)
+            match = FORMATTER_KEY.match(key)
             if match is None:
                 continue
             column = match.group(1).lower()

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from airflow_provider_staged.identifiers import InvalidIdentifierError, quote_name
 from airflow_provider_staged.materialized.definition import (
     CREATE,
+    FORMATTER_KEY,
     Column,
     DefinitionError,
     MaterializedTableDefinition,
@@ -35,7 +36,6 @@ from airflow_provider_staged.materialized.definition import (
 
 # The alias of the definition's query under the projection.
 SOURCE_ALIAS = "_materialized_columns"
-_FORMATTER = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
 _INTEGERS = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INT": 10, "BIGINT": 19}  # integer digits of each
 _NUMERIC = (*_INTEGERS, "DECIMAL", "FLOAT", "DOUBLE")
@@ -317,7 +317,7 @@ def _check_partitions(definition: MaterializedTableDefinition, table: Sequence[O
                         f"schema. Available columns: [{available}].",
                         definition.position("PARTITIONED BY", name))
     for key in definition.options:
-        match = _FORMATTER.match(key)
+        match = FORMATTER_KEY.match(key)
         column = by_name.get(match.group(1).lower()) if match else None
         if column is not None and column.type.root not in _STRINGS:
             raise _fail(definition, "WITH", f"Materialized table option '{key}' only supports referring to "

@@ -14,12 +14,12 @@ dict for nested types); names compare case-insensitively, as Spark resolves them
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.freshness import RefreshMode
+from airflow_provider_staged.materialized.output_schema import query_columns
 
 Column = tuple[str, Any]
 
@@ -33,8 +33,7 @@ class QueryChangeError(ValueError):
 
 def schema_columns(schema_json: str | Mapping[str, Any]) -> list[Column]:
     """The columns of a Spark schema (``StructType.json()``, e.g. a table's stored schema)."""
-    schema = json.loads(schema_json) if isinstance(schema_json, str) else schema_json
-    return [(field["name"], field["type"]) for field in schema["fields"]]
+    return [(column.name, column.type) for column in query_columns(schema_json)]
 
 
 def stored_order(columns: Sequence[Column], partition_by: Sequence[str]) -> list[Column]:
