@@ -62,6 +62,7 @@ _STAGE_OPTION = "stage_to"
 # The write id a staged build chose before the job (journaled beside its committables).
 _WRITE_OPTION = "write_id"
 _OUTPUT_MODES = ("append", "complete", "update")
+ARROW_BATCH_ROWS_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
 @runtime_checkable
@@ -242,6 +243,23 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(StagedSinkDataSource)
 
 
+@contextlib.contextmanager
+def arrow_batch_rows(spark: SparkSession, rows: int | None) -> Iterator[None]:
+    """Spark's Arrow batch size at ``rows`` (a sink's ``arrow_batch_rows``) while the block
+    plans and runs a write, then the session's setting again; None changes nothing."""
+    if rows is None:
+        yield
+        return
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows <= 0:
+        raise ValueError(f"invalid arrow_batch_rows {rows!r}: expected a positive number of rows or None")
+    previous = spark.conf.get(ARROW_BATCH_ROWS_KEY)
+    spark.conf.set(ARROW_BATCH_ROWS_KEY, str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.set(ARROW_BATCH_ROWS_KEY, previous)
+
+
 def _sink_writer(df: DataFrame, shipped: Sink[Any, Any], mode: str) -> DataFrameWriter:
     """``df``'s batch write through the data source; Spark passes overwrite=True to it for
     mode("overwrite")."""
@@ -257,7 +275,7 @@ def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> No
         _write_native(sink, df, WriterContext(write_id, write_id, 0, mode, df.schema.json()))
         return
     register(df.sparkSession)
-    with sink.shipping() as shipped:
+    with sink.shipping() as shipped, arrow_batch_rows(df.sparkSession, sink.arrow_batch_rows):
         _sink_writer(df, shipped, mode).save()
 
 
@@ -277,7 +295,7 @@ def stage_batch(df: DataFrame, sink: Sink[Any, Any], path: str, mode: str = "app
         save_committables(path, committables)
         return committables
     register(df.sparkSession)
-    with sink.shipping() as shipped:
+    with sink.shipping() as shipped, arrow_batch_rows(df.sparkSession, sink.arrow_batch_rows):
         _sink_writer(df, shipped, mode).option(_STAGE_OPTION, path).option(_WRITE_OPTION, write_id).save()
     return load_committables(path)
 
@@ -355,13 +373,15 @@ def write_stream(
     if _native(sink):
         return writer.foreachBatch(_NativeBatch(sink, query_id, mode, new_write_id())).start()
     register(df.sparkSession)
-    return (
+    writer = (
         writer.format(FORMAT_NAME)
         .option(_SINK_OPTION, encode_sink(_shipped_while_running(sink)))
         .option(_QUERY_OPTION, query_id)
         .option(_MODE_OPTION, mode)
-        .start()
     )
+    # The query keeps the session's settings as they are when it starts.
+    with arrow_batch_rows(df.sparkSession, sink.arrow_batch_rows):
+        return writer.start()
 
 
 def _shipped_while_running(sink: Sink[Any, Any]) -> Sink[Any, Any]:

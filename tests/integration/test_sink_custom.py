@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import pyarrow
 import pyarrow.parquet as pq
+import pytest
 
 from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink.api import GlobalCommitter, Sink, SinkWriter, WriterContext
-from airflow_provider_staged.sink.runtime import write_batch, write_stream
+from airflow_provider_staged.sink.api import Committer, GlobalCommitter, Sink, SinkWriter, WriterContext
+from airflow_provider_staged.sink.runtime import ARROW_BATCH_ROWS_KEY, write_batch, write_stream
 from airflow_provider_staged.sink.staged import build_with_sink
 from airflow_provider_staged.staging.journal import AttemptState
 
@@ -143,3 +144,65 @@ def test_one_sink_class_in_batch_streaming_and_staged_build(spark, metastore, tm
     [record] = settings.journal.records()
     assert (record.kind, record.state) == ("sink", AttemptState.COMMITTED)
     assert os.listdir(os.path.join(root, "_staging")) == []
+
+
+class LargestBatchSink(Sink[int, int]):
+    """Writes the largest Arrow batch its writers received to ``out`` (the commit runs in a
+    Spark worker, so the result travels in a file)."""
+
+    def __init__(self, out: str, arrow_batch_rows: int | None) -> None:
+        self.out = out
+        self.arrow_batch_rows = arrow_batch_rows
+
+    def create_writer(self, context: WriterContext) -> SinkWriter[int]:
+        return _LargestBatchWriter()
+
+    def create_committer(self) -> Committer[int]:
+        return _WriteLargest(self.out)
+
+
+class _LargestBatchWriter(SinkWriter[int]):
+    def __init__(self) -> None:
+        self.largest = 0
+
+    def write(self, batch: pyarrow.RecordBatch) -> None:
+        self.largest = max(self.largest, batch.num_rows)
+
+    def prepare_commit(self, flush: bool) -> list[int]:
+        return [self.largest]
+
+
+class _WriteLargest(Committer[int]):
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def commit(self, committables: list[int]) -> list[int]:
+        with open(self.out, "w") as handle:
+            handle.write(str(max(committables, default=0)))
+        return []
+
+
+def test_writers_get_the_sinks_arrow_batch_size_and_the_session_keeps_its_own(spark, tmp_path):
+    session_rows = spark.conf.get(ARROW_BATCH_ROWS_KEY)
+    rows = spark.sql("SELECT id FROM range(0, 150000, 1, 1)")  # one task: one writer sees every batch
+    out = tmp_path / "largest"
+    write_batch(rows, LargestBatchSink(str(out), 100_000))
+    assert out.read_text() == "100000"
+    assert spark.conf.get(ARROW_BATCH_ROWS_KEY) == session_rows
+    write_batch(rows, LargestBatchSink(str(out), None))
+    assert out.read_text() == session_rows
+
+    source = tmp_path / "input"
+    rows.write.parquet(str(source))  # one file: one task per micro-batch
+    stream = spark.readStream.schema("id BIGINT").parquet(str(source))
+    query = write_stream(stream, LargestBatchSink(str(out), 50_000), trigger_interval="1 second",
+                         checkpoint_location=str(tmp_path / "checkpoint"))
+    try:
+        assert spark.conf.get(ARROW_BATCH_ROWS_KEY) == session_rows  # restored once the query started
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert out.read_text() == "50000"
+
+    with pytest.raises(ValueError, match="invalid arrow_batch_rows 0"):
+        write_batch(rows, LargestBatchSink(str(out), 0))
