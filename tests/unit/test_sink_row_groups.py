@@ -37,3 +37,25 @@ def test_batches_become_row_groups_of_the_bound_across_partitions(
         sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
         assert sum(sizes) == 20 and max(sizes) <= 10 and len(sizes) < 10, sizes
     assert writer.rows == {"k=0/part-00000.parquet": 20, "k=1/part-00000.parquet": 20}
+
+
+def test_only_columns_whose_first_rows_repeat_are_dictionary_encoded(tmp_path: Path) -> None:
+    ids = list(range(2000))
+    table = pa.table({
+        "id": ids,  # unique
+        "k": [i % 7 for i in ids],  # repeats
+        "s": [f"v{i}" for i in ids],  # unique strings
+        "nothing": pa.nulls(2000),  # a type count_distinct does not take: pyarrow's default
+    })
+    assert hive.dictionary_columns(table) == ["k", "nothing"]
+    assert hive.dictionary_columns(table.slice(0, 0)) == ["id", "k", "s", "nothing"]
+
+    writer = _writer(tmp_path, [])
+    writer.write(table.to_batches()[0])
+    writer.close()
+    written = pq.ParquetFile(tmp_path / "task" / "part-00000.parquet")
+    assert written.read().equals(table)
+    group = written.metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+    assert "RLE_DICTIONARY" in encodings["k"] and "RLE_DICTIONARY" not in encodings["id"], encodings
+    assert "RLE_DICTIONARY" not in encodings["s"], encodings
