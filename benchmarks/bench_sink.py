@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batches", type=int, default=10, help="micro-batches of the streaming part")
+    parser.add_argument("--warmups", type=int, default=1, help="uncounted rounds first (JIT, Python workers)")
     parts = parser.add_mutually_exclusive_group()
     parts.add_argument("--stream-only", action="store_true", help="skip the batch part")
     parts.add_argument("--batch-only", action="store_true", help="skip the streaming part")
@@ -82,6 +83,7 @@ def main() -> None:
                 {"native": native, "hive_sink": lambda: sink_arm(True),
                  "python_sink": lambda: sink_arm(False)},
                 args.reps,
+                args.warmups,
             )
             for name, values in times.items():
                 print(f"  {name:12s} s: {runs_text(values)}")
@@ -134,7 +136,7 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
           flush=True)
     arms = ("native", "hive_sink", "hive_sink_checks")
     rates = alternating_rounds({arm: lambda arm=arm: stream(arm) for arm in arms}, args.reps,
-                               after_warmup=per_arm.clear)
+                               args.warmups, after_warmup=per_arm.clear)
     for name, values in rates.items():
         print(f"  {name:16s} rows/s: {runs_text(values, 0)}")
     # Rates, not seconds: the sink's rate over native's is the throughput ratio.
