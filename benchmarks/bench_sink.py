@@ -7,10 +7,12 @@
    - ``hive_sink``: ``write_batch(df, HiveSink(...))``, the built-in Hive sink (Spark's writer
      behind the sink API, plus the journaled commit: one metastore call) appending to a table;
    - ``python_sink``: the same sink with ``native=False``: the Python Data Source's Arrow
-     writers (what a custom Python sink costs).
+     writers (what a custom Python sink costs);
+   - ``arrow_discard`` (control): a Python data source whose Arrow writer discards every batch,
+     at the sink's batch size: what Spark's Python write path costs before a sink does anything.
 
    Printed: paired throughput ratios native_seconds / arm_seconds (targets: hive_sink >= 0.95,
-   python_sink >= 0.6).
+   python_sink >= 0.6), and python_sink against the control.
 2. Streaming: the same rows as ``--batches`` Parquet files, read one file per micro-batch with
    the same trigger (``0 seconds``: as fast as they go) by ``native`` (Spark's file sink) and
    ``hive_sink`` (``write_stream`` into the Hive sink, foreachBatch), and ``hive_sink_checks``,
@@ -41,6 +43,7 @@ from _common import (
     stopwatch,
     timed_method,
 )
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import recovery as recovery_module
@@ -48,6 +51,24 @@ from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
 
 DATABASE = "bench_sink"
+
+
+class _DiscardWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+
+class DiscardDataSource(DataSource):
+    """The control arm: Spark's Python (Arrow) write path with a writer that keeps nothing."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_discard"
+
+    def writer(self, schema, overwrite) -> _DiscardWriter:
+        return _DiscardWriter()
 
 
 def main() -> None:
@@ -62,6 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     with hive_services("bench-sink", DATABASE) as services:
         spark = services.spark
+        spark.dataSource.register(DiscardDataSource)
         journal = str(services.home / "journal")
         settings = StagedSettings(services.metastore_uri, str(services.warehouse), journal)
         query = f"SELECT id, id % 100 AS k, concat('v', CAST(id AS STRING)) AS s FROM range({args.rows})"
@@ -73,6 +95,10 @@ def main() -> None:
             shutil.rmtree(path, ignore_errors=True)
             return seconds
 
+        def discard() -> float:
+            with runtime.arrow_batch_rows(spark, HiveSink.arrow_batch_rows):
+                return stopwatch(lambda: spark.sql(query).write.format("bench_discard").mode("append").save())
+
         def sink_arm(native_writer: bool) -> float:
             sink = HiveSink(f"{DATABASE}.t_{uuid.uuid4().hex[:8]}", settings, native=native_writer)
             return stopwatch(lambda: runtime.write_batch(spark.sql(query), sink))
@@ -81,7 +107,7 @@ def main() -> None:
             print(f"batch: {args.rows:,} rows, {args.reps} reps; load {load()}", flush=True)
             times = alternating_rounds(
                 {"native": native, "hive_sink": lambda: sink_arm(True),
-                 "python_sink": lambda: sink_arm(False)},
+                 "python_sink": lambda: sink_arm(False), "arrow_discard": discard},
                 args.reps,
                 args.warmups,
             )
@@ -90,6 +116,10 @@ def main() -> None:
             for name, target in (("hive_sink", 0.95), ("python_sink", 0.6)):
                 ratios = paired_ratios(times["native"], times[name])
                 print(f"  {name} throughput / native: {ratios.describe()} (target >= {target})", flush=True)
+            control = paired_ratios(times["native"], times["arrow_discard"])
+            print(f"  arrow_discard throughput / native: {control.describe()}")
+            print(f"  python_sink throughput / arrow_discard: "
+                  f"{paired_ratios(times['arrow_discard'], times['python_sink']).describe()}", flush=True)
         if not args.batch_only:
             stream_part(spark, settings, services.home, args)
 
