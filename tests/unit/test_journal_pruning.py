@@ -120,3 +120,44 @@ def test_the_maintenance_pass_prunes_after_the_version_sweep(tmp_path, monkeypat
     assert sorted(versions.pruned) == ["q-b0-r1", "q-b1-r1"]
     assert [r.attempt_id for r in settings.journal.records()] == ["q-b2-r1"]
     assert "journal: pruned 2 ended sink record(s)" in MaintenanceReport([], SweepReport(), versions).lines()
+
+
+def _increment_under_lock(root: str, times: int) -> None:
+    journal = AttemptJournal(root)
+    counter = journal.root / "counter"
+    for _ in range(times):
+        with journal.locked("a"):
+            value = int(counter.read_text())
+            time.sleep(0.001)  # widen the read-modify-write window
+            counter.write_text(str(value + 1))
+
+
+def _prune_repeatedly(root: str) -> None:
+    journal = AttemptJournal(root)
+    removed = 0
+    while not (journal.root / "stop").exists():
+        if journal.get("a") is None:
+            journal.create(record("a"))  # an ended record: remove_ended deletes it and its lock file
+        removed += journal.remove_ended("a")
+    (journal.root / "removed").write_text(str(removed))
+
+
+def test_pruning_in_another_process_never_lets_two_processes_hold_one_records_lock(tmp_path) -> None:
+    """remove_ended deletes the lock file while it holds the lock; processes that were waiting on
+    the deleted file must not run beside a newcomer that locked the new one: no increment lost."""
+    import multiprocessing
+
+    (tmp_path / "counter").write_text("0")
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_increment_under_lock, args=(str(tmp_path), 150)) for _ in range(3)]
+    pruner = context.Process(target=_prune_repeatedly, args=(str(tmp_path),))
+    pruner.start()
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(120)
+    (tmp_path / "stop").touch()
+    pruner.join(30)
+    assert [writer.exitcode for writer in writers] + [pruner.exitcode] == [0, 0, 0, 0]
+    assert int((tmp_path / "removed").read_text()) >= 20  # the lock file really went away, often
+    assert int((tmp_path / "counter").read_text()) == 3 * 150
