@@ -373,15 +373,15 @@ def write_stream(
     if _native(sink):
         return writer.foreachBatch(_NativeBatch(sink, query_id, mode, new_write_id())).start()
     register(df.sparkSession)
-    writer = (
-        writer.format(FORMAT_NAME)
-        .option(_SINK_OPTION, encode_sink(_shipped_while_running(sink)))
-        .option(_QUERY_OPTION, query_id)
-        .option(_MODE_OPTION, mode)
-    )
     # The query keeps the session's settings as they are when it starts.
     with arrow_batch_rows(df.sparkSession, sink.arrow_batch_rows):
-        return writer.start()
+        return (
+            writer.format(FORMAT_NAME)
+            .option(_SINK_OPTION, encode_sink(_shipped_while_running(sink)))
+            .option(_QUERY_OPTION, query_id)
+            .option(_MODE_OPTION, mode)
+            .start()
+        )
 
 
 def _shipped_while_running(sink: Sink[Any, Any]) -> Sink[Any, Any]:

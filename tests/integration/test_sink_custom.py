@@ -206,3 +206,8 @@ def test_writers_get_the_sinks_arrow_batch_size_and_the_session_keeps_its_own(sp
 
     with pytest.raises(ValueError, match="invalid arrow_batch_rows 0"):
         write_batch(rows, LargestBatchSink(str(out), 0))
+    with pytest.raises(ValueError, match="invalid arrow_batch_rows -1"):
+        write_stream(stream, LargestBatchSink(str(out), -1), trigger_interval="1 second",
+                     checkpoint_location=str(tmp_path / "checkpoint-2"))
+    assert spark.streams.active == [] and not (tmp_path / "checkpoint-2").exists()
+    assert out.read_text() == "50000"  # nothing ran
