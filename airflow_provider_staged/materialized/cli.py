@@ -217,13 +217,53 @@ def create(
     cron: Annotated[str | None, typer.Option(help="override the schedule derived from FRESHNESS")] = None,
     dynamic_option: DynamicOptions = None,
     execution_config: ExecutionConfig = None,
+    check: Annotated[bool, typer.Option(
+        "--check/--no-check",
+        help="let Spark analyse the query first and refuse a definition that does not fit it, as "
+        "CREATE in `staged sql` does; --no-check leaves that to the first refresh")] = True,
 ) -> None:
     """Create the refresh workflow: install the definition and wait for its DAG."""
     text = definition.read_text(encoding="utf-8")
     options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
+    if check:
+        _check_definition(text, definition, ctx.obj.metastore_uri)
     with open_tables(ctx.obj) as tables:
         handler = tables.create(text, cron, options, sql_conf)
         console.print(f"created {handler.as_summary_string()} (ACTIVATED)")
+
+
+def _check_definition(text: str, path: Path, metastore_uri: str | None) -> None:
+    """Flink's CREATE checks (columns, key, partitions, formatters) against Spark's analysis of
+    the query, in a Spark session of this process: refused before anything exists."""
+    if metastore_uri is None:
+        raise WorkflowException("no metastore to check the definition against: pass --metastore-uri, "
+                                "or --no-check to leave the checks to the first refresh")
+    from pyspark.errors import PySparkException
+
+    from airflow_provider_staged.materialized.definition import parse_definition
+    from airflow_provider_staged.materialized.output_schema import refresh_query
+    from airflow_provider_staged.sql.client import catalog_settings, embedded_spark, quiet_spark_errors
+
+    try:
+        definition = parse_definition(text, path)
+    except DefinitionError as err:
+        raise WorkflowException(str(err)) from None
+    from pyspark.sql import SparkSession
+
+    quiet_spark_errors()
+    started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
+    spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})
+    try:
+        refresh_query(definition, spark)
+    except DefinitionError as err:
+        raise WorkflowException(f"{definition.identifier} not created: {err}") from None
+    except PySparkException as err:
+        reason = str(err).strip().splitlines()[0]
+        raise WorkflowException(f"{definition.identifier} not created: Spark cannot analyse its query: "
+                                f"{reason} (--no-check leaves this to the first refresh)") from None
+    finally:
+        if started_here:
+            spark.stop()
 
 
 @app.command()

@@ -281,7 +281,9 @@ def test_cli_commands(
 
     source = tmp_path / "orders_cli.sql"
     source.write_text(definition_text("orders_cli"))
-    created = mt("create", str(source), "--cron", "5 1 * * *",
+    # --no-check: this test drives Airflow (test_mt_create_check tests the check, in a process of
+    # its own: the check's Spark session would otherwise start in this one).
+    created = mt("create", str(source), "--cron", "5 1 * * *", "--no-check",
                  "--execution-config", "spark.sql.shuffle.partitions=1")
     assert "created Airflow DAG mt__e2e__orders_cli" in created
     described = mt("describe", "e2e.orders_cli")
