@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import logging
 import os
 import sys
 import time
@@ -72,6 +73,9 @@ class _UserErrorGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: typer.Context) -> Any:
+        if not ctx.params.get("debug"):
+            # Thrift logs a failed connect on its own; the one error line already says it.
+            logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort):

@@ -250,6 +250,10 @@ def _check_definition(text: str, path: Path, metastore_uri: str | None) -> None:
         raise WorkflowException(str(err)) from None
     from pyspark.sql import SparkSession
 
+    from airflow_provider_staged.metastore.client import MetastoreClient
+
+    with MetastoreClient(metastore_uri):  # an unreachable one, named in one line before Spark starts
+        pass
     quiet_spark_errors()
     started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
     spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})

@@ -26,14 +26,21 @@ def test_create_checks_the_definition_against_sparks_analysis(spark, metastore, 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STAGED_"))}
     env |= {"STAGED_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
 
-    def create(query: str, partitioned_by: str, *options: str) -> subprocess.CompletedProcess[str]:
+    def create(query: str, partitioned_by: str, *options: str,
+               metastore_uri: str = metastore.uri) -> subprocess.CompletedProcess[str]:
         source = tmp_path / "t.sql"
         source.write_text(f"CREATE MATERIALIZED TABLE {db}.t\nPARTITIONED BY ({partitioned_by})\n"
                           f"FRESHNESS = INTERVAL '1' DAY\nAS {query};\n")
         command = [str(STAGED), "mt", "--endpoint", DEAD_AIRFLOW, "--definitions-dir", str(definitions),
-                   "--metastore-uri", metastore.uri, "--username", "u", "--password", "p",
+                   "--metastore-uri", metastore_uri, "--username", "u", "--password", "p",
                    "create", str(source), *options]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+    unreachable = create(f"SELECT id, ds FROM {db}.src", "ds", metastore_uri="thrift://127.0.0.1:9")
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.splitlines() == [
+        "error: cannot reach the Hive Metastore at thrift://127.0.0.1:9: Could not connect to any of "
+        "[('127.0.0.1', 9)]"], unreachable.stderr
 
     bad_partition = create(f"SELECT id, ds FROM {db}.src", "day")
     assert bad_partition.returncode == 1, bad_partition.stdout + bad_partition.stderr
