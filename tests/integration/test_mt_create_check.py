@@ -27,13 +27,13 @@ def test_create_checks_the_definition_against_sparks_analysis(spark, metastore, 
     env |= {"STAGED_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
 
     def create(query: str, partitioned_by: str, *options: str,
-               metastore_uri: str = metastore.uri) -> subprocess.CompletedProcess[str]:
+               metastore_uri: str | None = metastore.uri) -> subprocess.CompletedProcess[str]:
         source = tmp_path / "t.sql"
         source.write_text(f"CREATE MATERIALIZED TABLE {db}.t\nPARTITIONED BY ({partitioned_by})\n"
                           f"FRESHNESS = INTERVAL '1' DAY\nAS {query};\n")
+        metastore_option = [] if metastore_uri is None else ["--metastore-uri", metastore_uri]
         command = [str(STAGED), "mt", "--endpoint", DEAD_AIRFLOW, "--definitions-dir", str(definitions),
-                   "--metastore-uri", metastore_uri, "--username", "u", "--password", "p",
-                   "create", str(source), *options]
+                   *metastore_option, "--username", "u", "--password", "p", "create", str(source), *options]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
     unreachable = create(f"SELECT id, ds FROM {db}.src", "ds", metastore_uri="thrift://127.0.0.1:9")
@@ -56,6 +56,11 @@ def test_create_checks_the_definition_against_sparks_analysis(spark, metastore, 
 
     assert list(definitions.iterdir()) == []  # nothing was installed
     assert not spark.catalog.tableExists(f"{db}.t")
+
+    # Without a metastore (none configured, no local one) the check is skipped, and said so.
+    unchecked = create(f"SELECT id, ds FROM {db}.src", "day", metastore_uri=None)
+    assert unchecked.returncode == 1 and "127.0.0.1:9" in unchecked.stderr, unchecked.stderr
+    assert "not checked against its query: no metastore configured" in unchecked.stderr
 
     # A fitting definition passes the check and fails only at Airflow; so does an unchecked one.
     for passed in (create(f"SELECT id, ds FROM {db}.src", "ds"),
