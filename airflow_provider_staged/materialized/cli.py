@@ -240,19 +240,17 @@ def _check_definition(text: str, path: Path, metastore_uri: str | None) -> None:
                    "the first refresh checks it", err=True)
         return
     from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
 
     from airflow_provider_staged.materialized.definition import parse_definition
     from airflow_provider_staged.materialized.output_schema import refresh_query
+    from airflow_provider_staged.metastore.client import MetastoreClient
     from airflow_provider_staged.sql.client import catalog_settings, embedded_spark, quiet_spark_errors
 
     try:
         definition = parse_definition(text, path)
     except DefinitionError as err:
         raise WorkflowException(str(err)) from None
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_staged.metastore.client import MetastoreClient
-
     with MetastoreClient(metastore_uri):  # an unreachable one, named in one line before Spark starts
         pass
     quiet_spark_errors()
