@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -204,12 +205,30 @@ def start_metastore(
     pid = start_background(command, pid_file, log_file, env, home)
     try:
         wait_for_port(port, pid, timeout=120, log_file=log_file)
+        _wait_for_lock_tables(f"thrift://127.0.0.1:{port}", deadline=time.monotonic() + 60)
     except BaseException:
         stop_pid(pid)
         raise
     info = MetastoreInfo("127.0.0.1", port, pid, str(warehouse), str(home))
     _state_file(home).write_text(json.dumps(asdict(info)))
     return info
+
+
+def _wait_for_lock_tables(uri: str, deadline: float) -> None:
+    """Wait until a table lock can be taken: the server listens before its transaction tables
+    are filled (on Derby it makes them at start-up), and a lock taken meanwhile fails with
+    "no record found in next_lock_id"."""
+    from airflow_provider_staged.metastore.client import MetastoreClient
+    from airflow_provider_staged.metastore.locks import MetastoreLockError
+
+    while True:
+        try:
+            with MetastoreClient(uri) as client, client.locked("staged_start", "lock_tables_ready"):
+                return
+        except MetastoreLockError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def metastore_status(home: Path | None = None) -> MetastoreInfo | None:
