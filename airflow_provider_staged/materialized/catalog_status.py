@@ -6,9 +6,10 @@ The table only exists after its first refresh, so until then they live in a smal
 file beside the definition (``<stem>.workflow.json``); the first save or load that finds the
 table moves them into its parameters.
 
-Hive 2.3's Thrift API has no compare-and-set for table parameters: a status write is a
-read-modify-write of the whole table object, so it holds the table's metastore lock, the same
-lock every commit holds (``metastore.locks``): neither can undo the other, across machines.
+A status write is a read-modify-write of the whole table object: it holds the table's
+metastore lock (``metastore.locks``), as partition commits do, and its ``alter_table`` is a
+compare-and-set on the table's revision, as every commit's is: a whole-table commit that lands
+between its read and its write makes it read again. Neither undoes the other, across machines.
 
 The same state file always holds the workflow's default ``dynamicOptions`` and
 ``executionConfig`` (set on create or resume): a refresh reads them with
@@ -36,6 +37,7 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.failure_streak import FailureStreak, suspension_note
 from airflow_provider_staged.materialized.scheduler import RefreshStatus, WorkflowException
 from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.staging.conflicts import retry_on_conflict
 
 REFRESH_STATUS_KEY = "materialized.refresh-status"
 REFRESH_HANDLER_KEY = "materialized.refresh-handler"
@@ -273,13 +275,24 @@ class CatalogStatusStore:
         change: Callable[[CatalogStatus], CatalogStatus | None],
     ) -> CatalogStatus:
         """Read-modify-write of the status under the table's metastore lock (and the state
-        file's lock); ``change`` returns None to write nothing. Returns the stored status."""
+        file's lock); ``change`` returns None to write nothing. Returns the stored status.
+        A write that lost to a lock-free commit (compare-and-set) is made again from a new read."""
+        return retry_on_conflict(
+            lambda: self._update_once(identifier, definition_path, change), f"status of {identifier}"
+        )
+
+    def _update_once(
+        self,
+        identifier: TableIdentifier,
+        definition_path: str | Path,
+        change: Callable[[CatalogStatus], CatalogStatus | None],
+    ) -> CatalogStatus:
         with contextlib.ExitStack() as stack:
             client = table = None
             if self.metastore_uri is not None:
                 client = stack.enter_context(MetastoreClient(self.metastore_uri))
                 stack.enter_context(client.locked(identifier.database, identifier.table))
-                table = client.get_table(identifier.database, identifier.table)
+                table = client.read_for_update(identifier.database, identifier.table)
             stack.enter_context(_state_locked(definition_path))
             params = None if table is None else dict(table.parameters or {})
             current = status_from(params, read_state(definition_path), definition_path)
@@ -333,13 +346,16 @@ class CatalogStatusStore:
         remove_state(definition_path)
         if self.metastore_uri is None:
             return
-        with MetastoreClient(self.metastore_uri) as client, client.locked(
-            identifier.database, identifier.table
-        ):
-            table = client.get_table(identifier.database, identifier.table)
-            if table is not None and any(_owned(key) for key in table.parameters or {}):
-                table.parameters = {k: v for k, v in table.parameters.items() if not _owned(k)}
-                client.alter_table(table)
+        uri = self.metastore_uri
+
+        def clear_params() -> None:
+            with MetastoreClient(uri) as client, client.locked(identifier.database, identifier.table):
+                table = client.read_for_update(identifier.database, identifier.table)
+                if table is not None and any(_owned(key) for key in table.parameters or {}):
+                    table.parameters = {k: v for k, v in table.parameters.items() if not _owned(k)}
+                    client.alter_table(table)
+
+        retry_on_conflict(clear_params, f"status of {identifier}")
 
     def _table_params(self, identifier: TableIdentifier) -> dict[str, str] | None:
         if self.metastore_uri is None:

@@ -10,6 +10,8 @@ warm connection makes a commit's ``lock`` and ``get_table`` several times cheape
 from __future__ import annotations
 
 import contextlib
+import copy
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -21,7 +23,7 @@ from thrift.transport import TSocket, TTransport
 
 from airflow_provider_staged.idle_connections import IdleConnections
 from airflow_provider_staged.metastore.locks import table_lock
-from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
+from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError, TableNotFoundError
 from airflow_provider_staged.storage import normalize_location
 
 NoSuchObjectException = ttypes.NoSuchObjectException
@@ -29,6 +31,28 @@ NoSuchObjectException = ttypes.NoSuchObjectException
 # the manifest already knows rows and bytes.
 _NO_STATS = ttypes.EnvironmentContext(properties={"DO_NOT_UPDATE_STATS": "true"})
 AlreadyExistsException = ttypes.AlreadyExistsException
+# A fresh value on every write of ours: alter_table sends the value it read as the expected one.
+REVISION_KEY = "staged.revision"
+_MODIFIED = "The table has been modified"
+_STABLE_READS = 20
+# Per metastore URI, whether its alter_table enforces an expected parameter (probed once).
+_ENFORCES_EXPECTED: dict[str, bool] = {}
+
+
+def _expecting(revision: str) -> ttypes.EnvironmentContext:
+    """HIVE-26882 (Hive 2.3.10, 4.0): the alter lands only while the table's parameter
+    ``REVISION_KEY`` still holds ``revision``, checked in the metastore's own transaction."""
+    return ttypes.EnvironmentContext(properties={
+        **_NO_STATS.properties,
+        "expected_parameter_key": REVISION_KEY,
+        "expected_parameter_value": revision,
+    })
+
+
+def enforces_compare_and_set(uri: str) -> bool:
+    """Whether the metastore at ``uri`` was found (in this process) to check an alter's expected
+    revision; False while not known."""
+    return _ENFORCES_EXPECTED.get(uri, False)
 
 
 def parse_metastore_uri(uri: str) -> tuple[str, int]:
@@ -83,6 +107,9 @@ class MetastoreClient:
         self.timeout_ms = timeout_ms
         self._borrowed: contextlib.AbstractContextManager[hmsclient.HMSClient] | None = None
         self._client: hmsclient.HMSClient | None = None
+        # (database, table) -> the revision this block last read (None: the table has none).
+        self._revisions: dict[tuple[str, str], str | None] = {}
+        self._locked: set[tuple[str, str]] = set()
 
     def __enter__(self) -> MetastoreClient:
         borrowed = METASTORE_CONNECTIONS.connection(
@@ -128,11 +155,88 @@ class MetastoreClient:
         except NoSuchObjectException:
             return None
 
+    def read_for_update(self, database: str, table: str) -> ttypes.Table | None:
+        """The table as one writer left it, for a read-modify-write (``alter_table``).
+
+        The metastore reads a table in several statements, each seeing what is committed at
+        its moment (and Derby's read-committed scan of the parameters may meet a writer's
+        delete-and-insert halfway): one read can join the location of one commit to the
+        parameters, revision included, of the next. Two reads in a row that agree are one
+        writer's state: every writer of ours leaves a new revision."""
+        previous = self.get_table(database, table)
+        for _ in range(_STABLE_READS):
+            current = self.get_table(database, table)
+            if current == previous:
+                self._revisions[_key(database, table)] = (
+                    None if current is None else (current.parameters or {}).get(REVISION_KEY)
+                )
+                return current
+            previous = current
+        raise CatalogConflictError(f"{database}.{table} changed on each of {_STABLE_READS} reads in a row")
+
     def create_table(self, table: ttypes.Table) -> None:
+        table.parameters = {**(table.parameters or {}), REVISION_KEY: uuid.uuid4().hex}
         self.thrift.create_table_with_environment_context(table, _NO_STATS)
 
     def alter_table(self, table: ttypes.Table) -> None:
-        self.thrift.alter_table_with_environment_context(table.dbName, table.tableName, table, _NO_STATS)
+        """Write ``table`` over the version of it that this block read (``read_for_update``).
+
+        A compare-and-set on the revision read: when another writer came between, the metastore
+        refuses it and this raises :class:`CatalogConflictError` (nothing changed). A table that
+        has no revision yet (made by someone else) gets one, under the table's lock.
+        """
+        key = _key(table.dbName, table.tableName)
+        if key not in self._revisions:
+            raise StagingError(
+                f"alter_table of {table.dbName}.{table.tableName} without read_for_update first"
+            )
+        expected = self._revisions[key]
+        if expected is None and key not in self._locked:
+            self._add_revision(table.dbName, table.tableName)
+        revision = uuid.uuid4().hex
+        table.parameters = {**(table.parameters or {}), REVISION_KEY: revision}
+        context = _NO_STATS if expected is None else _expecting(expected)
+        try:
+            self.thrift.alter_table_with_environment_context(table.dbName, table.tableName, table, context)
+        except ttypes.MetaException as err:
+            if _MODIFIED in (err.message or ""):
+                raise CatalogConflictError(
+                    f"{table.dbName}.{table.tableName} changed after this writer read it"
+                ) from None
+            raise
+        self._revisions[key] = revision
+
+    def _add_revision(self, database: str, table: str) -> None:
+        """Give a table without a revision one, under its lock; then the caller reads it again."""
+        with self.locked(database, table):
+            current = self.read_for_update(database, table)
+            if current is not None and self._revisions[_key(database, table)] is None:
+                self.alter_table(current)
+        raise CatalogConflictError(f"{database}.{table} had no revision: it has one now")
+
+    def probe_compare_and_set(self, table: ttypes.Table) -> bool:
+        """Whether this metastore enforces an alter's expected revision; asked once per process.
+
+        The probe is an alter that no Hive version performs: one that checks the expected
+        parameter refuses it first (the new value is missing), an older one for the changed
+        partition keys. A view skips that check, so a view is never probed."""
+        known = _ENFORCES_EXPECTED.get(self.uri)
+        if known is not None or table.tableType == "VIRTUAL_VIEW":
+            return bool(known)
+        probe = copy.deepcopy(table)
+        probe.parameters = {k: v for k, v in (probe.parameters or {}).items() if k != REVISION_KEY}
+        probe.partitionKeys = [*(probe.partitionKeys or []), ttypes.FieldSchema(name="_probe", type="string")]
+        try:
+            self.thrift.alter_table_with_environment_context(
+                table.dbName, table.tableName, probe, _expecting("probe")
+            )
+            known = False  # no version lands it; whatever answered, it is not to be trusted
+        except ttypes.MetaException as err:
+            known = "New value for expected key" in (err.message or "")
+        except ttypes.InvalidOperationException:
+            known = False
+        _ENFORCES_EXPECTED[self.uri] = known
+        return known
 
     def partitions(self, database: str, table: str) -> list[ttypes.Partition]:
         return self.thrift.get_partitions(database, table, -1)
@@ -169,6 +273,15 @@ class MetastoreClient:
 
     @contextlib.contextmanager
     def locked(self, database: str, table: str) -> Iterator[MetastoreClient]:
-        """Hold the table's metastore lock: every read-modify-write of its metadata does."""
+        """Hold the table's metastore lock: every read-modify-write of several calls does."""
+        key = _key(database, table)
         with table_lock(self, database, table):
-            yield self
+            self._locked.add(key)
+            try:
+                yield self
+            finally:
+                self._locked.discard(key)
+
+
+def _key(database: str, table: str) -> tuple[str, str]:
+    return database.lower(), table.lower()

@@ -1,13 +1,13 @@
-"""Table locks of the Hive Metastore's own lock API, held by every metadata writer.
+"""Table locks of the Hive Metastore's own lock API, held by writers of several calls.
 
-Hive 2.3's ``alter_table`` has no compare-and-set: a commit and a status write that both
-read-modify-write one table would undo each other. Every writer of a table's metadata
-(commits of every kind, refresh status, partition changes) therefore holds the metastore's
-EXCLUSIVE table lock around its read-modify-write — the mechanism Iceberg's Hive catalog uses
-for its commits. The lock lives in the metastore, so it holds across processes and machines;
-a holder that dies loses it after the metastore's ``hive.txn.timeout`` (which the metastore
-enforces only with ``hive.compactor.initiator.on``); a live holder heartbeats, so a slow
-commit never loses its lock.
+Every ``alter_table`` of ours is a compare-and-set on the table's revision
+(``metastore.client``), which is enough for a write of one call (the whole-table commit). A
+writer whose change takes several calls (a partition commit: add, switch, table options; an
+append; expiry; status writes) holds the metastore's EXCLUSIVE table lock around them — the
+mechanism Iceberg's Hive catalog uses for its commits. The lock lives in the metastore, so it
+holds across processes and machines; a holder that dies loses it after the metastore's
+``hive.txn.timeout`` (which the metastore enforces only with ``hive.compactor.initiator.on``);
+a live holder heartbeats, so a slow commit never loses its lock.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_staged.periodic import Periodic
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
+from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import (
     CommitConflictError,
     StagingError,
@@ -226,7 +227,9 @@ class JournaledStagedTable(StagedTable):
                     f"attempt {self.attempt_id} of {self.target} has written nothing: cannot commit"
                 )
             try:
-                superseded = self.publish(record)
+                # A compare-and-set refused (another writer came between read and write)
+                # changed nothing: publish again from a fresh read.
+                superseded = retry_on_conflict(lambda: self.publish(record), f"commit of {self.target}")
             except TableAlreadyExistsError:
                 self._discard_unpublished(record, "target created concurrently")
                 if self.purpose is StagingPurpose.CREATE_TABLE_AS_IF_NOT_EXISTS:

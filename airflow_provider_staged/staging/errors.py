@@ -15,3 +15,8 @@ class TableNotFoundError(StagingError):
 
 class CommitConflictError(StagingError):
     """The attempt can no longer be committed (it was aborted, or another state forbids it)."""
+
+
+class CatalogConflictError(StagingError):
+    """Another writer changed the table between this writer's read and its write, and the
+    catalog refused the write (compare-and-set): nothing was changed; read again and retry."""

@@ -36,6 +36,7 @@ from airflow_provider_staged.partition_ttl import (
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import run_attempt
+from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME
@@ -244,6 +245,17 @@ def delete_dropped_files(
     return deleted
 
 
+def _record_next_expiry(client: MetastoreClient, identifier: TableIdentifier, now: float) -> None:
+    """Record the next expiry under the lock, from partitions read under it: a commit that just
+    added an earlier-expiring partition is seen."""
+    with client.locked(identifier.database, identifier.table):
+        current = client.read_for_update(identifier.database, identifier.table)
+        if current is not None and (ttl := table_ttl(current)) is not None:
+            fresh = plan_expiry(current, client.partitions(identifier.database, identifier.table), ttl, now)
+            if not fresh.expired and (changed := _with_next_expiry(current, fresh.next_expiry)):
+                client.alter_table(changed)
+
+
 def expire_table(
     settings: StagedSettings,
     identifier: TableIdentifier,
@@ -270,13 +282,7 @@ def expire_table(
         if not plan.expired:
             # Record the next expiry under the lock, from partitions read under it: a commit
             # that just added an earlier-expiring partition is seen.
-            with client.locked(identifier.database, identifier.table):
-                current = client.get_table(identifier.database, identifier.table)
-                if current is not None and (current_ttl := table_ttl(current)) is not None:
-                    fresh = plan_expiry(current, client.partitions(identifier.database, identifier.table),
-                                        current_ttl, now)
-                    if not fresh.expired and (changed := _with_next_expiry(current, fresh.next_expiry)):
-                        client.alter_table(changed)
+            retry_on_conflict(lambda: _record_next_expiry(client, identifier, now), f"expiry of {identifier}")
             return plan
     expiry = HivePartitionExpiry(
         identifier, plan.expired, now, journal=settings.journal, metastore_uri=settings.metastore_uri,

@@ -24,7 +24,7 @@ from airflow_provider_staged.materialized.catalog_status import (
     CatalogStatusStore,
 )
 from airflow_provider_staged.materialized.scheduler import RefreshStatus
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.client import MetastoreClient, enforces_compare_and_set
 from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriterContext
@@ -124,7 +124,10 @@ def committer(
             staged = commit_copy(uri, target, journal_dir, parquet_file)
             t1 = time.monotonic()
             own = normalize_location(staged.location)
-            seen.append({"index": index, "t0": t0, "t1": t1, "own": own, **read_back(uri, database, table)})
+            # Whether the commit went without the table lock (its switch a compare-and-set).
+            lock_free = enforces_compare_and_set(uri)
+            seen.append({"index": index, "t0": t0, "t1": t1, "own": own, "lock_free": lock_free,
+                         **read_back(uri, database, table)})
     except BaseException as err:  # reported to the test, which fails with it
         error = repr(err)
     finally:
@@ -258,6 +261,16 @@ def partitions_of_refresh(refresh: int) -> list[str]:
 def refresh_partitions(uri: str, target: str, journal_dir: str, refresh: int) -> tuple[float, float]:
     """One partition refresh (spec {}), every row tagged with ``refresh``; returns when its
     commit (the catalog calls) started and ended."""
+    staged, manifest = written_refresh(uri, target, journal_dir, refresh)
+    started = time.monotonic()
+    commit_written(staged, manifest)
+    return started, time.monotonic()
+
+
+def written_refresh(
+    uri: str, target: str, journal_dir: str, refresh: int
+) -> tuple[HivePartitionStagedTable, Manifest]:
+    """A begun partition refresh (spec {}) whose files are written: the staged table and its manifest."""
     staged = HivePartitionStagedTable(
         TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal_dir), uri
     )
@@ -279,9 +292,7 @@ def refresh_partitions(uri: str, target: str, journal_dir: str, refresh: int) ->
         partition_columns=["ds"],
         files=[DataFile(**item) for item in data_files(root)],
     )
-    started = time.monotonic()
-    commit_written(staged, manifest)
-    return started, time.monotonic()
+    return staged, manifest
 
 
 def read_partitions(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:

@@ -121,7 +121,7 @@ class HivePartitionStagedTable(HiveStagedTable):
 
     def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
         """Register the partitions of a table this attempt created, then make Spark use them."""
-        created = txn.get_table(self.identifier.database, self.identifier.table)
+        created = txn.read_for_update(self.identifier.database, self.identifier.table)
         registered = {tuple(p.values) for p in self._inside_spec(txn, created)}
         targets = sorted(self._targets(manifest, []) - registered)
         stats = partition_stats(manifest, self.partition_columns)

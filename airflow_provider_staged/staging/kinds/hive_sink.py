@@ -257,7 +257,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
         """Register the partitions of the table this attempt created, then make Spark read them from
         the catalog. Until then Spark discovers the same partitions from the directories: the table
         reads the same at every step."""
-        table = txn.get_table(self.identifier.database, self.identifier.table)
+        table = txn.read_for_update(self.identifier.database, self.identifier.table)
         columns = [key.name for key in table.partitionKeys]
         registered = {tuple(p.values) for p in txn.partitions(table.dbName, table.tableName)}
         new = []

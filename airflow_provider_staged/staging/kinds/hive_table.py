@@ -20,6 +20,7 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import (
     AlreadyExistsException,
     MetastoreClient,
+    enforces_compare_and_set,
 )
 from airflow_provider_staged.metastore.tables import current_location, new_table, repointed_table
 from airflow_provider_staged.partition_ttl import with_ttl_options
@@ -117,6 +118,8 @@ class HiveStagedTable(JournaledStagedTable):
             # Resolve the root from this same read (raises for a missing database): each
             # metastore call costs tens of milliseconds, begin needs no further one.
             self._root = self.root_for(client, table)
+            if table is not None and self._switches_in_one_call():
+                client.probe_compare_and_set(table)  # once per process: lets the commit go unlocked
             return table is not None
 
     def catalog_ref(self) -> dict[str, Any]:
@@ -160,17 +163,25 @@ class HiveStagedTable(JournaledStagedTable):
                 self._root = self.table_root(client)
         return f"{self._root}/{version_dir_name(self.attempt_id)}"
 
+    def _switches_in_one_call(self) -> bool:
+        """This kind's commit is one ``alter_table`` (other Hive kinds make several calls)."""
+        return self.kind == HiveStagedTable.kind and self.purpose.replaces
+
     @contextlib.contextmanager
     def catalog_transaction(self, exclusive: bool = True) -> Iterator[MetastoreClient]:
+        """The metastore for one operation; ``exclusive`` holds the table's lock, except for a
+        one-call switch on a metastore that enforces the compare-and-set of ``alter_table``:
+        that needs no lock to never undo, nor be undone by, another writer."""
         with self._client() as client:
-            if not exclusive:
+            lock_free = self._switches_in_one_call() and enforces_compare_and_set(self.metastore_uri)
+            if not exclusive or lock_free:
                 yield client
                 return
             with client.locked(self.identifier.database, self.identifier.table):
                 yield client
 
     def load_current(self, txn: MetastoreClient) -> ttypes.Table | None:
-        return txn.get_table(self.identifier.database, self.identifier.table)
+        return txn.read_for_update(self.identifier.database, self.identifier.table)
 
     def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
         try:

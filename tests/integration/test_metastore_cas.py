@@ -1,0 +1,171 @@
+"""The compare-and-set of ``alter_table`` on the real metastore (Hive 2.3.10, HIVE-26882).
+
+Every ``alter_table`` of ours sends the revision it read; a whole-table commit relies on that
+alone and takes no table lock. These tests interleave the writers step by step in one process
+(the multi-process races are in ``test_metadata_races``).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.metastore.client import (
+    REVISION_KEY,
+    MetastoreClient,
+    enforces_compare_and_set,
+)
+from airflow_provider_staged.metastore.tables import current_location, new_table
+from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.conflicts import retry_on_conflict
+from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.storage import normalize_location
+from tests.integration import race_workers
+
+
+@pytest.fixture(scope="module")
+def database(metastore: MetastoreInfo) -> str:
+    name = "cas_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, metastore.warehouse)
+    return name
+
+
+@pytest.fixture
+def parquet(tmp_path: Path) -> str:
+    path = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(path)
+    return str(path)
+
+
+def _manifest(tmp_path: Path) -> Manifest:
+    """An empty version directory of the flat table's schema."""
+    (tmp_path / "v0").mkdir(exist_ok=True)
+    return Manifest(
+        location=f"file:{tmp_path / 'v0'}",
+        schema_json=race_workers.FLAT_SCHEMA_JSON,
+        columns=list(race_workers.FLAT_COLUMNS),
+        rows=0,
+        bytes=0,
+    )
+
+
+def _replace(uri: str, target: str, journal: Path, parquet: str) -> HiveStagedTable:
+    return race_workers.commit_copy(uri, target, str(journal), parquet, "replace")
+
+
+def test_a_stale_write_is_refused_and_changes_nothing(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str
+) -> None:
+    target = f"{database}.stale"
+    race_workers.commit_copy(metastore.uri, target, str(tmp_path / "journal"), parquet, "create")
+    with MetastoreClient(metastore.uri) as first, MetastoreClient(metastore.uri) as second:
+        mine, theirs = first.read_for_update(database, "stale"), second.read_for_update(database, "stale")
+        assert mine.parameters[REVISION_KEY] == theirs.parameters[REVISION_KEY]
+        mine.parameters["who"] = "first"
+        first.alter_table(mine)
+        theirs.parameters["who"] = "second"
+        with pytest.raises(CatalogConflictError, match=f"{database}.stale changed after this writer read it"):
+            second.alter_table(theirs)
+        # A write needs a read of its own: a table this block never read is refused before any call.
+        with pytest.raises(StagingError, match="without read_for_update first"):
+            second.alter_table(new_table(TableIdentifier(database, "never_read"), _manifest(tmp_path), "v"))
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "stale")
+    assert stored.parameters["who"] == "first"
+    assert stored.parameters[REVISION_KEY] == mine.parameters[REVISION_KEY] != theirs.parameters[REVISION_KEY]
+
+
+def test_a_commit_between_a_locked_writers_read_and_write_is_kept(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str
+) -> None:
+    """The status writer's interleaving that lost commits before any guard: it reads (holding the
+    lock), a whole-table commit lands meanwhile (not waiting for the lock), the writer writes."""
+    target = f"{database}.interleaved"
+    journal = tmp_path / "journal"
+    race_workers.commit_copy(metastore.uri, target, str(journal), parquet, "create")
+    reads = []
+    committed: list[HiveStagedTable] = []
+
+    def write_status() -> None:
+        with MetastoreClient(metastore.uri) as client, client.locked(database, "interleaved"):
+            table = client.read_for_update(database, "interleaved")
+            reads.append(normalize_location(current_location(table)))
+            if len(reads) == 1:  # the first time only: a commit lands between read and write
+                worker = threading.Thread(
+                    target=lambda: committed.append(_replace(metastore.uri, target, journal, parquet))
+                )
+                worker.start()
+                worker.join(60)
+                assert committed, "the whole-table commit waited for the table lock"
+            table.parameters["materialized.refresh-status"] = "ACTIVATED"
+            client.alter_table(table)
+
+    retry_on_conflict(write_status, "status")
+    assert enforces_compare_and_set(metastore.uri)
+    (commit,) = committed
+    assert len(reads) == 2 and reads[1] == normalize_location(commit.location) != reads[0]
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "interleaved")
+    assert normalize_location(current_location(stored)) == normalize_location(commit.location)
+    assert stored.parameters["materialized.refresh-status"] == "ACTIVATED"
+
+
+def test_a_table_made_elsewhere_gets_a_revision_on_its_first_commit(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str
+) -> None:
+    table = new_table(TableIdentifier(database, "foreign"), _manifest(tmp_path), "v0")
+    with MetastoreClient(metastore.uri) as client:
+        client.thrift.create_table(table)  # as Spark or Hive would: no revision of ours
+        assert REVISION_KEY not in client.get_table(database, "foreign").parameters
+    staged = _replace(metastore.uri, f"{database}.foreign", tmp_path / "journal", parquet)
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "foreign")
+    assert normalize_location(current_location(stored)) == normalize_location(staged.location)
+    assert stored.parameters.get(REVISION_KEY)
+    assert staged.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
+    assert [r.state for r in AttemptJournal(tmp_path / "journal").records()] == [AttemptState.COMMITTED]
+
+
+def test_the_commit_gives_up_with_a_clear_error_when_every_write_loses(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = f"{database}.contended"
+    journal = tmp_path / "journal"
+    first = race_workers.commit_copy(metastore.uri, target, str(journal), parquet, "create")
+    staged = HiveStagedTable(
+        TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal), metastore.uri
+    )
+    staged.begin()
+    staged.written(race_workers.write_flat(staged, parquet))
+    real_read = MetastoreClient.read_for_update
+
+    def read_then_someone_writes(self: MetastoreClient, database_name: str, name: str):  # type: ignore[no-untyped-def]
+        found = real_read(self, database_name, name)
+        with MetastoreClient(metastore.uri) as other:  # another writer, right after every read
+            table = real_read(other, database_name, name)
+            table.parameters["other"] = uuid.uuid4().hex
+            other.alter_table(table)
+        return found
+
+    monkeypatch.setattr(MetastoreClient, "read_for_update", read_then_someone_writes)
+    monkeypatch.setattr("airflow_provider_staged.staging.conflicts.CONFLICT_ATTEMPTS", 3)
+    with pytest.raises(CatalogConflictError, match=f"commit of {target}: 3 writes in a row lost"):
+        staged.commit()
+    monkeypatch.undo()
+    assert staged.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "contended")
+    assert normalize_location(current_location(stored)) == normalize_location(first.location)
+    staged.commit()  # nothing landed: the same attempt commits once the writers stop
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "contended")
+    assert normalize_location(current_location(stored)) == normalize_location(staged.location)
