@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from airflow_provider_staged.metastore.tables import current_location
 from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.storage import normalize_location
-from tests.fixtures.metastore import TEST_LOCK_EXPIRY_SECONDS
+from tests.fixtures.metastore import TEST_LOCK_EXPIRY_SECONDS, new_database
 from tests.integration import race_workers
 from tests.integration.race_workers import classify, partitions_of_refresh, status_value
 
@@ -54,10 +53,7 @@ WAIT = 120.0
 
 @pytest.fixture(scope="module")
 def database(metastore: MetastoreInfo) -> str:
-    name = "race_" + uuid.uuid4().hex[:8]
-    with MetastoreClient(metastore.uri) as client:
-        client.ensure_database(name, metastore.warehouse)
-    return name
+    return new_database(metastore, "race")
 
 
 def _start(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:

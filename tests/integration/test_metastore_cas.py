@@ -28,15 +28,13 @@ from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.storage import normalize_location
+from tests.fixtures.metastore import new_database
 from tests.integration import race_workers
 
 
 @pytest.fixture(scope="module")
 def database(metastore: MetastoreInfo) -> str:
-    name = "cas_" + uuid.uuid4().hex[:8]
-    with MetastoreClient(metastore.uri) as client:
-        client.ensure_database(name, metastore.warehouse)
-    return name
+    return new_database(metastore, "cas")
 
 
 @pytest.fixture

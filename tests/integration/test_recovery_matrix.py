@@ -84,6 +84,7 @@ from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import HiveRollback
 from airflow_provider_staged.storage import normalize_location
+from tests.fixtures.metastore import new_database
 from tests.integration import recovery_helpers as rh
 
 pytestmark = pytest.mark.timeout(600)
@@ -424,10 +425,7 @@ class ContinuousPartitionHarness(PartitionHarness):
 
 @pytest.fixture(scope="module")
 def hive_database(metastore: Any) -> str:
-    name = "rm_" + uuid.uuid4().hex[:8]
-    with MetastoreClient(metastore.uri) as client:
-        client.ensure_database(name, metastore.warehouse)
-    return name
+    return new_database(metastore, "rm")
 
 
 @pytest.fixture(scope="module")
