@@ -11,8 +11,10 @@ import threading
 import uuid
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import (
     REVISION_KEY,
@@ -21,11 +23,17 @@ from airflow_provider_staged.metastore.client import (
 )
 from airflow_provider_staged.metastore.tables import current_location, new_table
 from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import WriterContext
+from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.sink.recovery import batch_prefix
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
+from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.storage import normalize_location
 from tests.fixtures.metastore import new_database
@@ -167,3 +175,45 @@ def test_the_commit_gives_up_with_a_clear_error_when_every_write_loses(
     with MetastoreClient(metastore.uri) as client:
         stored = client.get_table(database, "contended")
     assert normalize_location(current_location(stored)) == normalize_location(staged.location)
+
+
+def test_an_append_overtaken_by_a_replace_is_ordered_before_it(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sink append holds the table lock, which a whole-table replace no longer takes: a replace
+    landing after the append moved its files (into the version it read) makes the append's write
+    read again. The outcome is the order append → replace: the replace's rows only, the batch
+    recorded, and none of its rows counted."""
+    target = f"{database}.append_vs_replace"
+    journal = str(tmp_path / "journal")
+    race_workers.commit_copy(metastore.uri, target, journal, parquet, "create")
+    sink = HiveSink(target, StagedSettings(metastore.uri, metastore.warehouse, journal), native=False)
+    replaces: list[HiveStagedTable] = []
+
+    def replace_once(name: str) -> None:  # at the append's "files moved" step
+        if name == "global_commit" and not replaces:
+            replaces.append(race_workers.commit_copy(metastore.uri, target, journal, parquet, "replace"))
+
+    monkeypatch.setattr("airflow_provider_staged.staging.kinds.hive_sink.fault_point", replace_once)
+    context = WriterContext(
+        batch_prefix(race_workers.SINK_QUERY, 0) + new_write_id(),
+        race_workers.SINK_QUERY,
+        0,
+        "append",
+        race_workers.FLAT_SCHEMA_JSON,
+        partition_id=0,
+        task_attempt_id=0,
+        streaming=True,
+    )
+    staged = _write_task(sink, context, iter(race_workers.sink_rows(0).to_batches()))
+    commit_write(sink, context, staged)
+
+    (replace,) = replaces
+    with MetastoreClient(metastore.uri) as client:
+        table = client.get_table(database, "append_vs_replace")
+    location = normalize_location(current_location(table))
+    assert location == normalize_location(replace.location)
+    assert pq.read_table(local_path(location)).num_rows == pq.read_table(parquet).num_rows
+    assert recorded_batch(table, race_workers.SINK_QUERY) == 0
+    assert table.parameters[SINK_ROWS_KEY] == "0"
+    assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}

@@ -38,6 +38,7 @@ Everything runs under the table's metastore lock (``metastore.locks``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -229,8 +230,11 @@ class HiveAppendStagedTable(HiveSinkCommit):
             _check_fits(current, manifest, self.target)
             if tracks_partitions(current):
                 superseded = self._switch_partitions(txn, current, manifest)
-            else:
-                self._place(manifest, normalize_location(current_location(current)))
+            elif not self._place(manifest, normalize_location(current_location(current))):
+                # Placed into a version that a replace then superseded (it landed between this
+                # append's read and write, which made the write read again): the append came
+                # first and the replace dropped its rows, so none are counted here.
+                manifest = dataclasses.replace(manifest, rows=0)
             changed = _reads_batch_dirs(copy.deepcopy(current))
             changed.parameters = self.marked(changed.parameters, manifest)
             txn.alter_table(changed)
@@ -270,15 +274,19 @@ class HiveAppendStagedTable(HiveSinkCommit):
         table.parameters[PARTITION_PROVIDER_KEY] = "catalog"
         txn.alter_table(table)
 
-    def _place(self, manifest: Manifest, version: str) -> None:
-        """Move each staged directory into ``version`` (skipping those already moved)."""
+    def _place(self, manifest: Manifest, version: str) -> bool:
+        """Move each staged directory into ``version`` (skipping those already moved); whether
+        they are all there (False: moved before into another version)."""
         ready = f"{self.staging}/{READY_DIR}"
+        placed = True
         for group in self._groups(manifest):
             target = self._batch_dir(version, group)
             source = "/".join(part for part in (ready, group) if part)
             if not exists(target) and exists(source):
                 _move(source, target)
+            placed = placed and exists(target)
         fault_point("global_commit")
+        return placed
 
     def _place_flat(self, manifest: Manifest) -> None:
         """Move each staged file into its partition directory of :attr:`version`, named
