@@ -17,10 +17,11 @@ T = TypeVar("T")
 CONFLICT_ATTEMPTS = 30
 
 
-def retry_on_conflict(operation: Callable[[], T], what: str, attempts: int | None = None) -> T:
+def retry_on_conflict(operation: Callable[[], T], what: str) -> T:
     """Run ``operation`` (a whole read-modify-write) again while the catalog refuses its write
-    as a conflict: a refused write changed nothing, and the next read sees the other writer's."""
-    attempts = attempts or CONFLICT_ATTEMPTS
+    as a conflict: a refused write changed nothing, and the next read sees the other writer's.
+    At most ``CONFLICT_ATTEMPTS`` times (read when called)."""
+    attempts = CONFLICT_ATTEMPTS
     for attempt in range(1, attempts + 1):
         try:
             return operation()

@@ -280,8 +280,6 @@ def expire_table(
         if dry_run:
             return plan
         if not plan.expired:
-            # Record the next expiry under the lock, from partitions read under it: a commit
-            # that just added an earlier-expiring partition is seen.
             retry_on_conflict(lambda: _record_next_expiry(client, identifier, now), f"expiry of {identifier}")
             return plan
     expiry = HivePartitionExpiry(
