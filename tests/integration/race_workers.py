@@ -358,3 +358,47 @@ def hold_lock(uri: str, database: str, table: str, locked: Any, release: Any) ->
     with MetastoreClient(uri) as client, client.locked(database, table):
         locked.set()
         release.wait()
+
+
+def fresh_table_creator(
+    uri: str, database: str, journal_dir: str, parquet_file: str, rounds: int, barrier: Any, out_path: str
+) -> None:
+    """Per round, CREATE OR REPLACE a table that does not exist yet, committing at the same moment
+    as the other worker (``barrier``); this process commits lock-free, as a long-lived one does
+    after its first replace."""
+    from airflow_provider_staged.staging.errors import CatalogConflictError
+
+    seen: list[dict[str, Any]] = []
+    conflicts: list[int] = []
+    error = None
+    real_create = HiveStagedTable.create_new_table
+
+    def counted_create(self: HiveStagedTable, txn: MetastoreClient, manifest: Manifest) -> None:
+        try:
+            real_create(self, txn, manifest)
+        except CatalogConflictError:
+            conflicts.append(len(seen))
+            raise
+
+    HiveStagedTable.create_new_table = counted_create  # type: ignore[method-assign]
+    try:
+        probe = f"{database}.probe_{Path(out_path).stem}"
+        commit_copy(uri, probe, journal_dir, parquet_file, "create")
+        commit_copy(uri, probe, journal_dir, parquet_file, "replace")  # its begin probes the metastore
+        for index in range(rounds):
+            staged = HiveStagedTable(
+                TableIdentifier(database, f"fresh_{index}"), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
+                AttemptJournal(journal_dir), uri,
+            )
+            staged.begin()
+            staged.written(write_flat(staged, parquet_file))
+            barrier.wait(60)
+            staged.commit()
+            own = normalize_location(staged.location)
+            seen.append({"index": index, "attempt": staged.attempt_id, "own": own,
+                         "lock_free": enforces_compare_and_set(uri)})
+    except BaseException as err:  # reported to the test, which fails with it
+        error = repr(err)
+        barrier.abort()
+    finally:
+        Path(out_path).write_text(json.dumps({"rounds": seen, "conflicts": conflicts, "error": error}))

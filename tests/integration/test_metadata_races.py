@@ -461,3 +461,46 @@ def test_a_sigkilled_lock_holder_does_not_block_commits_forever(
         # It waited for the metastore to time the dead lock out, not less.
         assert waited >= TEST_LOCK_EXPIRY_SECONDS - 2, f"committed after {waited:.1f} s while a lock was held"
     assert outcome is None, f"commit failed after {waited:.0f} s: {outcome}"
+
+
+CREATE_ROUNDS = 15
+
+
+def test_concurrent_create_or_replace_of_a_new_table_both_commit(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    """Two processes CREATE OR REPLACE the same new table at the same moment, lock-free: both read
+    no table, one creates it, and the other, refused, reads again and replaces it (as it would have
+    after waiting for a lock), instead of failing its task with "created by someone else"."""
+    parquet = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(parquet)
+    journal = tmp_path / "journal"
+    barrier = SPAWN.Barrier(2)
+    outs = [tmp_path / f"creator{n}.json" for n in range(2)]
+    workers = [
+        _start(race_workers.fresh_table_creator, metastore.uri, database, str(journal), str(parquet),
+               CREATE_ROUNDS, barrier, str(out))
+        for out in outs
+    ]
+    try:
+        _finish(workers, timeout=170)
+    finally:
+        _kill_leftovers(workers)
+    results = [json.loads(out.read_text()) for out in outs]
+    assert [result["error"] for result in results] == [None, None]
+    assert all(r["lock_free"] for result in results for r in result["rounds"])
+    # The race happened: some creates were refused because the other process's landed first.
+    assert sum(len(result["conflicts"]) for result in results) >= 1
+    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    for index in range(CREATE_ROUNDS):
+        mine, theirs = (result["rounds"][index] for result in results)
+        with MetastoreClient(metastore.uri) as client:
+            table = client.get_table(database, f"fresh_{index}")
+        location = normalize_location(current_location(table))
+        assert location in (mine["own"], theirs["own"])
+        last, first = (mine, theirs) if location == mine["own"] else (theirs, mine)
+        # The one the table shows replaced the other: its version is superseded, nothing else lost.
+        assert records[last["attempt"]].state is AttemptState.COMMITTED
+        assert records[first["attempt"]].state is AttemptState.COMMITTED
+        assert normalize_location(records[last["attempt"]].superseded_location) == first["own"]
+        assert pq.read_table(local_path(location)).num_rows == pq.read_table(parquet).num_rows

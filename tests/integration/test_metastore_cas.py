@@ -217,3 +217,45 @@ def test_an_append_overtaken_by_a_replace_is_ordered_before_it(
     assert recorded_batch(table, race_workers.SINK_QUERY) == 0
     assert table.parameters[SINK_ROWS_KEY] == "0"
     assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}
+
+
+def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two lock-free CREATE OR REPLACE of a new table: the second reads no table, the first
+    creates it before the second's create. The second then replaces it, as it would have
+    after waiting for the lock; it does not fail with "created by someone else"."""
+    target = f"{database}.created_meanwhile"
+    journal = str(tmp_path / "journal")
+    race_workers.commit_copy(metastore.uri, f"{database}.probed", journal, parquet, "create")
+    _replace(metastore.uri, f"{database}.probed", tmp_path / "journal", parquet)  # probes: lock-free now
+    assert enforces_compare_and_set(metastore.uri)
+    second = HiveStagedTable(
+        TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, AttemptJournal(journal),
+        metastore.uri,
+    )
+    second.begin()
+    second.written(race_workers.write_flat(second, parquet))
+    firsts: list[HiveStagedTable] = []
+    real_create = HiveStagedTable.create_target
+
+    def first_creates_meanwhile(self: HiveStagedTable, txn, record, manifest) -> None:  # type: ignore[no-untyped-def]
+        if self is second and not firsts:
+            firsts.append(race_workers.commit_copy(metastore.uri, target, journal, parquet))
+        real_create(self, txn, record, manifest)
+
+    monkeypatch.setattr(HiveStagedTable, "create_target", first_creates_meanwhile)
+    second.commit()
+    monkeypatch.undo()
+
+    (first,) = firsts
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "created_meanwhile")
+    assert normalize_location(current_location(stored)) == normalize_location(second.location)
+    assert pq.read_table(local_path(second.location)).num_rows == pq.read_table(parquet).num_rows
+    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    assert records[second.attempt_id].state is AttemptState.COMMITTED
+    assert records[first.attempt_id].state is AttemptState.COMMITTED
+    # The first version is superseded (retention deletes it later), not lost from the record.
+    superseded = records[second.attempt_id].superseded_location
+    assert normalize_location(superseded) == normalize_location(first.location)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import AlreadyExistsException, MetastoreClient
+from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
@@ -44,7 +44,7 @@ from airflow_provider_staged.partition_ttl import (
     ttl_options,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
-from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
+from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
@@ -113,10 +113,7 @@ class HivePartitionStagedTable(HiveStagedTable):
     # -- the catalog operations ---------------------------------------------------------
 
     def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
-        try:
-            txn.create_table(self.with_options(new_table(self.identifier, manifest, self.attempt_id)))
-        except AlreadyExistsException:
-            raise TableAlreadyExistsError(f"table {self.target} was created concurrently") from None
+        self.create_new_table(txn, manifest)
         self._register_created(txn, record, manifest)
 
     def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:

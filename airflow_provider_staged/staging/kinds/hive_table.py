@@ -27,7 +27,7 @@ from airflow_provider_staged.partition_ttl import with_ttl_options
 from airflow_provider_staged.staging import storage_paths
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.errors import TableAlreadyExistsError
+from airflow_provider_staged.staging.errors import CatalogConflictError, TableAlreadyExistsError
 from airflow_provider_staged.staging.journal import (
     AttemptJournal,
     AttemptRecord,
@@ -184,9 +184,18 @@ class HiveStagedTable(JournaledStagedTable):
         return txn.read_for_update(self.identifier.database, self.identifier.table)
 
     def create_target(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
+        self.create_new_table(txn, manifest)
+
+    def create_new_table(self, txn: MetastoreClient, manifest: Manifest) -> None:
+        """Create the table this attempt read as missing. Created by someone else meanwhile (a
+        lock-free commit of ours, or Spark, which takes no lock): a purpose that replaces reads
+        again and replaces it, as it would have after waiting for the lock; a create-only one fails."""
         try:
             txn.create_table(self.with_options(new_table(self.identifier, manifest, self.attempt_id)))
         except AlreadyExistsException:
+            if self.purpose.replaces:
+                message = f"table {self.target} was created after this commit read it"
+                raise CatalogConflictError(message) from None
             raise TableAlreadyExistsError(
                 f"table {self.target} was created by someone else before this commit"
             ) from None
