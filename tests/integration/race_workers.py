@@ -275,6 +275,12 @@ def written_refresh(
         TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal_dir), uri
     )
     staged.begin()
+    return staged, write_partitions(staged, refresh)
+
+
+def write_partitions(staged: HiveStagedTable, refresh: int) -> Manifest:
+    """Refresh ``refresh``'s partitions (:func:`partitions_of_refresh`) written into ``staged``'s
+    version directory, every row tagged with ``refresh``: their manifest."""
     root = local_path(staged.location)
     rows = pa.table(
         {
@@ -285,14 +291,13 @@ def written_refresh(
     for ds in partitions_of_refresh(refresh):
         (root / f"ds={ds}").mkdir(parents=True)
         pq.write_table(rows, root / f"ds={ds}" / "part-00000.parquet")
-    manifest = Manifest(
+    return Manifest(
         location=staged.location,
         schema_json=PART_SCHEMA_JSON,
         columns=list(PART_COLUMNS),
         partition_columns=["ds"],
         files=[DataFile(**item) for item in data_files(root)],
     )
-    return staged, manifest
 
 
 def read_partitions(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:

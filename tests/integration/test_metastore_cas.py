@@ -11,6 +11,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,7 +22,7 @@ from airflow_provider_staged.metastore.client import (
     MetastoreClient,
     enforces_compare_and_set,
 )
-from airflow_provider_staged.metastore.tables import current_location, new_table
+from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY, current_location, new_table
 from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriterContext
@@ -29,10 +30,12 @@ from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix
 from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.storage import normalize_location
@@ -50,6 +53,15 @@ def parquet(tmp_path: Path) -> str:
     path = tmp_path / "source.parquet"
     race_workers.write_source_parquet(path)
     return str(path)
+
+
+@pytest.fixture
+def lock_free(metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str) -> None:
+    """Whole-table commits of this process go without the lock (its first replace probed)."""
+    journal = str(tmp_path / "probe-journal")
+    race_workers.commit_copy(metastore.uri, f"{database}.probed", journal, parquet, "create_or_replace")
+    _replace(metastore.uri, f"{database}.probed", Path(journal), parquet)
+    assert enforces_compare_and_set(metastore.uri)
 
 
 def _manifest(tmp_path: Path) -> Manifest:
@@ -220,16 +232,14 @@ def test_an_append_overtaken_by_a_replace_is_ordered_before_it(
 
 
 def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
-    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch,
+    lock_free: None,
 ) -> None:
     """Two lock-free CREATE OR REPLACE of a new table: the second reads no table, the first
     creates it before the second's create. The second then replaces it, as it would have
     after waiting for the lock; it does not fail with "created by someone else"."""
     target = f"{database}.created_meanwhile"
     journal = str(tmp_path / "journal")
-    race_workers.commit_copy(metastore.uri, f"{database}.probed", journal, parquet, "create")
-    _replace(metastore.uri, f"{database}.probed", tmp_path / "journal", parquet)  # probes: lock-free now
-    assert enforces_compare_and_set(metastore.uri)
     second = HiveStagedTable(
         TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, AttemptJournal(journal),
         metastore.uri,
@@ -259,3 +269,89 @@ def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
     # The first version is superseded (retention deletes it later), not lost from the record.
     superseded = records[second.attempt_id].superseded_location
     assert normalize_location(superseded) == normalize_location(first.location)
+
+
+def test_a_replace_between_a_partitioned_create_and_its_partitions_stands(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock_free: None
+) -> None:
+    """A first refresh creates its table, then (same lock) registers its partitions; a lock-free
+    replace can land in between. The outcome is the order create → replace: the refresh does not
+    register its partitions over the replaced table (which Spark would then read from the
+    refresh's version, a directory the replace superseded and retention deletes)."""
+    target = f"{database}.created_then_replaced"
+    journal = str(tmp_path / "journal")
+    refresh, manifest = race_workers.written_refresh(metastore.uri, target, journal, 1)
+    replaces: list[HiveStagedTable] = []
+    real_register = HivePartitionStagedTable._register_created
+
+    def replaced_first(self: HivePartitionStagedTable, txn, record, created_manifest) -> None:  # type: ignore[no-untyped-def]
+        if not replaces:
+            replace = HiveStagedTable(
+                TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal),
+                metastore.uri,
+            )
+            replace.begin()
+            commit_written(replace, race_workers.write_partitions(replace, 2))
+            replaces.append(replace)
+        real_register(self, txn, record, created_manifest)
+
+    monkeypatch.setattr(HivePartitionStagedTable, "_register_created", replaced_first)
+    commit_written(refresh, manifest)
+    monkeypatch.undo()
+
+    (replace,) = replaces
+    with MetastoreClient(metastore.uri) as client:
+        table = client.get_table(database, "created_then_replaced")
+        partitions = client.partitions(database, "created_then_replaced")
+    assert normalize_location(current_location(table)) == normalize_location(replace.location)
+    assert table.parameters.get(PARTITION_PROVIDER_KEY) != "catalog"
+    assert not [p.sd.location for p in partitions if refresh.location in p.sd.location]
+    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    assert normalize_location(records[replace.attempt_id].superseded_location) == normalize_location(
+        refresh.location
+    )
+    assert records[refresh.attempt_id].state is AttemptState.COMMITTED
+    assert not refresh.is_published(records[refresh.attempt_id])  # superseded, nothing points at it
+
+
+def test_a_replace_between_a_sink_create_and_its_partitions_stands(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock_free: None
+) -> None:
+    """The same order for the first micro-batch of a sink whose table tracks its partitions (a
+    CONTINUOUS materialized table's): create → replace, the sink registers nothing over it."""
+    target = f"{database}.sink_created_then_replaced"
+    journal = str(tmp_path / "journal")
+    settings = StagedSettings(metastore.uri, metastore.warehouse, journal)
+    sink = HiveSink(target, settings, native=False, partition_by=["ds"], track_partitions=True)
+    replaces: list[HiveStagedTable] = []
+    real_track = HiveAppendStagedTable._track_partitions
+
+    def replaced_first(self: HiveAppendStagedTable, txn, manifest) -> None:  # type: ignore[no-untyped-def]
+        if not replaces:
+            replace = HiveStagedTable(
+                TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal),
+                metastore.uri,
+            )
+            replace.begin()
+            commit_written(replace, race_workers.write_partitions(replace, 2))
+            replaces.append(replace)
+        real_track(self, txn, manifest)
+
+    monkeypatch.setattr(HiveAppendStagedTable, "_track_partitions", replaced_first)
+    context = WriterContext(
+        batch_prefix(race_workers.SINK_QUERY, 0) + new_write_id(), race_workers.SINK_QUERY, 0, "append",
+        race_workers.PART_SCHEMA_JSON, partition_id=0, task_attempt_id=0, streaming=True,
+    )
+    rows = pa.table({"refresh": pa.array([1, 1], pa.int32()), "row": pa.array([0, 1], pa.int32()),
+                     "ds": pa.array(["b0", "b1"])})
+    commit_write(sink, context, _write_task(sink, context, iter(rows.to_batches())))
+    monkeypatch.undo()
+
+    (replace,) = replaces
+    with MetastoreClient(metastore.uri) as client:
+        table = client.get_table(database, "sink_created_then_replaced")
+        partitions = client.partitions(database, "sink_created_then_replaced")
+    assert normalize_location(current_location(table)) == normalize_location(replace.location)
+    assert table.parameters.get(PARTITION_PROVIDER_KEY) != "catalog"
+    assert [normalize_location(p.sd.location) for p in partitions] == []
+    assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}

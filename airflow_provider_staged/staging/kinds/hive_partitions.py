@@ -119,6 +119,8 @@ class HivePartitionStagedTable(HiveStagedTable):
     def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
         """Register the partitions of a table this attempt created, then make Spark use them."""
         created = txn.read_for_update(self.identifier.database, self.identifier.table)
+        if not is_version(created, record.location):
+            return  # a lock-free replace came after the create: it stands, and reads its own files
         registered = {tuple(p.values) for p in self._inside_spec(txn, created)}
         targets = sorted(self._targets(manifest, []) - registered)
         stats = partition_stats(manifest, self.partition_columns)
@@ -193,11 +195,8 @@ class HivePartitionStagedTable(HiveStagedTable):
         """A crash between creating the table and registering its partitions: finish it."""
         with self.catalog_transaction() as txn:
             table = self.load_current(txn)
-            if (
-                table is not None
-                and normalize_location(current_location(table)) == normalize_location(record.location)
-                and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) != "catalog"
-            ):
+            tracked = table is not None and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
+            if is_version(table, record.location) and not tracked:
                 self._register_created(txn, record, Manifest.from_dict(record.manifest or {}))
 
     def discard(self, record: AttemptRecord) -> None:
@@ -287,6 +286,11 @@ def staged_hive_table(
                                         conn_id=conn_id, purpose=purpose, table_options=table_options)
     return HiveStagedTable(identifier, purpose, journal, uri, retention, task, conn_id=conn_id,
                            table_options=table_options)
+
+
+def is_version(table: ttypes.Table | None, location: str) -> bool:
+    """Whether ``table`` (None: dropped) still reads the version directory at ``location``."""
+    return table is not None and normalize_location(current_location(table)) == normalize_location(location)
 
 
 def partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:

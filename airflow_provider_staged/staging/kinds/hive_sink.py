@@ -61,7 +61,7 @@ from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
-from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, relocated
+from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, is_version, relocated
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
@@ -262,6 +262,8 @@ class HiveAppendStagedTable(HiveSinkCommit):
         the catalog. Until then Spark discovers the same partitions from the directories: the table
         reads the same at every step."""
         table = txn.read_for_update(self.identifier.database, self.identifier.table)
+        if not is_version(table, self.version):
+            return  # a lock-free replace came after the create: it stands, and reads its own files
         columns = [key.name for key in table.partitionKeys]
         registered = {tuple(p.values) for p in txn.partitions(table.dbName, table.tableName)}
         new = []
@@ -358,8 +360,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
         manifest = Manifest.from_dict(record.manifest)
         with self.catalog_transaction() as txn:
             table = self.load_current(txn)
-            location = normalize_location(current_location(table)) if table is not None else None
-            created = location == normalize_location(self.version)
+            created = is_version(table, self.version)
             untracked = self.track_partitions and manifest.partition_columns and not tracks_partitions(table)
             if created and untracked:
                 self._track_partitions(txn, manifest)
