@@ -271,6 +271,38 @@ def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
     assert normalize_location(superseded) == normalize_location(first.location)
 
 
+def _replace_before(
+    monkeypatch: pytest.MonkeyPatch, kind: type, method: str, uri: str, target: str, journal: str
+) -> list[HiveStagedTable]:
+    """Make ``kind.method`` first commit a lock-free whole-table replace of ``target`` (partitioned
+    by ds, refresh 2's rows), once; the replace lands in the list returned."""
+    replaces: list[HiveStagedTable] = []
+    real = getattr(kind, method)
+
+    def replaced_first(self, *args):  # type: ignore[no-untyped-def]
+        if not replaces:
+            replace = HiveStagedTable(
+                TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal), uri
+            )
+            replace.begin()
+            commit_written(replace, race_workers.write_partitions(replace, 2))
+            replaces.append(replace)
+        return real(self, *args)
+
+    monkeypatch.setattr(kind, method, replaced_first)
+    return replaces
+
+
+def _assert_the_replace_stands(uri: str, target: str, replace: HiveStagedTable) -> None:
+    """``target`` reads ``replace``'s version from its directories, with no catalog partitions."""
+    with MetastoreClient(uri) as client:
+        table = client.get_table(*target.split("."))
+        partitions = client.partitions(*target.split("."))
+    assert normalize_location(current_location(table)) == normalize_location(replace.location)
+    assert table.parameters.get(PARTITION_PROVIDER_KEY) != "catalog"
+    assert [normalize_location(p.sd.location) for p in partitions] == []
+
+
 def test_a_replace_between_a_partitioned_create_and_its_partitions_stands(
     metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock_free: None
 ) -> None:
@@ -281,31 +313,14 @@ def test_a_replace_between_a_partitioned_create_and_its_partitions_stands(
     target = f"{database}.created_then_replaced"
     journal = str(tmp_path / "journal")
     refresh, manifest = race_workers.written_refresh(metastore.uri, target, journal, 1)
-    replaces: list[HiveStagedTable] = []
-    real_register = HivePartitionStagedTable._register_created
-
-    def replaced_first(self: HivePartitionStagedTable, txn, record, created_manifest) -> None:  # type: ignore[no-untyped-def]
-        if not replaces:
-            replace = HiveStagedTable(
-                TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal),
-                metastore.uri,
-            )
-            replace.begin()
-            commit_written(replace, race_workers.write_partitions(replace, 2))
-            replaces.append(replace)
-        real_register(self, txn, record, created_manifest)
-
-    monkeypatch.setattr(HivePartitionStagedTable, "_register_created", replaced_first)
+    replaces = _replace_before(
+        monkeypatch, HivePartitionStagedTable, "_register_created", metastore.uri, target, journal
+    )
     commit_written(refresh, manifest)
     monkeypatch.undo()
 
     (replace,) = replaces
-    with MetastoreClient(metastore.uri) as client:
-        table = client.get_table(database, "created_then_replaced")
-        partitions = client.partitions(database, "created_then_replaced")
-    assert normalize_location(current_location(table)) == normalize_location(replace.location)
-    assert table.parameters.get(PARTITION_PROVIDER_KEY) != "catalog"
-    assert not [p.sd.location for p in partitions if refresh.location in p.sd.location]
+    _assert_the_replace_stands(metastore.uri, target, replace)
     records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
     assert normalize_location(records[replace.attempt_id].superseded_location) == normalize_location(
         refresh.location
@@ -323,21 +338,9 @@ def test_a_replace_between_a_sink_create_and_its_partitions_stands(
     journal = str(tmp_path / "journal")
     settings = StagedSettings(metastore.uri, metastore.warehouse, journal)
     sink = HiveSink(target, settings, native=False, partition_by=["ds"], track_partitions=True)
-    replaces: list[HiveStagedTable] = []
-    real_track = HiveAppendStagedTable._track_partitions
-
-    def replaced_first(self: HiveAppendStagedTable, txn, manifest) -> None:  # type: ignore[no-untyped-def]
-        if not replaces:
-            replace = HiveStagedTable(
-                TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal),
-                metastore.uri,
-            )
-            replace.begin()
-            commit_written(replace, race_workers.write_partitions(replace, 2))
-            replaces.append(replace)
-        real_track(self, txn, manifest)
-
-    monkeypatch.setattr(HiveAppendStagedTable, "_track_partitions", replaced_first)
+    replaces = _replace_before(
+        monkeypatch, HiveAppendStagedTable, "_track_partitions", metastore.uri, target, journal
+    )
     context = WriterContext(
         batch_prefix(race_workers.SINK_QUERY, 0) + new_write_id(), race_workers.SINK_QUERY, 0, "append",
         race_workers.PART_SCHEMA_JSON, partition_id=0, task_attempt_id=0, streaming=True,
@@ -348,10 +351,5 @@ def test_a_replace_between_a_sink_create_and_its_partitions_stands(
     monkeypatch.undo()
 
     (replace,) = replaces
-    with MetastoreClient(metastore.uri) as client:
-        table = client.get_table(database, "sink_created_then_replaced")
-        partitions = client.partitions(database, "sink_created_then_replaced")
-    assert normalize_location(current_location(table)) == normalize_location(replace.location)
-    assert table.parameters.get(PARTITION_PROVIDER_KEY) != "catalog"
-    assert [normalize_location(p.sd.location) for p in partitions] == []
+    _assert_the_replace_stands(metastore.uri, target, replace)
     assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}
