@@ -191,10 +191,11 @@ def one_time_staged(
 ) -> ContinuousPartitionStagedTable:
     """The staged overwrite of ``partition_spec`` beside the stream: it covers the micro-batches
     the table records as committed (:class:`ValueError` with the reason when it cannot run)."""
+    from airflow_provider_staged.metastore.tables import tracks_partitions
     from airflow_provider_staged.partition_ttl import materialized_table_options
     from airflow_provider_staged.sink.runtime import stream_query_id
     from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
-    from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch, tracks_partitions
+    from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
 
     identifier = definition.identifier
     why = one_time_refresh_refused(identifier, definition.query, partition_spec)

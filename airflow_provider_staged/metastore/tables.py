@@ -140,6 +140,12 @@ def repointed_table(current: ttypes.Table, manifest: Manifest, version: str) -> 
     return updated
 
 
+def tracks_partitions(table: ttypes.Table) -> bool:
+    """Whether Spark reads ``table``'s partitions from the catalog (then only the files directly in
+    each partition's location); otherwise it discovers them from the directories under its location."""
+    return bool(table.partitionKeys) and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
+
+
 def current_location(table: ttypes.Table) -> str:
     """Where Spark reads the table from (the serde ``path``, else ``sd.location``)."""
     return (table.sd.serdeInfo.parameters or {}).get("path") or table.sd.location

@@ -278,9 +278,9 @@ def written_refresh(
     return staged, write_partitions(staged, refresh)
 
 
-def write_partitions(staged: HiveStagedTable, refresh: int) -> Manifest:
-    """Refresh ``refresh``'s partitions (:func:`partitions_of_refresh`) written into ``staged``'s
-    version directory, every row tagged with ``refresh``: their manifest."""
+def write_partitions(staged: HiveStagedTable, refresh: int, partitions: list[str] | None = None) -> Manifest:
+    """Refresh ``refresh``'s partitions (default :func:`partitions_of_refresh`) written into
+    ``staged``'s version directory, every row tagged with ``refresh``: their manifest."""
     root = local_path(staged.location)
     rows = pa.table(
         {
@@ -288,7 +288,7 @@ def write_partitions(staged: HiveStagedTable, refresh: int) -> Manifest:
             "row": pa.array(range(ROWS_PER_PARTITION), pa.int32()),
         }
     )
-    for ds in partitions_of_refresh(refresh):
+    for ds in partitions or partitions_of_refresh(refresh):
         (root / f"ds={ds}").mkdir(parents=True)
         pq.write_table(rows, root / f"ds={ds}" / "part-00000.parquet")
     return Manifest(

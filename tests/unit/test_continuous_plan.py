@@ -182,7 +182,8 @@ def test_engine_connect_is_accepted_for_a_continuous_table() -> None:
 
 
 def test_link_files_links_the_wanted_data_files_and_keeps_what_is_there(tmp_path: Path) -> None:
-    from airflow_provider_staged.staging.kinds.hive_sink import dir_stats, link_files
+    from airflow_provider_staged.staging.kinds.hive_partitions import dir_stats
+    from airflow_provider_staged.staging.kinds.hive_sink import link_files
 
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir()

@@ -34,6 +34,7 @@ from airflow_provider_staged.metastore.tables import (
     current_location,
     new_table,
     schema_parameters,
+    tracks_partitions,
 )
 from airflow_provider_staged.partition_ttl import (
     NEXT_EXPIRY_KEY,
@@ -50,7 +51,7 @@ from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import delete_dir, normalize_location
+from airflow_provider_staged.storage import delete_dir, list_dir, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -134,35 +135,68 @@ class HivePartitionStagedTable(HiveStagedTable):
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
     ) -> list[str]:
         widened = switched_schema(current, manifest, self.target)
+        tracked = tracks_partitions(current)
+        discovered = {} if tracked else self._register_discovered(txn, current)
         existing = {tuple(p.values): p for p in self._inside_spec(txn, current)}
         targets = sorted(self._targets(manifest, list(existing)))
         placeholder = self._empty_location(record)
         added = [values for values in targets if values not in existing]
         new = [self._partition(current, values, placeholder, None) for values in added]
-        self._update_table(txn, current, targets, widened)
+        if tracked:
+            self._update_table(txn, current, targets, widened)
         # Visible as empty partitions until the switch below: as they were while absent.
         txn.add_partitions(new)
         stats = partition_stats(manifest, self.partition_columns)
-        switched, superseded = [], []
+        switched = []
+        superseded = [location for values, location in discovered.items() if values in targets]
         for partition in [*(existing[v] for v in targets if v in existing), *new]:
             switched.append(relocated(partition, self._location(record, tuple(partition.values)), stats))
             old = normalize_location(partition.sd.location)
-            if old != placeholder:
+            if old != placeholder and old not in superseded:
                 superseded.append(old)
         txn.alter_partitions(current.dbName, current.tableName, switched)
+        if not tracked:  # the switch: from now on Spark reads the partitions from the catalog
+            self._update_table(txn, current, targets, widened, track=True)
         return superseded
+
+    def _inside(self, values: Sequence[str]) -> bool:
+        return matches(values, self.partition_columns, self.partition_spec)
+
+    def _register_discovered(self, txn: MetastoreClient, table: ttypes.Table) -> dict[tuple[str, ...], str]:
+        """For a table whose partitions Spark discovers from its directories (a partitioned CTAS
+        without a partition TTL, or a replaced table): make the catalog's partitions outside this
+        refresh's spec those Spark discovers now, at their directories. Spark ignores them until
+        the table tracks its partitions (the commit's last call). Returns the discovered partitions
+        (values → directory)."""
+        discovered = discovered_partitions(current_location(table), self.partition_columns)
+        registered = {tuple(p.values): p for p in txn.partitions(table.dbName, table.tableName)}
+        inside = self._inside
+        outside = {v: loc for v, loc in discovered.items() if not inside(v)}
+        for values in registered:
+            if not inside(values) and values not in outside:  # a leftover that Spark does not read now
+                txn.drop_partition(table.dbName, table.tableName, list(values))
+        moved = [relocated(registered[v], loc, {v: dir_stats(loc)}) for v, loc in outside.items()
+                 if v in registered and normalize_location(registered[v].sd.location) != loc]
+        if moved:
+            txn.alter_partitions(table.dbName, table.tableName, moved)
+        txn.add_partitions([self._partition(table, v, loc, dir_stats(loc)) for v, loc in outside.items()
+                            if v not in registered])
+        return discovered
 
     def _update_table(
         self, txn: MetastoreClient, current: ttypes.Table, targets: Sequence[tuple[str, ...]],
-        widened: Manifest | None,
+        widened: Manifest | None, track: bool = False,
     ) -> None:
         """Before the switch, under the same lock: set this attempt's table options, lower the
         recorded next expiry when a switched partition expires earlier (the sweep trusts it), and
         take the ``widened`` schema (:func:`switched_schema`). Widened first, a reader sees the
-        appended columns as null in the old partitions until the switch."""
+        appended columns as null in the old partitions until the switch. With ``track`` it IS the
+        switch: the table then reads its partitions from the catalog."""
         params = dict(current.parameters or {})
         changed = copy.deepcopy(current)
         wanted = self.with_options(copy.deepcopy(current)).parameters
+        if track:
+            wanted[PARTITION_PROVIDER_KEY] = "catalog"
         if widened is not None:
             wanted = {k: v for k, v in wanted.items() if not k.startswith(SCHEMA_KEY)}
             wanted.update(schema_parameters(widened, track_partitions=True))
@@ -188,6 +222,8 @@ class HivePartitionStagedTable(HiveStagedTable):
                 return False
             if normalize_location(current_location(table)) == mine:
                 return True  # this attempt created the table
+            if not tracks_partitions(table):
+                return False  # Spark reads none of the catalog's partitions
             partitions = self._inside_spec(client, table)
         return any(normalize_location(p.sd.location).startswith(mine + "/") for p in partitions)
 
@@ -286,6 +322,35 @@ def staged_hive_table(
                                         conn_id=conn_id, purpose=purpose, table_options=table_options)
     return HiveStagedTable(identifier, purpose, journal, uri, retention, task, conn_id=conn_id,
                            table_options=table_options)
+
+
+def discovered_partitions(location: str, columns: Sequence[str]) -> dict[tuple[str, ...], str]:
+    """The partitions Spark discovers under ``location``: values → directory (``col=value`` at each
+    level; names starting with ``_`` or ``.`` are hidden from it)."""
+    found: dict[tuple[str, ...], str] = {}
+    level = [(normalize_location(location), "")]
+    for _ in columns:
+        level = [
+            (normalize_location(entry.location), f"{relative}{entry.name}/")
+            for directory, relative in level
+            for entry in list_dir(directory)
+            if entry.is_dir and "=" in entry.name and not entry.name.startswith(("_", "."))
+        ]
+    for directory, relative in level:
+        values = partition_values(f"{relative}f", columns)
+        if values is not None:
+            found[values] = directory
+    return found
+
+
+def dir_stats(location: str) -> tuple[int, int]:
+    """(files, bytes) of the data files directly in ``location``: the partition's fast statistics."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = pafs.FileSystem.from_uri(location)
+    infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    data = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
+    return len(data), sum(i.size for i in data)
 
 
 def is_version(table: ttypes.Table | None, location: str) -> bool:

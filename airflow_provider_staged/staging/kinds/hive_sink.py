@@ -56,12 +56,18 @@ from airflow_provider_staged.metastore.tables import (
     current_location,
     new_table,
     schema_parameters,
+    tracks_partitions,
 )
 from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
-from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, is_version, relocated
+from airflow_provider_staged.staging.kinds.hive_partitions import (
+    EMPTY_DIR_NAME,
+    dir_stats,
+    is_version,
+    relocated,
+)
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
@@ -410,12 +416,6 @@ class HiveOverwriteStagedTable(HiveSinkCommit):
         HiveStagedTable.after_commit(self, record)  # retention of superseded versions
 
 
-def tracks_partitions(table: ttypes.Table) -> bool:
-    """Whether Spark reads ``table``'s partitions from the catalog (then only the files directly in
-    each partition's location)."""
-    return bool(table.partitionKeys) and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
-
-
 def streamed_batch(name: str, query_id: str) -> int | None:
     """The micro-batch of ``query_id`` whose append placed file ``name`` in a catalog partition
     (None: not one of its); write ids start with ``<query id>-b<batch id>-``."""
@@ -440,16 +440,6 @@ def link_files(source: str, target: str, wanted: Callable[[str], bool] = lambda 
             os.link(urlparse(entry.location).path, urlparse(destination).path)
         else:
             pafs.copy_files(entry.location, destination)
-
-
-def dir_stats(location: str) -> tuple[int, int]:
-    """(files, bytes) of the data files directly in ``location``: the partition's fast statistics."""
-    from pyarrow import fs as pafs
-
-    filesystem, path = pafs.FileSystem.from_uri(location)
-    infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    data = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
-    return len(data), sum(i.size for i in data)
 
 
 def _partition(table: ttypes.Table, values: tuple[str, ...], location: str = "") -> ttypes.Partition:

@@ -1,0 +1,127 @@
+"""A partition commit on a table whose partitions Spark discovers from its directories.
+
+A partitioned CTAS without a partition TTL (and every whole-table replace) leaves a table that
+Spark reads by listing ``<location>/ds=*/``; a partition commit switches catalog partitions. It
+used to register its partitions and stop there: Spark went on reading the old version, and the
+commit said COMMITTED. Now the commit makes the catalog's partitions what Spark reads (those
+outside its spec at their directories, its own at its version), then switches the table to the
+catalog's partitions with its last call. Real metastore, Spark reads the table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import tracks_partitions
+from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from tests.fixtures.metastore import new_database
+from tests.integration import race_workers
+
+FIRST = {"b0": [1], "b1": [1], "n1": [1]}  # refresh 1: b0, b1, n1
+
+
+@pytest.fixture(scope="module")
+def database(metastore: MetastoreInfo) -> str:
+    return new_database(metastore, "track")
+
+
+def _read(spark, target: str) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
+    """What Spark reads: each partition's ``refresh`` values."""
+    spark.catalog.refreshTable(target)
+    rows = spark.sql(f"SELECT ds, sort_array(collect_set(refresh)) AS r FROM {target} GROUP BY ds").collect()
+    return {row.ds: list(row.r) for row in rows}
+
+
+def _discovered(metastore: MetastoreInfo, target: str, journal: AttemptJournal) -> None:
+    """A partitioned CTAS without a partition TTL: the whole-table kind, directory-discovered."""
+    identifier = TableIdentifier.parse(target)
+    staged = HiveStagedTable(identifier, StagingPurpose.CREATE_TABLE_AS, journal, metastore.uri)
+    staged.begin()
+    commit_written(staged, race_workers.write_partitions(staged, 1))
+
+
+def _refresh(
+    metastore: MetastoreInfo, target: str, journal: AttemptJournal, spec: dict[str, str]
+) -> HivePartitionStagedTable:
+    staged = HivePartitionStagedTable(
+        TableIdentifier.parse(target), ["ds"], spec, journal, metastore.uri,
+        purpose=StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
+    )
+    staged.begin()
+    return staged
+
+
+def _tracked(metastore: MetastoreInfo, target: str) -> bool:
+    with MetastoreClient(metastore.uri) as client:
+        return tracks_partitions(client.get_table(*target.split(".")))
+
+
+def test_a_full_partition_replace_switches_a_discovered_table(
+    spark, metastore: MetastoreInfo, database: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    target = f"{database}.full"
+    journal = AttemptJournal(tmp_path / "journal")
+    _discovered(metastore, target, journal)
+    assert _read(spark, target) == FIRST and not _tracked(metastore, target)
+    staged = _refresh(metastore, target, journal, {})
+    commit_written(staged, race_workers.write_partitions(staged, 2))
+    assert _read(spark, target) == {"b0": [2], "b1": [2], "n1": [2], "n2": [2]}
+    assert _tracked(metastore, target)
+    assert staged.is_published(journal.require(staged.attempt_id))
+
+
+def test_a_partition_refresh_of_a_discovered_table_keeps_the_others(
+    spark, metastore: MetastoreInfo, database: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    target = f"{database}.one"
+    journal = AttemptJournal(tmp_path / "journal")
+    _discovered(metastore, target, journal)
+    staged = _refresh(metastore, target, journal, {"ds": "b1"})
+    commit_written(staged, race_workers.write_partitions(staged, 2, ["b1"]))
+    assert _read(spark, target) == {"b0": [1], "b1": [2], "n1": [1]}
+    staged = _refresh(metastore, target, journal, {"ds": "n1"})  # now a tracked table: the usual path
+    commit_written(staged, race_workers.write_partitions(staged, 3, ["n1"]))
+    assert _read(spark, target) == {"b0": [1], "b1": [2], "n1": [3]}
+
+
+def test_a_commit_failing_before_the_table_switch_changes_nothing_readers_see(
+    spark, metastore: MetastoreInfo, database: str, tmp_path: Path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The partitions are switched, the table's last call fails: readers still see the old
+    version, the attempt is not published, and its abort leaves the table as it was."""
+    target = f"{database}.failed_switch"
+    journal = AttemptJournal(tmp_path / "journal")
+    _discovered(metastore, target, journal)
+    staged = _refresh(metastore, target, journal, {"ds": "b1"})
+    real_update = HivePartitionStagedTable._update_table
+
+    def fail_the_switch(self, txn, current, targets, widened, track=False):  # type: ignore[no-untyped-def]
+        if track:
+            raise StagingError("injected: the table switch failed")
+        real_update(self, txn, current, targets, widened, track)
+
+    monkeypatch.setattr(HivePartitionStagedTable, "_update_table", fail_the_switch)
+    with pytest.raises(StagingError, match="injected"):
+        commit_written(staged, race_workers.write_partitions(staged, 2, ["b1"]))
+    monkeypatch.undo()
+    record = journal.require(staged.attempt_id)
+    assert record.state is AttemptState.WRITTEN
+    assert not staged.is_published(record)
+    assert _read(spark, target) == FIRST and not _tracked(metastore, target)
+    abort_attempt(staged, "the test's reconcile: the task failed")
+    assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
+    assert _read(spark, target) == FIRST
+    retry = _refresh(metastore, target, journal, {"ds": "b1"})  # the next run converts the table
+    commit_written(retry, race_workers.write_partitions(retry, 3, ["b1"]))
+    assert _read(spark, target) == {"b0": [1], "b1": [3], "n1": [1]}
