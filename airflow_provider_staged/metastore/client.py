@@ -34,6 +34,8 @@ AlreadyExistsException = ttypes.AlreadyExistsException
 # A fresh value on every write of ours: alter_table sends the value it read as the expected one.
 REVISION_KEY = "staged.revision"
 _MODIFIED = "The table has been modified"
+# HiveAlterHandler's refusals of an alter whose table is gone (2.3.10; older releases).
+_GONE = ("table not found", "doesn't exist")
 _STABLE_READS = 20
 # Per metastore URI, whether its alter_table enforces an expected parameter (probed once).
 _ENFORCES_EXPECTED: dict[str, bool] = {}
@@ -181,8 +183,9 @@ class MetastoreClient:
     def alter_table(self, table: ttypes.Table) -> None:
         """Write ``table`` over the version of it that this block read (``read_for_update``).
 
-        A compare-and-set on the revision read: when another writer came between, the metastore
-        refuses it and this raises :class:`CatalogConflictError` (nothing changed). A table that
+        A compare-and-set on the revision read: when another writer came between (or dropped the
+        table), the metastore refuses it and this raises :class:`CatalogConflictError` (nothing
+        changed). A table that
         has no revision yet (made by someone else) gets one, under the table's lock.
         """
         key = _key(table.dbName, table.tableName)
@@ -202,6 +205,12 @@ class MetastoreClient:
             if _MODIFIED in (err.message or ""):
                 raise CatalogConflictError(
                     f"{table.dbName}.{table.tableName} changed after this writer read it"
+                ) from None
+            raise
+        except ttypes.InvalidOperationException as err:
+            if (err.message or "").endswith(_GONE):  # dropped meanwhile: the next read sees it gone
+                raise CatalogConflictError(
+                    f"{table.dbName}.{table.tableName} was dropped after this writer read it"
                 ) from None
             raise
         self._revisions[key] = revision

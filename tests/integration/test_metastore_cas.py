@@ -32,7 +32,7 @@ from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
-from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
+from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, recorded_batch
@@ -353,3 +353,44 @@ def test_a_replace_between_a_sink_create_and_its_partitions_stands(
     (replace,) = replaces
     _assert_the_replace_stands(metastore.uri, target, replace)
     assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}
+
+
+@pytest.mark.parametrize("purpose", ["create_or_replace", "replace"])
+def test_a_table_dropped_between_a_lock_free_commits_read_and_write(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch,
+    lock_free: None, purpose: str,
+) -> None:
+    """DROP TABLE lands after the commit read the table (nothing waits for a lock): a CREATE OR
+    REPLACE reads again and creates it; a REPLACE fails, naming the table, and creates nothing."""
+    name = f"dropped_{purpose}"
+    target = f"{database}.{name}"
+    journal = str(tmp_path / "journal")
+    race_workers.commit_copy(metastore.uri, target, journal, parquet, "create")
+    staged = HiveStagedTable(
+        TableIdentifier.parse(target), StagingPurpose.parse(purpose), AttemptJournal(journal), metastore.uri
+    )
+    staged.begin()
+    staged.written(race_workers.write_flat(staged, parquet))
+    real_swap = HiveStagedTable.swap
+
+    def dropped_first(self: HiveStagedTable, *args):  # type: ignore[no-untyped-def]
+        with MetastoreClient(metastore.uri) as other:
+            if other.get_table(database, name) is not None:
+                other.thrift.drop_table(database, name, False)
+        return real_swap(self, *args)
+
+    monkeypatch.setattr(HiveStagedTable, "swap", dropped_first)
+    if purpose == "replace":
+        with pytest.raises(TableNotFoundError, match=f"table {target} was dropped before the commit"):
+            staged.commit()
+        monkeypatch.undo()
+        with MetastoreClient(metastore.uri) as client:
+            assert client.get_table(database, name) is None
+        assert staged.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+        return
+    staged.commit()
+    monkeypatch.undo()
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, name)
+    assert normalize_location(current_location(stored)) == normalize_location(staged.location)
+    assert staged.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
