@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import tracks_partitions
 from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import WriterContext
+from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
 from airflow_provider_staged.staging.errors import StagingError
@@ -125,3 +130,28 @@ def test_a_commit_failing_before_the_table_switch_changes_nothing_readers_see(
     retry = _refresh(metastore, target, journal, {"ds": "b1"})  # the next run converts the table
     commit_written(retry, race_workers.write_partitions(retry, 3, ["b1"]))
     assert _read(spark, target) == {"b0": [1], "b1": [3], "n1": [1]}
+
+
+def test_a_sink_table_with_batch_directories_is_refused_and_unchanged(
+    spark, metastore: MetastoreInfo, database: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    """A partitioned table the Hive sink appends to keeps each micro-batch in a directory inside
+    the partition's; a catalog partition would hide those files, so a refresh of some partitions
+    is refused with a clear error before it changes anything."""
+    target = f"{database}.sink_batches"
+    journal = AttemptJournal(tmp_path / "journal")
+    sink = HiveSink(target, StagedSettings(metastore.uri, metastore.warehouse, str(journal.root)),
+                    native=False, partition_by=["ds"])
+    context = WriterContext(new_write_id(), "q", 0, "append", race_workers.PART_SCHEMA_JSON, partition_id=0,
+                            task_attempt_id=0)
+    rows = pa.table({"refresh": pa.array([1, 1], pa.int32()), "row": pa.array([0, 1], pa.int32()),
+                     "ds": pa.array(["b0", "b1"])})
+    commit_write(sink, context, _write_task(sink, context, iter(rows.to_batches())))
+    assert _read(spark, target) == {"b0": [1], "b1": [1]}
+    staged = _refresh(metastore, target, journal, {"ds": "b1"})
+    with pytest.raises(StagingError, match=r"partition directory .*ds=b0 of .*sink_batches keeps files in"):
+        commit_written(staged, race_workers.write_partitions(staged, 2, ["b1"]))
+    assert journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+    assert _read(spark, target) == {"b0": [1], "b1": [1]} and not _tracked(metastore, target)
+    with MetastoreClient(metastore.uri) as client:
+        assert client.partitions(database, "sink_batches") == []

@@ -172,6 +172,14 @@ class HivePartitionStagedTable(HiveStagedTable):
         registered = {tuple(p.values): p for p in txn.partitions(table.dbName, table.tableName)}
         inside = self._inside
         outside = {v: loc for v, loc in discovered.items() if not inside(v)}
+        for location in outside.values():
+            nested = [e.name for e in list_dir(location) if e.is_dir and not e.name.startswith(("_", "."))]
+            if nested:  # e.g. a sink's batch directories: Spark reads only a catalog partition's own files
+                raise StagingError(
+                    f"partition directory {location} of {self.target} keeps files in subdirectories "
+                    f"{sorted(nested)[:3]}, which Spark does not read from a catalog partition: refresh "
+                    "every partition (an empty spec) or replace the whole table instead"
+                )
         for values in registered:
             if not inside(values) and values not in outside:  # a leftover that Spark does not read now
                 txn.drop_partition(table.dbName, table.tableName, list(values))
