@@ -28,7 +28,9 @@ from airflow_provider_staged.staging.attempts import abort_attempt, commit_writt
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
-from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
+from airflow_provider_staged.staging.versions import RetentionPolicy
+from airflow_provider_staged.storage import normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import race_workers
 
@@ -155,3 +157,27 @@ def test_a_sink_table_with_batch_directories_is_refused_and_unchanged(
     assert _read(spark, target) == {"b0": [1], "b1": [1]} and not _tracked(metastore, target)
     with MetastoreClient(metastore.uri) as client:
         assert client.partitions(database, "sink_batches") == []
+
+
+def test_partitions_left_by_a_whole_table_replace_keep_no_version_alive(
+    spark, metastore: MetastoreInfo, database: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    """A whole-table replace switches a catalog-partitioned table to its own directories; the
+    catalog's partitions, pointing into the superseded version, are read by nobody after it, so
+    retention deletes that version like any other (it used to keep it forever)."""
+    target = f"{database}.replaced_tracked"
+    journal = AttemptJournal(tmp_path / "journal")
+    first = _refresh(metastore, target, journal, {})  # creates a catalog-partitioned table
+    commit_written(first, race_workers.write_partitions(first, 1))
+    assert _tracked(metastore, target)
+    identifier = TableIdentifier.parse(target)
+    replace = HiveStagedTable(identifier, StagingPurpose.REPLACE_TABLE_AS, journal, metastore.uri)
+    replace.begin()
+    commit_written(replace, race_workers.write_partitions(replace, 2))
+    assert _read(spark, target) == {"b0": [2], "b1": [2], "n1": [2], "n2": [2]}
+    with MetastoreClient(metastore.uri) as client:
+        assert client.partitions(database, "replaced_tracked")  # still there, unread
+    root = replace.versions_root(journal.require(replace.attempt_id))
+    swept = sweep_versions(replace, RetentionPolicy(0, None, 0), root)
+    assert [normalize_location(path) for path in swept] == [normalize_location(first.location)]
+    assert _read(spark, target) == {"b0": [2], "b1": [2], "n1": [2], "n2": [2]}

@@ -22,7 +22,12 @@ from airflow_provider_staged.metastore.client import (
     MetastoreClient,
     enforces_compare_and_set,
 )
-from airflow_provider_staged.metastore.tables import current_location, new_table, repointed_table
+from airflow_provider_staged.metastore.tables import (
+    current_location,
+    new_table,
+    repointed_table,
+    tracks_partitions,
+)
 from airflow_provider_staged.partition_ttl import with_ttl_options
 from airflow_provider_staged.staging import storage_paths
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
@@ -283,7 +288,9 @@ def sweep_listed(
         if table is None:
             return [], candidates
         live = {normalize_location(current_location(table))}
-        if table.partitionKeys:
+        # Partitions left in the catalog of a table that a whole-table replace switched to its
+        # directories are read by nobody: they keep no version alive.
+        if tracks_partitions(table):
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
     doomed = _due(candidates, orphans, live, retention, now)
     for location in doomed:
