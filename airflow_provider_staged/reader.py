@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY, VERSION_KEY, current_location
+from airflow_provider_staged.metastore.tables import VERSION_KEY, current_location, tracks_partitions
 from airflow_provider_staged.staging.errors import TableNotFoundError
 
 
@@ -36,7 +36,7 @@ def read_table(metastore_uri: str, identifier: TableIdentifier, limit: int = 20)
         if table is None:
             raise TableNotFoundError(f"table {identifier} does not exist")
         keys = [column.name for column in table.partitionKeys or []]
-        tracked = keys and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
+        tracked = tracks_partitions(table)
         partitions = client.partitions(identifier.database, identifier.table) if tracked else []
     location = current_location(table)
     version = (table.parameters or {}).get(VERSION_KEY, "?")

@@ -185,8 +185,8 @@ class MetastoreClient:
 
         A compare-and-set on the revision read: when another writer came between (or dropped the
         table), the metastore refuses it and this raises :class:`CatalogConflictError` (nothing
-        changed). A table that
-        has no revision yet (made by someone else) gets one, under the table's lock.
+        changed). A table that has no revision yet (made by someone else) gets one, under the
+        table's lock.
         """
         key = _key(table.dbName, table.tableName)
         if key not in self._revisions:

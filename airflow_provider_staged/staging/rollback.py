@@ -27,13 +27,14 @@ from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient, NoSuchObjectException
-from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY, current_location, repointed_table
+from airflow_provider_staged.metastore.tables import current_location, repointed_table, tracks_partitions
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     check_same_schema,  # a partition rollback switches partitions as a refresh does
+    discovered_partitions,
     partition_stats,
     relocated,
 )
@@ -48,7 +49,7 @@ from airflow_provider_staged.staging.kinds.hive_table import (
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
 from airflow_provider_staged.staging.versions import parse_version_dir
-from airflow_provider_staged.storage import exists, list_dir, normalize_location
+from airflow_provider_staged.storage import exists, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -79,11 +80,6 @@ def _run_of(record: AttemptRecord) -> str:
     return f"{task.dag_id}.{task.task_id} {task.run_id} #{task.try_number}" if task else "cli"
 
 
-def per_partition(table: ttypes.Table) -> bool:
-    """Whether ``table`` keeps its versions per partition (a partition-refreshed table)."""
-    return bool(table.partitionKeys) and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
-
-
 def _read_table(settings: StagedSettings, identifier: TableIdentifier) -> ttypes.Table:
     with MetastoreClient(settings.metastore_uri) as client:
         table = client.get_table(identifier.database, identifier.table)
@@ -110,7 +106,7 @@ def list_table_versions(
     """The kept versions of ``identifier``, newest first; per partition (inside
     ``partition_spec``) for a partition-refreshed table."""
     table = _read_table(settings, identifier)
-    if per_partition(table):
+    if tracks_partitions(table):  # its versions are kept per partition
         return _partition_versions(settings, identifier, table, _checked_spec(table, partition_spec))
     if partition_spec:
         raise StagingError(f"table {identifier} has no catalog partitions: a partition spec does not apply")
@@ -137,20 +133,6 @@ def _checked_spec(table: ttypes.Table, spec: dict[str, str] | None) -> dict[str,
     return dict(spec or {})
 
 
-def _partition_dirs(location: str, columns: list[str], prefix: str = "") -> list[str]:
-    """The partition paths (``region=eu/ds=2024-01-01``) of the directories under a version."""
-    found = []
-    for entry in list_dir(location):
-        name = f"{prefix}{entry.name}"
-        if not entry.is_dir or partition_values(name, columns[: name.count("/") + 1]) is None:
-            continue  # a file, the manifest, Spark's _temporary
-        if name.count("/") + 1 == len(columns):
-            found.append(name)
-        else:
-            found.extend(_partition_dirs(entry.location, columns, f"{name}/"))
-    return found
-
-
 def _partition_versions(
     settings: StagedSettings, identifier: TableIdentifier, table: ttypes.Table, spec: dict[str, str]
 ) -> list[Version]:
@@ -166,14 +148,12 @@ def _partition_versions(
         files: dict[tuple[str, ...] | None, list[DataFile]] = {}
         for item in Manifest.from_dict(record.manifest or {"location": root}).files:
             files.setdefault(partition_values(item.path, columns), []).append(item)
-        for path in _partition_dirs(root, columns):
-            values = partition_values(path, columns)
-            if values is None or not matches(values, columns, spec):
+        for values, location in discovered_partitions(root, columns).items():
+            if not matches(values, columns, spec):
                 continue
             name = partition_path(columns, values)  # one spelling, the metastore's
             written = files.get(values, [])  # none: a partition the refresh emptied
             rows, size = sum(f.rows for f in written), sum(f.bytes for f in written)
-            location = f"{root}/{path}"
             versions.append(
                 Version(record.attempt_id, location, record.updated_at, rows, size, _run_of(record),
                         live.get(name) == location, name)

@@ -7,11 +7,15 @@ a reader sees them empty, as they were while absent — and then switched in tha
 call, so a reader never sees a mix of old and new partitions. The first refresh creates the
 table with Spark's directory-discovered layout (one call, complete), registers its
 partitions (invisible to Spark until the last step), then switches the table to
-catalog-tracked partitions. Every step runs under the table's metastore lock.
+catalog-tracked partitions. A table whose partitions Spark discovers from its directories (made
+by a whole-table CTAS or replace) is switched the same way: the partitions outside the spec are
+registered at their directories, the touched ones switched, and the table's last call makes
+Spark read them all from the catalog. Every step runs under the table's metastore lock.
 
 The journal records the partition columns and the spec, so reconcile rebuilds exactly this
-kind: its ``is_published`` asks whether any partition points into the attempt's directory,
-which the single switching call makes all-or-nothing.
+kind: its ``is_published`` asks whether any partition of a table that reads its catalog
+partitions points into the attempt's directory, which the single switching call makes
+all-or-nothing.
 """
 
 from __future__ import annotations
@@ -239,8 +243,7 @@ class HivePartitionStagedTable(HiveStagedTable):
         """A crash between creating the table and registering its partitions: finish it."""
         with self.catalog_transaction() as txn:
             table = self.load_current(txn)
-            tracked = table is not None and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
-            if is_version(table, record.location) and not tracked:
+            if is_version(table, record.location) and not tracks_partitions(table):
                 self._register_created(txn, record, Manifest.from_dict(record.manifest or {}))
 
     def discard(self, record: AttemptRecord) -> None:
