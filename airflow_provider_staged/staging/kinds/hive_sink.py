@@ -401,11 +401,13 @@ class HiveOverwriteStagedTable(HiveSinkCommit):
         if not exists(self.location) and exists(ready):
             _move(ready, self.location)
 
-    def publish(self, record: AttemptRecord) -> str | list[str] | None:
-        with self.catalog_transaction() as txn:
-            if self.recorded(self.load_current(txn)):
-                return None
-        return super().publish(record)
+    def swap(
+        self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
+    ) -> str | None:
+        """Nothing when the table records this micro-batch already (a replay); else the replace."""
+        if self.recorded(current):
+            return None
+        return super().swap(txn, current, record, manifest)
 
     def discard(self, record: AttemptRecord) -> None:
         delete_dir(record.location)
