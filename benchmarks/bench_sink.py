@@ -14,7 +14,9 @@
    Printed: paired throughput ratios native_seconds / arm_seconds (targets: hive_sink >= 0.95,
    python_sink >= 0.6), and python_sink against the control.
 2. Streaming: the same rows as ``--batches`` Parquet files, read one file per micro-batch with
-   the same trigger (``0 seconds``: as fast as they go) by ``native`` (Spark's file sink) and
+   the same trigger (``0 seconds``: as fast as they go) by ``native`` (Spark's file sink),
+   ``foreach_batch`` (control: Spark's Parquet writer in ``foreachBatch`` into a fresh directory
+   per micro-batch, no commit: what the sink's way of writing costs before its commit), and
    ``hive_sink`` (``write_stream`` into the Hive sink, foreachBatch), and ``hive_sink_checks``,
    the same with the replay checks on every micro-batch (the commit path before eb72b64: what
    skipping them gained, paired). Printed: paired ratios of sustained rows/s (target >= 0.9),
@@ -144,6 +146,10 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
         if arm == "native":
             query = (rows.writeStream.format("parquet").option("path", str(home / f"out-{run}"))
                      .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+        elif arm == "foreach_batch":
+            out = home / f"out-{run}"
+            query = (rows.writeStream.foreachBatch(lambda df, batch: df.write.parquet(str(out / f"b{batch}")))
+                     .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
         else:
             sink = HiveSink(f"{DATABASE}.s_{uuid.uuid4().hex[:8]}", settings)
             query = runtime.write_stream(
@@ -164,7 +170,8 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
 
     print(f"streaming: {args.rows:,} rows in {args.batches} micro-batches, {args.reps} reps; load {load()}",
           flush=True)
-    arms = ("native", "hive_sink", "hive_sink_checks")
+    arms = ("native", "foreach_batch", "hive_sink", "hive_sink_checks")
+    sink_arms = arms[2:]
     rates = alternating_rounds({arm: lambda arm=arm: stream(arm) for arm in arms}, args.reps,
                                args.warmups, after_warmup=per_arm.clear)
     for name, values in rates.items():
@@ -175,8 +182,10 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
         print(f"  {arm} rows/s / native: {ratios.describe()} (target >= 0.9)")
     print(f"  hive_sink rows/s / hive_sink_checks: "
           f"{paired_ratios(rates['hive_sink'], rates['hive_sink_checks']).describe()}")
+    print(f"  hive_sink rows/s / foreach_batch (the sink's own cost): "
+          f"{paired_ratios(rates['hive_sink'], rates['foreach_batch']).describe()}")
     native_ms = percentile_ms([args.rows / args.batches / rate for rate in rates["native"]], 0.5)
-    for arm in arms[1:]:
+    for arm in sink_arms:
         arm_commits, arm_writes = per_arm[arm]
         arm_ms = percentile_ms([args.rows / args.batches / rate for rate in rates[arm]], 0.5)
         print(f"  {arm}: commit per micro-batch p50 {percentile_ms(arm_commits, 0.5):.0f} ms, "
