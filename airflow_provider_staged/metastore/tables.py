@@ -14,6 +14,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.storage import normalize_location
 
 PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
 PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
@@ -144,6 +145,11 @@ def tracks_partitions(table: ttypes.Table) -> bool:
     """Whether Spark reads ``table``'s partitions from the catalog (then only the files directly in
     each partition's location); otherwise it discovers them from the directories under its location."""
     return bool(table.partitionKeys) and (table.parameters or {}).get(PARTITION_PROVIDER_KEY) == "catalog"
+
+
+def is_version(table: ttypes.Table | None, location: str) -> bool:
+    """Whether ``table`` (None: dropped) reads the version directory at ``location``."""
+    return table is not None and normalize_location(current_location(table)) == normalize_location(location)
 
 
 def current_location(table: ttypes.Table) -> str:

@@ -36,6 +36,7 @@ from airflow_provider_staged.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
     current_location,
+    is_version,
     new_table,
     schema_parameters,
     tracks_partitions,
@@ -174,24 +175,23 @@ class HivePartitionStagedTable(HiveStagedTable):
         (values → directory)."""
         discovered = discovered_partitions(current_location(table), self.partition_columns)
         registered = {tuple(p.values): p for p in txn.partitions(table.dbName, table.tableName)}
-        inside = self._inside
-        outside = {v: loc for v, loc in discovered.items() if not inside(v)}
-        for location in outside.values():
-            nested = [e.name for e in list_dir(location) if e.is_dir and not e.name.startswith(("_", "."))]
+        outside = {v: loc for v, loc in discovered.items() if not self._inside(v)}
+        contents = {v: _contents(loc) for v, loc in outside.items()}
+        for values, (_, nested) in contents.items():
             if nested:  # e.g. a sink's batch directories: Spark reads only a catalog partition's own files
                 raise StagingError(
-                    f"partition directory {location} of {self.target} keeps files in subdirectories "
+                    f"partition directory {outside[values]} of {self.target} keeps files in subdirectories "
                     f"{sorted(nested)[:3]}, which Spark does not read from a catalog partition: refresh "
                     "every partition (an empty spec) or replace the whole table instead"
                 )
         for values in registered:
-            if not inside(values) and values not in outside:  # a leftover that Spark does not read now
+            if not self._inside(values) and values not in outside:  # a leftover Spark does not read now
                 txn.drop_partition(table.dbName, table.tableName, list(values))
-        moved = [relocated(registered[v], loc, {v: dir_stats(loc)}) for v, loc in outside.items()
+        moved = [relocated(registered[v], loc, {v: contents[v][0]}) for v, loc in outside.items()
                  if v in registered and normalize_location(registered[v].sd.location) != loc]
         if moved:
             txn.alter_partitions(table.dbName, table.tableName, moved)
-        txn.add_partitions([self._partition(table, v, loc, dir_stats(loc)) for v, loc in outside.items()
+        txn.add_partitions([self._partition(table, v, loc, contents[v][0]) for v, loc in outside.items()
                             if v not in registered])
         return discovered
 
@@ -232,7 +232,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             table = client.get_table(self.identifier.database, self.identifier.table)
             if table is None:
                 return False
-            if normalize_location(current_location(table)) == mine:
+            if is_version(table, mine):
                 return True  # this attempt created the table
             if not tracks_partitions(table):
                 return False  # Spark reads none of the catalog's partitions
@@ -273,12 +273,12 @@ class HivePartitionStagedTable(HiveStagedTable):
     def _targets(self, manifest: Manifest, existing: Sequence[tuple[str, ...]]) -> set[tuple[str, ...]]:
         """The partitions the refresh writes plus the existing ones inside its spec (emptied)."""
         written = self._written(manifest)
-        outside = [v for v in written if not matches(v, self.partition_columns, self.partition_spec)]
+        outside = [v for v in written if not self._inside(v)]
         if outside:
             raise StagingError(
                 f"refresh of {self.partition_spec} produced rows of other partitions: {sorted(outside)[:3]}"
             )
-        inside = {v for v in existing if matches(v, self.partition_columns, self.partition_spec)}
+        inside = {v for v in existing if self._inside(v)}
         return written | inside
 
     def _inside_spec(self, client: MetastoreClient, table: ttypes.Table) -> list[ttypes.Partition]:
@@ -356,17 +356,20 @@ def discovered_partitions(location: str, columns: Sequence[str]) -> dict[tuple[s
 
 def dir_stats(location: str) -> tuple[int, int]:
     """(files, bytes) of the data files directly in ``location``: the partition's fast statistics."""
+    return _contents(location)[0]
+
+
+def _contents(location: str) -> tuple[tuple[int, int], list[str]]:
+    """One listing of ``location``: :func:`dir_stats`, and its subdirectories (hidden ones left out:
+    Spark reads neither their files nor ``.``/``_`` files)."""
     from pyarrow import fs as pafs
 
     filesystem, path = pafs.FileSystem.from_uri(location)
     infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    data = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
-    return len(data), sum(i.size for i in data)
-
-
-def is_version(table: ttypes.Table | None, location: str) -> bool:
-    """Whether ``table`` (None: dropped) still reads the version directory at ``location``."""
-    return table is not None and normalize_location(current_location(table)) == normalize_location(location)
+    shown = [i for i in infos if not i.base_name.startswith((".", "_"))]
+    data = [i for i in shown if i.type == pafs.FileType.File]
+    nested = [i.base_name for i in shown if i.type == pafs.FileType.Directory]
+    return (len(data), sum(i.size for i in data)), nested
 
 
 def partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:

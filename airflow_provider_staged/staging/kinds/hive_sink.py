@@ -54,6 +54,7 @@ from airflow_provider_staged.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
     current_location,
+    is_version,
     new_table,
     schema_parameters,
     tracks_partitions,
@@ -65,7 +66,6 @@ from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecor
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     EMPTY_DIR_NAME,
     dir_stats,
-    is_version,
     relocated,
 )
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable

@@ -24,6 +24,7 @@ from airflow_provider_staged.metastore.client import (
 )
 from airflow_provider_staged.metastore.tables import (
     current_location,
+    is_version,
     new_table,
     repointed_table,
     tracks_partitions,
@@ -217,9 +218,7 @@ class HiveStagedTable(JournaledStagedTable):
     def is_published(self, record: AttemptRecord) -> bool:
         with self._client() as client:
             table = client.get_table(self.identifier.database, self.identifier.table)
-        if table is None:
-            return False
-        return normalize_location(current_location(table)) == normalize_location(record.location)
+        return is_version(table, record.location)
 
     def discard(self, record: AttemptRecord) -> None:
         delete_dir(record.location)
