@@ -68,6 +68,16 @@ def _refresh(
     return staged
 
 
+def _refreshed(
+    metastore: MetastoreInfo, target: str, journal: AttemptJournal, spec: dict[str, str], refresh: int,
+    partitions: list[str] | None = None,
+) -> HivePartitionStagedTable:
+    """A committed refresh of ``spec`` writing ``refresh``'s rows (into ``partitions``)."""
+    staged = _refresh(metastore, target, journal, spec)
+    commit_written(staged, race_workers.write_partitions(staged, refresh, partitions))
+    return staged
+
+
 def _tracked(metastore: MetastoreInfo, target: str) -> bool:
     with MetastoreClient(metastore.uri) as client:
         return tracks_partitions(client.get_table(*target.split(".")))
@@ -80,8 +90,7 @@ def test_a_full_partition_replace_switches_a_discovered_table(
     journal = AttemptJournal(tmp_path / "journal")
     _discovered(metastore, target, journal)
     assert _read(spark, target) == FIRST and not _tracked(metastore, target)
-    staged = _refresh(metastore, target, journal, {})
-    commit_written(staged, race_workers.write_partitions(staged, 2))
+    staged = _refreshed(metastore, target, journal, {}, 2)
     assert _read(spark, target) == {"b0": [2], "b1": [2], "n1": [2], "n2": [2]}
     assert _tracked(metastore, target)
     assert staged.is_published(journal.require(staged.attempt_id))
@@ -93,11 +102,9 @@ def test_a_partition_refresh_of_a_discovered_table_keeps_the_others(
     target = f"{database}.one"
     journal = AttemptJournal(tmp_path / "journal")
     _discovered(metastore, target, journal)
-    staged = _refresh(metastore, target, journal, {"ds": "b1"})
-    commit_written(staged, race_workers.write_partitions(staged, 2, ["b1"]))
+    _refreshed(metastore, target, journal, {"ds": "b1"}, 2, ["b1"])
     assert _read(spark, target) == {"b0": [1], "b1": [2], "n1": [1]}
-    staged = _refresh(metastore, target, journal, {"ds": "n1"})  # now a tracked table: the usual path
-    commit_written(staged, race_workers.write_partitions(staged, 3, ["n1"]))
+    _refreshed(metastore, target, journal, {"ds": "n1"}, 3, ["n1"])  # now a tracked table: the usual path
     assert _read(spark, target) == {"b0": [1], "b1": [2], "n1": [3]}
 
 
@@ -129,8 +136,7 @@ def test_a_commit_failing_before_the_table_switch_changes_nothing_readers_see(
     abort_attempt(staged, "the test's reconcile: the task failed")
     assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
     assert _read(spark, target) == FIRST
-    retry = _refresh(metastore, target, journal, {"ds": "b1"})  # the next run converts the table
-    commit_written(retry, race_workers.write_partitions(retry, 3, ["b1"]))
+    _refreshed(metastore, target, journal, {"ds": "b1"}, 3, ["b1"])  # the next run converts the table
     assert _read(spark, target) == {"b0": [1], "b1": [3], "n1": [1]}
 
 
@@ -167,8 +173,7 @@ def test_partitions_left_by_a_whole_table_replace_keep_no_version_alive(
     retention deletes that version like any other (it used to keep it forever)."""
     target = f"{database}.replaced_tracked"
     journal = AttemptJournal(tmp_path / "journal")
-    first = _refresh(metastore, target, journal, {})  # creates a catalog-partitioned table
-    commit_written(first, race_workers.write_partitions(first, 1))
+    first = _refreshed(metastore, target, journal, {}, 1)  # creates a catalog-partitioned table
     assert _tracked(metastore, target)
     identifier = TableIdentifier.parse(target)
     replace = HiveStagedTable(identifier, StagingPurpose.REPLACE_TABLE_AS, journal, metastore.uri)
