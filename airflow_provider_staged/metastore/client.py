@@ -34,8 +34,6 @@ AlreadyExistsException = ttypes.AlreadyExistsException
 # A fresh value on every write of ours: alter_table sends the value it read as the expected one.
 REVISION_KEY = "staged.revision"
 _MODIFIED = "The table has been modified"
-# HiveAlterHandler's refusals of an alter whose table is gone (2.3.10; older releases).
-_GONE = ("table not found", "doesn't exist")
 _STABLE_READS = 20
 # Per metastore URI, whether its alter_table enforces an expected parameter (probed once).
 _ENFORCES_EXPECTED: dict[str, bool] = {}
@@ -199,20 +197,15 @@ class MetastoreClient:
         revision = uuid.uuid4().hex
         table.parameters = {**(table.parameters or {}), REVISION_KEY: revision}
         context = _NO_STATS if expected is None else _expecting(expected)
-        try:
-            self.thrift.alter_table_with_environment_context(table.dbName, table.tableName, table, context)
-        except ttypes.MetaException as err:
-            if _MODIFIED in (err.message or ""):
-                raise CatalogConflictError(
-                    f"{table.dbName}.{table.tableName} changed after this writer read it"
-                ) from None
-            raise
-        except ttypes.InvalidOperationException as err:
-            if (err.message or "").endswith(_GONE):  # dropped meanwhile: the next read sees it gone
-                raise CatalogConflictError(
-                    f"{table.dbName}.{table.tableName} was dropped after this writer read it"
-                ) from None
-            raise
+        database, name = table.dbName, table.tableName
+        with self._dropped_is_conflict(database, name):
+            try:
+                self.thrift.alter_table_with_environment_context(database, name, table, context)
+            except ttypes.MetaException as err:
+                if _MODIFIED in (err.message or ""):
+                    message = f"{database}.{name} changed after this writer read it"
+                    raise CatalogConflictError(message) from None
+                raise
         self._revisions[key] = revision
 
     def _add_revision(self, database: str, table: str) -> None:
@@ -248,7 +241,8 @@ class MetastoreClient:
         return known
 
     def partitions(self, database: str, table: str) -> list[ttypes.Partition]:
-        return self.thrift.get_partitions(database, table, -1)
+        with self._dropped_is_conflict(database, table):
+            return self.thrift.get_partitions(database, table, -1)
 
     def partitions_matching(
         self, database: str, table: str, columns: list[str], spec: dict[str, str]
@@ -260,7 +254,8 @@ class MetastoreClient:
         values = [spec.get(column, "") for column in columns]
         while values and values[-1] == "":
             values.pop()
-        return self.thrift.get_partitions_ps(database, table, values, -1)
+        with self._dropped_is_conflict(database, table):
+            return self.thrift.get_partitions_ps(database, table, values, -1)
 
     def partitions_named(self, database: str, table: str, names: list[str]) -> list[ttypes.Partition]:
         """The partitions of ``names`` (``col=value/...``, escaped as in their paths) that exist."""
@@ -268,12 +263,29 @@ class MetastoreClient:
 
     def add_partitions(self, partitions: list[ttypes.Partition]) -> None:
         if partitions:
-            self.thrift.add_partitions(partitions)
+            with self._dropped_is_conflict(partitions[0].dbName, partitions[0].tableName):
+                self.thrift.add_partitions(partitions)
 
     def alter_partitions(self, database: str, table: str, parts: list[ttypes.Partition]) -> None:
         """Change all ``parts`` in one metastore transaction (all or none)."""
         if parts:
-            self.thrift.alter_partitions_with_environment_context(database, table, parts, _NO_STATS)
+            with self._dropped_is_conflict(database, table):
+                self.thrift.alter_partitions_with_environment_context(database, table, parts, _NO_STATS)
+
+    @contextlib.contextmanager
+    def _dropped_is_conflict(self, database: str, table: str) -> Iterator[None]:
+        """A call of a writer whose table was dropped after its ``read_for_update``
+        (Spark's DROP TABLE takes no metastore lock) is refused, each call with its own exception
+        and message: it is a lost compare-and-set, and the writer reads again. Only the
+        metastore's answers count; a transport error leaves the outcome unknown and is raised."""
+        try:
+            yield
+        except (NoSuchObjectException, ttypes.InvalidObjectException, ttypes.InvalidOperationException,
+                ttypes.MetaException):
+            if _key(database, table) in self._revisions and self.get_table(database, table) is None:
+                message = f"{database}.{table} was dropped after this writer read it"
+                raise CatalogConflictError(message) from None
+            raise
 
     def drop_partition(self, database: str, table: str, values: list[str]) -> None:
         """Unregister a partition; its files stay (they are deleted by whoever owns them)."""

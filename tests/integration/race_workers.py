@@ -312,6 +312,11 @@ def read_partitions(client: MetastoreClient, database: str, table: str) -> dict[
     return seen
 
 
+def read_after(refresh: int) -> dict[str, list[int]]:
+    """What :func:`read_partitions` sees of a table that refresh ``refresh`` alone wrote."""
+    return {ds: [refresh] * ROWS_PER_PARTITION for ds in partitions_of_refresh(refresh)}
+
+
 def classify(seen: dict[str, list[int]]) -> tuple[str, int | None]:
     """("ok", r) when the read is exactly refresh r (plus, at most, refresh r+1's new partition
     registered empty); ("mixed", None) or ("missing", None) otherwise."""

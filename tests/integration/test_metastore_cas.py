@@ -272,18 +272,17 @@ def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
 
 
 def _replace_before(
-    monkeypatch: pytest.MonkeyPatch, kind: type, method: str, uri: str, target: str, journal: str
+    monkeypatch: pytest.MonkeyPatch, kind: type, method: str, uri: str, target: str, journal: str,
+    purpose: StagingPurpose = StagingPurpose.REPLACE_TABLE_AS,
 ) -> list[HiveStagedTable]:
-    """Make ``kind.method`` first commit a lock-free whole-table replace of ``target`` (partitioned
-    by ds, refresh 2's rows), once; the replace lands in the list returned."""
+    """Make ``kind.method`` first commit a lock-free whole-table ``purpose`` (a replace) of
+    ``target`` (partitioned by ds, refresh 2's rows), once; that commit lands in the list returned."""
     replaces: list[HiveStagedTable] = []
     real = getattr(kind, method)
 
     def replaced_first(self, *args):  # type: ignore[no-untyped-def]
         if not replaces:
-            replace = HiveStagedTable(
-                TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal), uri
-            )
+            replace = HiveStagedTable(TableIdentifier.parse(target), purpose, AttemptJournal(journal), uri)
             replace.begin()
             commit_written(replace, race_workers.write_partitions(replace, 2))
             replaces.append(replace)
@@ -394,3 +393,80 @@ def test_a_table_dropped_between_a_lock_free_commits_read_and_write(
         stored = client.get_table(database, name)
     assert normalize_location(current_location(stored)) == normalize_location(staged.location)
     assert staged.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
+
+
+@pytest.mark.parametrize("purpose", ["create_or_replace", "replace"])
+def test_a_table_dropped_between_a_partition_commits_read_and_write(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, purpose: str,
+) -> None:
+    """The partition commit holds the table's lock, but Spark's DROP TABLE takes none: it can land
+    after the commit read the table. A CREATE OR REPLACE refresh then creates the table with its
+    partitions; a REPLACE fails, naming the table, and creates nothing."""
+    name = f"partitions_dropped_{purpose}"
+    target = f"{database}.{name}"
+    journal = str(tmp_path / "journal")
+    commit_written(*race_workers.written_refresh(metastore.uri, target, journal, 1))
+    refresh = HivePartitionStagedTable(
+        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal), metastore.uri,
+        purpose=StagingPurpose.parse(purpose),
+    )
+    refresh.begin()
+    refresh.written(race_workers.write_partitions(refresh, 2))
+    real_swap = HivePartitionStagedTable.swap
+
+    def dropped_first(self: HivePartitionStagedTable, *args):  # type: ignore[no-untyped-def]
+        with MetastoreClient(metastore.uri) as other:
+            if other.get_table(database, name) is not None:
+                other.thrift.drop_table(database, name, False)
+        return real_swap(self, *args)
+
+    monkeypatch.setattr(HivePartitionStagedTable, "swap", dropped_first)
+    if purpose == "replace":
+        with pytest.raises(TableNotFoundError, match=f"table {target} was dropped before the commit"):
+            refresh.commit()
+        monkeypatch.undo()
+        with MetastoreClient(metastore.uri) as client:
+            assert client.get_table(database, name) is None
+        assert refresh.journal.require(refresh.attempt_id).state is AttemptState.WRITTEN
+        return
+    refresh.commit()
+    monkeypatch.undo()
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, name)
+        partitions = race_workers.read_partitions(client, database, name)
+    assert normalize_location(current_location(stored)) == normalize_location(refresh.location)
+    assert stored.parameters.get(PARTITION_PROVIDER_KEY) == "catalog"
+    assert partitions == race_workers.read_after(2)
+    assert refresh.journal.require(refresh.attempt_id).state is AttemptState.COMMITTED
+
+
+def test_a_partitioned_create_overtaken_by_a_create_refreshes_it(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock_free: None
+) -> None:
+    """A first refresh (CREATE OR REPLACE, under the table's lock) reads no table; a lock-free CTAS
+    (or Spark, neither takes the lock) creates it before the refresh's create. The refresh then
+    reads again and refreshes the table it finds, as it would have after waiting: it does not fail
+    with "created by someone else", and the table ends with the refresh's partitions, tracked."""
+    target = f"{database}.partitions_created_meanwhile"
+    journal = str(tmp_path / "journal")
+    refresh = HivePartitionStagedTable(
+        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal), metastore.uri
+    )
+    refresh.begin()
+    manifest = race_workers.write_partitions(refresh, 3)
+    creates = _replace_before(
+        monkeypatch, HivePartitionStagedTable, "create_target", metastore.uri, target, journal,
+        StagingPurpose.CREATE_TABLE_AS,
+    )
+    commit_written(refresh, manifest)
+    monkeypatch.undo()
+
+    (create,) = creates
+    with MetastoreClient(metastore.uri) as client:
+        stored = client.get_table(database, "partitions_created_meanwhile")
+        partitions = race_workers.read_partitions(client, database, "partitions_created_meanwhile")
+    assert stored.parameters.get(PARTITION_PROVIDER_KEY) == "catalog"
+    assert normalize_location(current_location(stored)) == normalize_location(create.location)
+    assert partitions == race_workers.read_after(3)
+    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    assert {records[a].state for a in (create.attempt_id, refresh.attempt_id)} == {AttemptState.COMMITTED}
