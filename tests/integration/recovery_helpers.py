@@ -98,6 +98,7 @@ NEW_SQL = {
     "hive_table": TABLE_NEW_SQL,
     "hive_partitions": PART_NEW_SQL,
     "hive_partitions_continuous": PART_NEW_SQL,
+    "hive_partitions_discovered": PART_NEW_SQL,
     "jdbc_table": JDBC_NEW_SQL,
     "hive_expire": EXPIRE_NEW_SQL,
     "hive_rollback": TABLE_NEW_SQL,  # the kept version it restores
@@ -107,7 +108,8 @@ NEW_SQL = {
 # A sink kind's failing write is its own writers with the second task failing (the harness injects it).
 FAIL_SQL = {
     "hive_table": TABLE_FAIL_SQL, "hive_partitions": PART_FAIL_SQL,
-    "hive_partitions_continuous": PART_FAIL_SQL, "jdbc_table": JDBC_FAIL_SQL, **SINK_WRITES,
+    "hive_partitions_continuous": PART_FAIL_SQL, "hive_partitions_discovered": PART_FAIL_SQL,
+    "jdbc_table": JDBC_FAIL_SQL, **SINK_WRITES,
 }
 
 
@@ -124,8 +126,9 @@ def new_attempt(
             RETENTION,
             task=task,
         )
-    if kind in ("hive_partitions", "hive_partitions_continuous"):
-        # The continuous kind is the same refresh, beside a stream whose later micro-batch it keeps.
+    if kind.startswith("hive_partitions"):
+        # The continuous kind is the same refresh, beside a stream whose later micro-batch it keeps;
+        # the discovered one, of a table whose partitions Spark found from its directories.
         continuous = kind == "hive_partitions_continuous"
         kind_class = ContinuousPartitionStagedTable if continuous else HivePartitionStagedTable
         stream = {"query_id": STREAM_QUERY_ID, "after_batch": STREAM_AFTER_BATCH} if continuous else {}

@@ -43,7 +43,7 @@ from psycopg import sql
 from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.metastore.tables import current_location, tracks_partitions
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import Sink, WriterContext, commit_until_done
 from airflow_provider_staged.sink.hive import HiveSink
@@ -91,7 +91,9 @@ pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[2]
 TTL = 60.0
-KINDS = ["hive_table", "hive_partitions", "hive_partitions_continuous", "jdbc_table"]
+KINDS = [
+    "hive_table", "hive_partitions", "hive_partitions_discovered", "hive_partitions_continuous", "jdbc_table"
+]
 # The built-in sinks' commits: a write through the sink's writers (no Spark job), then its kind.
 SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
@@ -423,6 +425,40 @@ class ContinuousPartitionHarness(PartitionHarness):
         return record
 
 
+class DiscoveredPartitionHarness(PartitionHarness):
+    """The same refresh of a table whose partitions Spark discovers from its directories (OLD is a
+    partitioned whole-table CTAS). Its commit registers the us partition at its directory, switches
+    the eu ones and, last, makes the table read catalog partitions: NEW reads as the tracked
+    ``hive_partitions`` case; OLD is still the untracked table, whatever partitions the catalog
+    was left with (Spark reads none of them)."""
+
+    kind = "hive_partitions_discovered"
+
+    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+        identifier, purpose = TableIdentifier.parse(target), StagingPurpose.CREATE_TABLE_AS
+        return HiveStagedTable(identifier, purpose, journal, self.metastore_uri, rh.RETENTION)
+
+    def assert_serves(self, case: Case, staged: JournaledStagedTable) -> None:
+        super().assert_serves(case, staged)
+        assert tracks_partitions(self.catalog_table(case.target)), "no switch to catalog partitions"
+
+    def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
+        table = self.catalog_table(case.target)
+        assert tracks_partitions(table) == new, f"{case.target} reads catalog partitions: {not new}"
+        if new:
+            super().check(case, record, new)
+            return
+        assert self.read(case.target) == self.expected_old, f"{case.target} does not read exactly OLD"
+        assert normalize_location(current_location(table)) == normalize_location(case.old.location)
+        outside_old = {
+            values: location
+            for values, location in self.partitions(case.target).items()
+            if not location.startswith(normalize_location(case.old.location) + "/")
+        }
+        assert outside_old == {}, f"catalog partitions left outside OLD's version: {outside_old}"
+        self.assert_root(case, record, new)
+
+
 @pytest.fixture(scope="module")
 def hive_database(metastore: Any) -> str:
     return new_database(metastore, "rm")
@@ -438,6 +474,11 @@ def hive_table_harness(spark, metastore, hive_database, tmp_path_factory) -> Hiv
 @pytest.fixture(scope="module")
 def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -> PartitionHarness:
     return PartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
+
+
+@pytest.fixture(scope="module")
+def hive_partitions_discovered_harness(spark, metastore, hive_database, tmp_path_factory):
+    return DiscoveredPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-dparts"))
 
 
 @pytest.fixture(scope="module")
@@ -1229,6 +1270,8 @@ KILLED = [
     ("hive_partitions", "after_written", "failed"),
     ("hive_partitions", "after_catalog", "unknown"),
     ("hive_partitions_continuous", "after_catalog", "failed"),
+    ("hive_partitions_discovered", "after_written", "success"),
+    ("hive_partitions_discovered", "after_catalog", "failed"),
     ("jdbc_table", "after_written", "success"),
     ("jdbc_table", "after_written", "unknown"),
     ("hive_expire", "after_catalog", "failed"),
