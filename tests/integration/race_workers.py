@@ -25,7 +25,7 @@ from airflow_provider_staged.materialized.catalog_status import (
 )
 from airflow_provider_staged.materialized.scheduler import RefreshStatus
 from airflow_provider_staged.metastore.client import MetastoreClient, enforces_compare_and_set
-from airflow_provider_staged.metastore.tables import current_location
+from airflow_provider_staged.metastore.tables import current_location, tracks_partitions
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriterContext
 from airflow_provider_staged.sink.hive import HiveSink
@@ -34,7 +34,10 @@ from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.journal import AttemptJournal
-from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_partitions import (
+    HivePartitionStagedTable,
+    discovered_partitions,
+)
 from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
@@ -302,14 +305,13 @@ def write_partitions(staged: HiveStagedTable, refresh: int, partitions: list[str
 
 def read_partitions(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:
     """What a reader sees: each listed partition's ``refresh`` values (empty: no rows)."""
-    seen = {}
-    for partition in client.partitions(database, table):
-        directory = local_path(partition.sd.location)
-        values: list[int] = []
-        for path in sorted(directory.glob("*.parquet")):
-            values.extend(pq.read_table(path, columns=["refresh"]).column("refresh").to_pylist())
-        seen[partition.values[0]] = values
-    return seen
+    return {p.values[0]: _tags(p.sd.location) for p in client.partitions(database, table)}
+
+
+def _tags(directory: str) -> list[int]:
+    """The ``refresh`` values of the rows of the Parquet files in a partition directory."""
+    files = sorted(local_path(directory).glob("*.parquet"))
+    return [tag for path in files for tag in pq.read_table(path, columns=["refresh"])["refresh"].to_pylist()]
 
 
 def read_after(refresh: int) -> dict[str, list[int]]:
@@ -412,3 +414,77 @@ def fresh_table_creator(
         barrier.abort()
     finally:
         Path(out_path).write_text(json.dumps({"rounds": seen, "conflicts": conflicts, "error": error}))
+
+
+def table_writer(
+    uri: str, target: str, journal_dir: str, kind: str, tags: list[int], ready: Any, go: Any, out_path: str
+) -> None:
+    """Per tag, one build of partitions b0 and b1 with rows tagged so: a partition refresh (spec {},
+    under the table's lock) or a whole-table replace (lock-free once its first begin probed); right
+    after each commit, the build Spark reads."""
+    seen: list[dict[str, Any]] = []
+    error = None
+    ready.set()
+    go.wait()
+    try:
+        for tag in tags:
+            identifier, journal = TableIdentifier.parse(target), AttemptJournal(journal_dir)
+            staged: HiveStagedTable = (
+                HivePartitionStagedTable(identifier, ["ds"], {}, journal, uri) if kind == "refresh"
+                else HiveStagedTable(identifier, StagingPurpose.REPLACE_TABLE_AS, journal, uri)
+            )
+            staged.begin()
+            manifest = write_partitions(staged, tag, list(BASE_PARTITIONS))
+            t0 = time.monotonic()
+            commit_written(staged, manifest)
+            t1 = time.monotonic()
+            with MetastoreClient(uri) as client:
+                after = one_build(spark_view(client, *target.split(".")))
+            seen.append({"tag": tag, "attempt": staged.attempt_id, "t0": t0, "t1": t1, "after": after,
+                         "lock_free": enforces_compare_and_set(uri)})
+    except BaseException as err:  # reported to the test, which fails with it
+        error = repr(err)
+    finally:
+        Path(out_path).write_text(json.dumps({"builds": seen, "error": error}))
+
+
+def spark_view(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:
+    """What Spark reads, as :func:`read_partitions`: the catalog's partitions of a table that tracks
+    them, else the partition directories under the table's location."""
+    found = client.get_table(database, table)
+    if tracks_partitions(found):
+        return read_partitions(client, database, table)
+    directories = discovered_partitions(current_location(found), ["ds"])
+    return {ds: _tags(directory) for (ds,), directory in directories.items()}
+
+
+def one_build(seen: dict[str, list[int]]) -> int | None:
+    """The tag of the one build that ``seen`` (b0 and b1) is exactly, else None."""
+    tags = {tag for rows in seen.values() for tag in rows}
+    whole = sorted(seen) == sorted(BASE_PARTITIONS) and len(tags) == 1
+    if not whole or any(len(rows) != ROWS_PER_PARTITION for rows in seen.values()):
+        return None
+    return tags.pop()
+
+
+def view_reader(uri: str, target: str, ready: Any, go: Any, done: Any, out_path: str) -> None:
+    """Read what Spark would read of ``target`` in a loop until ``done``: the tag of each read."""
+    database, table = target.split(".")
+    seen: list[Any] = []
+    error = None
+    try:
+        with MetastoreClient(uri) as client:
+            ready.set()
+            go.wait()
+            while not done.is_set():
+                try:
+                    state = spark_view(client, database, table)
+                    tag = one_build(state)
+                    seen.append(state if tag is None else tag)
+                except FileNotFoundError as err:  # a listed location without its files
+                    seen.append(repr(err))
+    except BaseException as err:
+        error = repr(err)
+    finally:
+        ready.set()
+        Path(out_path).write_text(json.dumps({"reads": seen, "error": error}))

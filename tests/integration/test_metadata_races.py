@@ -7,7 +7,7 @@ compare-and-set on the table's revision (``metastore.client``); a whole-table co
 it alone, writers of several calls also hold the table lock (``metastore.locks``). These tests
 race them for real (also the unified sink's appends and overwrites against status writes and
 staged replaces; Spark reads the end state), race readers against multi-partition refreshes,
-and SIGKILL a lock holder.
+partition refreshes (locked) against whole-table replaces (lock-free), and SIGKILL a lock holder.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ SINK_WRITES = 48
 OVERWRITE_EVERY = 8  # every 8th sink write an overwrite, the others appends
 REPLACES = 16
 REFRESHES = 14
+MIXED_BUILDS = 12  # partition refreshes and whole-table replaces of one table, each
 READERS = 2
 MIN_READS = 100
 # Reads the writer waits for after each refresh (a state wait: the readers' shared counter).
@@ -504,3 +505,58 @@ def test_concurrent_create_or_replace_of_a_new_table_both_commit(
         assert records[first["attempt"]].state is AttemptState.COMMITTED
         assert normalize_location(records[last["attempt"]].superseded_location) == first["own"]
         assert pq.read_table(local_path(location)).num_rows == pq.read_table(parquet).num_rows
+
+
+def test_partition_refreshes_racing_whole_table_replaces_serialize(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    """One process refreshes every partition of a table (the partition kind, under the table's lock),
+    another replaces the whole table (lock-free, one compare-and-set): what Spark reads is always
+    exactly one build, never older than one it read before, and ends as the last of one of them."""
+    target = f"{database}.refreshed_and_replaced"
+    journal = tmp_path / "journal"
+    race_workers.refresh_partitions(metastore.uri, target, str(journal), 0)
+    kinds = {"refresh": list(range(1, MIXED_BUILDS + 1)), "replace": list(range(101, 101 + MIXED_BUILDS))}
+    ready = [SPAWN.Event() for _ in range(3)]
+    go, done = SPAWN.Event(), SPAWN.Event()
+    outs = {name: tmp_path / f"{name}.json" for name in [*kinds, "reader"]}
+    writers = [
+        _start(race_workers.table_writer, metastore.uri, target, str(journal), kind, tags, ready[i], go,
+               str(outs[kind]))
+        for i, (kind, tags) in enumerate(kinds.items())
+    ]
+    reader = _start(race_workers.view_reader, metastore.uri, target, ready[2], go, done, str(outs["reader"]))
+    try:
+        _wait_ready(ready, [*writers, reader])
+        go.set()
+        _finish(writers, timeout=170)
+        done.set()
+        _finish([reader], timeout=60)
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers([*writers, reader])
+    builds = {kind: _result(outs[kind])["builds"] for kind in kinds}
+    assert all(b["lock_free"] for b in builds["replace"]), "the replaces took the table lock"
+    pairs = [(r, p) for r in builds["refresh"] for p in builds["replace"]]
+    overlapping = [(r, p) for r, p in pairs if r["t0"] < p["t1"] and p["t0"] < r["t1"]]
+    assert overlapping, "no refresh commit overlapped a replace commit: nothing raced"
+
+    # Right after a commit Spark reads it, or a build of the other kind whose commit had not
+    # ended when this one's began (serialized after it): never one that was over before.
+    for kind, other in (("refresh", "replace"), ("replace", "refresh")):
+        ended = {b["tag"]: b["t1"] for b in builds[other]}
+        hidden = [b for b in builds[kind] if b["after"] != b["tag"] and ended.get(b["after"], 0) <= b["t0"]]
+        assert hidden == [], f"{kind} commits not read right after them: {hidden[:2]}"
+    reads = _result(outs["reader"])["reads"]
+    broken = [read for read in reads if not isinstance(read, int)]
+    assert broken == [], f"{len(broken)} of {len(reads)} reads were no single build, first: {broken[:2]}"
+    for tags in kinds.values():
+        mine = [tag for tag in reads if tag in tags]
+        assert mine == sorted(mine), f"a reader saw an older build after a newer one: {mine}"
+    with MetastoreClient(metastore.uri) as client:
+        final = race_workers.one_build(race_workers.spark_view(client, database, "refreshed_and_replaced"))
+    assert final in (kinds["refresh"][-1], kinds["replace"][-1])
+    records = AttemptJournal(journal).records()
+    assert {r.state for r in records} == {AttemptState.COMMITTED}
+    print(f"{len(reads)} reads, {len(overlapping)} overlapping commits, builds seen: {sorted(set(reads))}")
