@@ -95,7 +95,7 @@ def expire(
 ) -> None:
     """Drop expired partitions ('partition.expiration-time'); --dry-run lists them."""
     from airflow_provider_staged.cli import _settings, console
-    from airflow_provider_staged.staging.expiry import expire_table, sweep_expiry
+    from airflow_provider_staged.staging.expiry import expire_table, sweep_expiry, untracked_ttl_message
 
     identifiers = [TableIdentifier.parse(name) for name in tables or []]
     settings = _settings(conn)
@@ -106,6 +106,8 @@ def expire(
         plans = report.plans
         if report.failures:
             raise StagingError(f"expiry failed for {report.failures}")
+        for target in report.untracked:
+            console.print(f"not expired: {untracked_ttl_message(target)}", soft_wrap=True, markup=False)
     verb = "would drop" if dry_run else "dropped"
     lines = [f"{verb} {plan.target} {name} ({location})" for plan in plans
              for name, location in sorted(plan.expired.items())]

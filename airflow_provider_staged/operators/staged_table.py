@@ -122,9 +122,10 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         if self.partition_by and is_jdbc(self.target):
             raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
         task, purpose = task_ref(context), StagingPurpose.parse(self.purpose)
-        if self.table_options:
+        if not is_jdbc(self.target):
+            options = self.table_options or None  # none: the table keeps its own
             self._staged = staged_hive_table(TableIdentifier.parse(self.target), purpose, settings, task,
-                                             self.partition_by, self.table_options, self.staged_conn_id)
+                                             self.partition_by, options, self.staged_conn_id)
         else:
             sink = resolve_sink(self.target, settings, task, self.jdbc_options, self.staged_conn_id)
             self._staged = sink.apply_staging(StagingContext(purpose))

@@ -25,6 +25,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import tracks_partitions
 from airflow_provider_staged.partition_ttl import (
     EXPIRATION_TIME,
     NEXT_EXPIRY_KEY,
@@ -105,6 +106,14 @@ def plan_expiry(
         staying.append((partition.values, updated))
     plan.next_expiry = earliest_expiry(ttl, columns, staying)
     return plan
+
+
+def untracked_ttl_message(target: str) -> str:
+    return (
+        f"table {target} reads its partitions from its directories, not from the catalog (it was "
+        "last replaced as a whole): its partition TTL can drop none of them; replace it again with "
+        "the TTL options to make them catalog partitions"
+    )
 
 
 def _with_next_expiry(table: ttypes.Table, next_expiry: float | None) -> ttypes.Table | None:
@@ -276,6 +285,8 @@ def expire_table(
         ttl = table_ttl(table)
         if ttl is None:
             raise StagingError(f"table {identifier} has no partition TTL ('{EXPIRATION_TIME}')")
+        if not tracks_partitions(table):  # its catalog partitions, if any, are not what Spark reads
+            raise StagingError(untracked_ttl_message(identifier.name))
         plan = plan_expiry(table, client.partitions(identifier.database, identifier.table), ttl, now)
         if dry_run:
             return plan
@@ -305,6 +316,7 @@ class SweepReport:
 
     tables_with_ttl: int = 0
     skipped: int = 0  # next expiry in the future: not read
+    untracked: list[str] = field(default_factory=list)  # TTL set, partitions found in directories
     plans: list[ExpiryPlan] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     calls: int = 0
@@ -337,6 +349,9 @@ def sweep_expiry(
                     if EXPIRATION_TIME not in params:
                         continue
                     report.tables_with_ttl += 1
+                    if not tracks_partitions(table):  # expire_table refuses it: say so, fail no sweep
+                        report.untracked.append(f"{table.dbName}.{table.tableName}")
+                        continue
                     next_expiry = params.get(NEXT_EXPIRY_KEY)
                     if next_expiry is not None and float(next_expiry) >= now and not dry_run:
                         report.skipped += 1

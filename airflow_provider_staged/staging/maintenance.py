@@ -21,6 +21,7 @@ from airflow_provider_staged.staging.expiry import (
     SweepReport,
     delete_dropped_files,
     sweep_expiry,
+    untracked_ttl_message,
 )
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import (
@@ -108,6 +109,7 @@ class MaintenanceReport:
             f"{self.expiry.calls} metastore call(s) to find them"
         )
         out += [f"expiry {t}: FAILED {e}" for t, e in self.expiry.failures.items()]
+        out += [f"expiry {t}: NOT EXPIRED: {untracked_ttl_message(t)}" for t in self.expiry.untracked]
         out += [f"retention {t}: deleted {d}" for t, d in self.versions.deleted.items()]
         out += [f"retention {t}: FAILED {e}" for t, e in self.versions.failures.items()]
         if self.versions.pruned:

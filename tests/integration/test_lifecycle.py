@@ -22,7 +22,7 @@ from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
 from typer.testing import CliRunner
 
 from airflow_provider_staged.cli import app
-from airflow_provider_staged.engine.spark_job import data_files, local_path
+from airflow_provider_staged.engine.spark_job import data_files, local_path, run_staged_write
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
@@ -32,9 +32,9 @@ from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.expiry import delete_dropped_files, expire_table, sweep_expiry
 from airflow_provider_staged.staging.journal import AttemptState
-from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable, staged_hive_table
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
-from airflow_provider_staged.staging.maintenance import sweep_all_versions
+from airflow_provider_staged.staging.maintenance import MaintenanceReport, VersionSweep, sweep_all_versions
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.rollback import list_table_versions, rollback
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -590,3 +590,56 @@ def _rows_hash(spark, tag: int) -> int:
     """The checksum ``snapshot`` computes, of version ``v<tag>``'s rows."""
     rows = ", ".join(f"({tag * 100 + k}L, 'v{tag}')" for k in range(FILES_PER_VERSION))
     return expected_snapshot(spark, f"SELECT * FROM VALUES {rows} AS t(id, label)")[1]
+
+
+def test_a_replace_without_options_keeps_the_partition_ttl_working(spark, settings, target):
+    """A REPLACE that sets no options keeps the table's, its partition TTL too: the replace is then
+    a partition commit, so the partitions stay in the catalog and the TTL goes on dropping them
+    (a whole-table switch would leave a table Spark reads from its directories, never expired)."""
+    ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
+    identifier = TableIdentifier.parse(target)
+    later = "SELECT id, concat('2024-01-0', CAST(id % 5 + 3 AS STRING)) AS ds FROM range(500)"  # 03..07
+    staged = staged_hive_table(identifier, StagingPurpose.REPLACE_TABLE_AS, settings, None, ["ds"])
+    assert isinstance(staged, HivePartitionStagedTable)
+    build(spark, staged, later)
+    assert snapshot(spark, target) == expected_snapshot(spark, later)
+    assert _param(settings, target, "partition.expiration-time") == "2 d"
+
+    plan = expire_table(settings, identifier, now=at("2024-01-07 12:00"))
+    assert sorted(plan.expired) == [f"ds=2024-01-0{d}" for d in range(1, 6)]
+    kept = f"SELECT * FROM ({later}) WHERE ds >= '2024-01-06'"
+    assert snapshot(spark, target) == expected_snapshot(spark, kept)
+    # Without partition columns, or with options of its own, a replace switches the whole table.
+    replace = StagingPurpose.REPLACE_TABLE_AS
+    assert type(staged_hive_table(identifier, replace, settings, None, [])) is HiveStagedTable
+    own_options = staged_hive_table(identifier, replace, settings, None, ["ds"], {"tier": "gold"})
+    assert type(own_options) is HiveStagedTable
+
+
+def test_expiry_refuses_a_table_that_reads_its_partitions_from_its_directories(spark, settings, target):
+    """A partition TTL on a table whose partitions Spark discovers (written as a whole by another
+    writer) can drop nothing Spark reads (its catalog partitions point into superseded versions):
+    expiry says so, naming the table, and changes nothing."""
+    ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
+    identifier = TableIdentifier.parse(target)
+    replace = HiveStagedTable(
+        identifier, StagingPurpose.REPLACE_TABLE_AS, settings.journal, settings.metastore_uri,
+        settings.retention, table_options={"partition.expiration-time": "2 d"},
+    )
+    replace.begin()
+    spec = {**replace.write_spec(), "partition_by": ["ds"]}
+    commit_written(replace, run_staged_write(spark, FIVE_DAYS, spec))
+
+    def state():  # what a reader, the catalog and the journal show
+        journal = [(r.attempt_id, r.state) for r in settings.journal.records()]
+        return sorted(partitions(settings, target)), snapshot(spark, target), journal
+
+    before = state()
+    with pytest.raises(StagingError, match=f"table {target} reads its partitions from its directories"):
+        expire_table(settings, identifier, now=at("2024-01-05 12:00"))
+    # The sweep (the maintenance DAG's) names it and goes on: one such table fails no other's expiry.
+    report = sweep_expiry(settings, now=at("2024-01-05 12:00"), databases=[identifier.database])
+    assert target in report.untracked and target not in report.failures
+    lines = "\n".join(MaintenanceReport([], report, VersionSweep()).lines())
+    assert f"expiry {target}: NOT EXPIRED: table {target} reads its partitions from its directories" in lines
+    assert state() == before

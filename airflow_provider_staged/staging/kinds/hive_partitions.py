@@ -324,15 +324,35 @@ def staged_hive_table(
 ) -> HiveStagedTable:
     """The staged kind of a Hive CTAS / RTAS that sets ``table_options`` (None: keeps the table's).
 
-    With a partition TTL the catalog tracks every partition (an expired one is dropped in one
-    metastore call); otherwise the whole table switches versions.
+    With a partition TTL, set or kept, the catalog tracks every partition (an expired one is
+    dropped in one metastore call); otherwise the whole table switches versions.
     """
     journal, uri, retention = settings.journal, settings.metastore_uri, settings.retention
-    if table_options and ttl_options(table_options):
+    if table_options is not None:
+        ttl = ttl_options(table_options)
+    else:
+        ttl = kept_ttl_options(uri, identifier, purpose, partition_by)
+    if ttl:
         return HivePartitionStagedTable(identifier, partition_by, {}, journal, uri, retention, task,
                                         conn_id=conn_id, purpose=purpose, table_options=table_options)
     return HiveStagedTable(identifier, purpose, journal, uri, retention, task, conn_id=conn_id,
                            table_options=table_options)
+
+
+def kept_ttl_options(
+    metastore_uri: str, identifier: TableIdentifier, purpose: StagingPurpose, partition_by: Sequence[str]
+) -> dict[str, str]:
+    """The partition TTL that a replace without options keeps: the table's, when it replaces one
+    partitioned by the same columns. A whole-table switch would leave it a table whose partitions
+    Spark finds in its directories, which no TTL can drop, while the option still says it expires."""
+    if not purpose.replaces or not partition_by:
+        return {}
+    with MetastoreClient(metastore_uri) as client:
+        table = client.get_table(identifier.database, identifier.table)
+    keys = [key.name.lower() for key in (table.partitionKeys or [])] if table is not None else []
+    if keys != [column.lower() for column in partition_by]:
+        return {}
+    return ttl_options(table.parameters or {})
 
 
 def discovered_partitions(location: str, columns: Sequence[str]) -> dict[tuple[str, ...], str]:
