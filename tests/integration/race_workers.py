@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -335,8 +336,12 @@ def classify(seen: dict[str, list[int]]) -> tuple[str, int | None]:
     return ("placeholder" if extra else "ok"), refresh
 
 
-def reader(uri: str, target: str, ready: Any, go: Any, done: Any, reads: Any, out_path: str) -> None:
-    """Read the partitioned table in a loop until ``done``; classify every read."""
+def reader(
+    uri: str, target: str, ready: Any, go: Any, done: Any, reads: Any, out_path: str,
+    read: Callable[[MetastoreClient, str, str], dict[str, list[int]]] = read_partitions,
+    judge: Callable[[dict[str, list[int]]], tuple[str, int | None]] = classify,
+) -> None:
+    """``read`` the partitioned table in a loop until ``done``; ``judge`` every read."""
     database, table = target.split(".")
     seen: list[dict[str, Any]] = []
     error = None
@@ -347,8 +352,8 @@ def reader(uri: str, target: str, ready: Any, go: Any, done: Any, reads: Any, ou
             while not done.is_set():
                 t0 = time.monotonic()
                 try:
-                    state = read_partitions(client, database, table)
-                    verdict, refresh = classify(state)
+                    state = read(client, database, table)
+                    verdict, refresh = judge(state)
                 except FileNotFoundError as err:  # a listed location without its files
                     state, verdict, refresh = {"error": repr(err)}, "missing", None
                 t1 = time.monotonic()
@@ -439,7 +444,7 @@ def table_writer(
             commit_written(staged, manifest)
             t1 = time.monotonic()
             with MetastoreClient(uri) as client:
-                after = one_build(spark_view(client, *target.split(".")))
+                _, after = one_build(spark_view(client, *target.split(".")))
             seen.append({"tag": tag, "attempt": staged.attempt_id, "t0": t0, "t1": t1, "after": after,
                          "lock_free": enforces_compare_and_set(uri)})
     except BaseException as err:  # reported to the test, which fails with it
@@ -458,33 +463,10 @@ def spark_view(client: MetastoreClient, database: str, table: str) -> dict[str, 
     return {ds: _tags(directory) for (ds,), directory in directories.items()}
 
 
-def one_build(seen: dict[str, list[int]]) -> int | None:
-    """The tag of the one build that ``seen`` (b0 and b1) is exactly, else None."""
+def one_build(seen: dict[str, list[int]]) -> tuple[str, int | None]:
+    """("ok", tag) when ``seen`` is exactly the build of b0 and b1 tagged so, else ("mixed", None)."""
     tags = {tag for rows in seen.values() for tag in rows}
     whole = sorted(seen) == sorted(BASE_PARTITIONS) and len(tags) == 1
     if not whole or any(len(rows) != ROWS_PER_PARTITION for rows in seen.values()):
-        return None
-    return tags.pop()
-
-
-def view_reader(uri: str, target: str, ready: Any, go: Any, done: Any, out_path: str) -> None:
-    """Read what Spark would read of ``target`` in a loop until ``done``: the tag of each read."""
-    database, table = target.split(".")
-    seen: list[Any] = []
-    error = None
-    try:
-        with MetastoreClient(uri) as client:
-            ready.set()
-            go.wait()
-            while not done.is_set():
-                try:
-                    state = spark_view(client, database, table)
-                    tag = one_build(state)
-                    seen.append(state if tag is None else tag)
-                except FileNotFoundError as err:  # a listed location without its files
-                    seen.append(repr(err))
-    except BaseException as err:
-        error = repr(err)
-    finally:
-        ready.set()
-        Path(out_path).write_text(json.dumps({"reads": seen, "error": error}))
+        return "mixed", None
+    return "ok", tags.pop()

@@ -525,7 +525,11 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
                str(outs[kind]))
         for i, (kind, tags) in enumerate(kinds.items())
     ]
-    reader = _start(race_workers.view_reader, metastore.uri, target, ready[2], go, done, str(outs["reader"]))
+    reads = SPAWN.Value("i", 0)
+    reader = _start(
+        race_workers.reader, metastore.uri, target, ready[2], go, done, reads, str(outs["reader"]),
+        race_workers.spark_view, race_workers.one_build,
+    )
     try:
         _wait_ready(ready, [*writers, reader])
         go.set()
@@ -548,15 +552,16 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
         ended = {b["tag"]: b["t1"] for b in builds[other]}
         hidden = [b for b in builds[kind] if b["after"] != b["tag"] and ended.get(b["after"], 0) <= b["t0"]]
         assert hidden == [], f"{kind} commits not read right after them: {hidden[:2]}"
-    reads = _result(outs["reader"])["reads"]
-    broken = [read for read in reads if not isinstance(read, int)]
-    assert broken == [], f"{len(broken)} of {len(reads)} reads were no single build, first: {broken[:2]}"
+    seen = _result(outs["reader"])["reads"]
+    broken = [read for read in seen if read["verdict"] != "ok"]
+    assert broken == [], f"{len(broken)} of {len(seen)} reads were no single build, first: {broken[:2]}"
     for tags in kinds.values():
-        mine = [tag for tag in reads if tag in tags]
+        mine = [read["refresh"] for read in seen if read["refresh"] in tags]
         assert mine == sorted(mine), f"a reader saw an older build after a newer one: {mine}"
     with MetastoreClient(metastore.uri) as client:
         final = race_workers.one_build(race_workers.spark_view(client, database, "refreshed_and_replaced"))
-    assert final in (kinds["refresh"][-1], kinds["replace"][-1])
+    assert final in (("ok", kinds["refresh"][-1]), ("ok", kinds["replace"][-1]))
     records = AttemptJournal(journal).records()
     assert {r.state for r in records} == {AttemptState.COMMITTED}
-    print(f"{len(reads)} reads, {len(overlapping)} overlapping commits, builds seen: {sorted(set(reads))}")
+    print(f"{len(seen)} reads, {len(overlapping)} overlapping commits, "
+          f"builds seen: {sorted({read['refresh'] for read in seen})}")

@@ -354,23 +354,41 @@ def test_a_replace_between_a_sink_create_and_its_partitions_stands(
     assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}
 
 
-@pytest.mark.parametrize("purpose", ["create_or_replace", "replace"])
-def test_a_table_dropped_between_a_lock_free_commits_read_and_write(
-    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch,
-    lock_free: None, purpose: str,
-) -> None:
-    """DROP TABLE lands after the commit read the table (nothing waits for a lock): a CREATE OR
-    REPLACE reads again and creates it; a REPLACE fails, naming the table, and creates nothing."""
-    name = f"dropped_{purpose}"
-    target = f"{database}.{name}"
-    journal = str(tmp_path / "journal")
-    race_workers.commit_copy(metastore.uri, target, journal, parquet, "create")
-    staged = HiveStagedTable(
-        TableIdentifier.parse(target), StagingPurpose.parse(purpose), AttemptJournal(journal), metastore.uri
+def _written(
+    kind: str, uri: str, target: str, journal: str, purpose: str, parquet: str
+) -> HiveStagedTable:
+    """An existing ``target`` and a WRITTEN attempt of ``kind`` that replaces it: a whole-table
+    one (the flat table), or a partition refresh (refresh 1's table, refresh 2's rows)."""
+    identifier, attempts = TableIdentifier.parse(target), AttemptJournal(journal)
+    if kind == "table":
+        race_workers.commit_copy(uri, target, journal, parquet, "create")
+        staged = HiveStagedTable(identifier, StagingPurpose.parse(purpose), attempts, uri)
+        staged.begin()
+        staged.written(race_workers.write_flat(staged, parquet))
+        return staged
+    commit_written(*race_workers.written_refresh(uri, target, journal, 1))
+    refresh = HivePartitionStagedTable(
+        identifier, ["ds"], {}, attempts, uri, purpose=StagingPurpose.parse(purpose)
     )
-    staged.begin()
-    staged.written(race_workers.write_flat(staged, parquet))
-    real_swap = HiveStagedTable.swap
+    refresh.begin()
+    refresh.written(race_workers.write_partitions(refresh, 2))
+    return refresh
+
+
+@pytest.mark.parametrize("purpose", ["create_or_replace", "replace"])
+@pytest.mark.parametrize("kind", ["table", "partitions"])
+def test_a_table_dropped_between_a_commits_read_and_write(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch,
+    lock_free: None, purpose: str, kind: str,
+) -> None:
+    """DROP TABLE lands after the commit read the table: nothing waits for a whole-table commit
+    (lock-free), and Spark's DROP takes no lock, so it also comes between a locked partition
+    commit's read and its partition calls. A CREATE OR REPLACE reads again and creates the table
+    (a refresh with its partitions, tracked); a REPLACE fails, naming the table, and creates nothing."""
+    name = f"dropped_{kind}_{purpose}"
+    target = f"{database}.{name}"
+    staged = _written(kind, metastore.uri, target, str(tmp_path / "journal"), purpose, parquet)
+    real_swap = type(staged).swap
 
     def dropped_first(self: HiveStagedTable, *args):  # type: ignore[no-untyped-def]
         with MetastoreClient(metastore.uri) as other:
@@ -378,7 +396,7 @@ def test_a_table_dropped_between_a_lock_free_commits_read_and_write(
                 other.thrift.drop_table(database, name, False)
         return real_swap(self, *args)
 
-    monkeypatch.setattr(HiveStagedTable, "swap", dropped_first)
+    monkeypatch.setattr(type(staged), "swap", dropped_first)
     if purpose == "replace":
         with pytest.raises(TableNotFoundError, match=f"table {target} was dropped before the commit"):
             staged.commit()
@@ -391,53 +409,11 @@ def test_a_table_dropped_between_a_lock_free_commits_read_and_write(
     monkeypatch.undo()
     with MetastoreClient(metastore.uri) as client:
         stored = client.get_table(database, name)
+        if kind == "partitions":
+            assert stored.parameters.get(PARTITION_PROVIDER_KEY) == "catalog"
+            assert race_workers.read_partitions(client, database, name) == race_workers.read_after(2)
     assert normalize_location(current_location(stored)) == normalize_location(staged.location)
     assert staged.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
-
-
-@pytest.mark.parametrize("purpose", ["create_or_replace", "replace"])
-def test_a_table_dropped_between_a_partition_commits_read_and_write(
-    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, purpose: str,
-) -> None:
-    """The partition commit holds the table's lock, but Spark's DROP TABLE takes none: it can land
-    after the commit read the table. A CREATE OR REPLACE refresh then creates the table with its
-    partitions; a REPLACE fails, naming the table, and creates nothing."""
-    name = f"partitions_dropped_{purpose}"
-    target = f"{database}.{name}"
-    journal = str(tmp_path / "journal")
-    commit_written(*race_workers.written_refresh(metastore.uri, target, journal, 1))
-    refresh = HivePartitionStagedTable(
-        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal), metastore.uri,
-        purpose=StagingPurpose.parse(purpose),
-    )
-    refresh.begin()
-    refresh.written(race_workers.write_partitions(refresh, 2))
-    real_swap = HivePartitionStagedTable.swap
-
-    def dropped_first(self: HivePartitionStagedTable, *args):  # type: ignore[no-untyped-def]
-        with MetastoreClient(metastore.uri) as other:
-            if other.get_table(database, name) is not None:
-                other.thrift.drop_table(database, name, False)
-        return real_swap(self, *args)
-
-    monkeypatch.setattr(HivePartitionStagedTable, "swap", dropped_first)
-    if purpose == "replace":
-        with pytest.raises(TableNotFoundError, match=f"table {target} was dropped before the commit"):
-            refresh.commit()
-        monkeypatch.undo()
-        with MetastoreClient(metastore.uri) as client:
-            assert client.get_table(database, name) is None
-        assert refresh.journal.require(refresh.attempt_id).state is AttemptState.WRITTEN
-        return
-    refresh.commit()
-    monkeypatch.undo()
-    with MetastoreClient(metastore.uri) as client:
-        stored = client.get_table(database, name)
-        partitions = race_workers.read_partitions(client, database, name)
-    assert normalize_location(current_location(stored)) == normalize_location(refresh.location)
-    assert stored.parameters.get(PARTITION_PROVIDER_KEY) == "catalog"
-    assert partitions == race_workers.read_after(2)
-    assert refresh.journal.require(refresh.attempt_id).state is AttemptState.COMMITTED
 
 
 def test_a_partitioned_create_overtaken_by_a_create_refreshes_it(
