@@ -287,10 +287,15 @@ class MetastoreClient:
                 raise CatalogConflictError(message) from None
             raise
 
-    def drop_partition(self, database: str, table: str, values: list[str]) -> None:
-        """Unregister a partition; its files stay (they are deleted by whoever owns them)."""
-        with contextlib.suppress(NoSuchObjectException):
-            self.thrift.drop_partition(database, table, values, False)
+    def drop_partitions(self, database: str, table: str, names: list[str]) -> None:
+        """Unregister the partitions ``names`` (``col=value/...``) in ONE metastore call (all or
+        none); those already gone are skipped, their files stay."""
+        if names:
+            with self._dropped_is_conflict(database, table):
+                self.thrift.drop_partitions_req(ttypes.DropPartitionsRequest(
+                    dbName=database, tblName=table, parts=ttypes.RequestPartsSpec(names=names),
+                    deleteData=False, ifExists=True, needResult=False,
+                ))
 
     @contextlib.contextmanager
     def locked(self, database: str, table: str) -> Iterator[MetastoreClient]:

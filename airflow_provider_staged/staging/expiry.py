@@ -170,17 +170,7 @@ class HivePartitionExpiry(HiveStagedTable):
         plan = plan_expiry(current, partitions, ttl, self.now)
         # Only what was planned (and journaled) goes; a refresh since the plan may have renewed it.
         names = [name for name, where in plan.expired.items() if self.planned.get(name) == where]
-        if names:
-            txn.thrift.drop_partitions_req(
-                ttypes.DropPartitionsRequest(
-                    dbName=current.dbName,
-                    tblName=current.tableName,
-                    parts=ttypes.RequestPartsSpec(names=names),
-                    deleteData=False,
-                    ifExists=True,
-                    needResult=False,
-                )
-            )
+        txn.drop_partitions(current.dbName, current.tableName, names)
         columns = [key.name for key in current.partitionKeys]
         dropped = set(names)
         staying = [

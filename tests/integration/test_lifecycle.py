@@ -25,17 +25,19 @@ from airflow_provider_staged.cli import app
 from airflow_provider_staged.engine.spark_job import data_files, local_path, run_staged_write
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY
 from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.expiry import delete_dropped_files, expire_table, sweep_expiry
-from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal import AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable, staged_hive_table
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
 from airflow_provider_staged.staging.maintenance import MaintenanceReport, VersionSweep, sweep_all_versions
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
+from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import list_table_versions, rollback
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from airflow_provider_staged.storage import normalize_location
@@ -463,7 +465,7 @@ def test_partition_rollback_while_readers_read_neighbours_untouched_bad_input_ch
     assert result.exit_code != 0 and "--partition 'ds': expected KEY=VALUE" in result.output
     # A partition the table no longer has is not re-added.
     with MetastoreClient(settings.metastore_uri) as client:
-        client.drop_partition(identifier.database, identifier.table, [days[0]])
+        client.drop_partitions(identifier.database, identifier.table, [f"ds={days[0]}"])
     gone = rf"partition\(s\) \['ds={days[0]}'\] of version {v2} are no longer in"
     with pytest.raises(StagingError, match=gone):
         rollback(settings, identifier, v2)
@@ -643,3 +645,63 @@ def test_expiry_refuses_a_table_that_reads_its_partitions_from_its_directories(s
     lines = "\n".join(MaintenanceReport([], report, VersionSweep()).lines())
     assert f"expiry {target}: NOT EXPIRED: table {target} reads its partitions from its directories" in lines
     assert state() == before
+
+
+# Two days (2024-01-06, 2024-01-07) with another schema: ``id`` a string, a new column in between.
+CHANGED = (
+    "SELECT concat('v', id) AS id, id * 2 AS doubled, concat('2024-01-0', CAST(id % 2 + 6 AS STRING)) AS ds "
+    "FROM range(200)"
+)
+
+
+def _assert_replaced_and_expiring(spark, settings, target):
+    """``target`` reads CHANGED, tracks exactly its two partitions, and its TTL drops the first."""
+    assert snapshot(spark, target) == expected_snapshot(spark, CHANGED)
+    assert sorted(partitions(settings, target)) == ["2024-01-06", "2024-01-07"]
+    assert _param(settings, target, PARTITION_PROVIDER_KEY) == "catalog"
+    assert _param(settings, target, "partition.expiration-time") == "2 d"
+    plan = expire_table(settings, TableIdentifier.parse(target), now=at("2024-01-08 12:00"))
+    assert sorted(plan.expired) == ["ds=2024-01-06"]
+    kept = f"SELECT * FROM ({CHANGED}) WHERE ds = '2024-01-07'"
+    assert snapshot(spark, target) == expected_snapshot(spark, kept)
+
+
+def test_a_replace_that_changes_the_schema_of_a_ttl_table_switches_it_whole(spark, settings, target):
+    """A partition commit cannot change the schema (the old partitions would be read with the new
+    one): a REPLACE that does switches the whole table in one call, then tracks its partitions."""
+    ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
+    identifier = TableIdentifier.parse(target)
+    staged = staged_hive_table(identifier, StagingPurpose.REPLACE_TABLE_AS, settings, None, ["ds"])
+    build(spark, staged, CHANGED)
+    _assert_replaced_and_expiring(spark, settings, target)
+    assert settings.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
+
+
+def test_a_schema_changing_replace_cut_short_after_its_switch_is_finished_by_reconcile(
+    spark, settings, target, monkeypatch
+):
+    """The whole-table switch landed, the process died before the partitions were tracked: readers
+    already see the new version (from its directories); reconcile finishes the commit, whatever
+    the task's outcome, and the table then tracks its partitions."""
+    ttl_build(spark, settings, target, {"partition.expiration-time": "2 d"})
+    identifier = TableIdentifier.parse(target)
+    task = TaskRef("lifecycle", "replace", f"run-{uuid.uuid4().hex[:8]}", 1)
+    staged = staged_hive_table(identifier, StagingPurpose.REPLACE_TABLE_AS, settings, task, ["ds"])
+    staged.begin()
+    staged.written(run_staged_write(spark, CHANGED, staged.write_spec()))
+
+    def died(*args):
+        raise RuntimeError("injected: died before tracking the partitions")
+
+    monkeypatch.setattr(HivePartitionStagedTable, "_register_created", died)
+    with pytest.raises(RuntimeError, match="died before tracking"):
+        staged.commit()
+    monkeypatch.undo()
+    assert snapshot(spark, target) == expected_snapshot(spark, CHANGED)  # the switch readers see
+    assert _param(settings, target, PARTITION_PROVIDER_KEY) is None
+    assert settings.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+
+    actions = reconcile(settings, lambda ref: "failed" if ref == task else None)
+    assert [(a.attempt_id, a.action) for a in actions] == [(staged.attempt_id, "finished")]
+    assert settings.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
+    _assert_replaced_and_expiring(spark, settings, target)

@@ -10,7 +10,10 @@ partitions (invisible to Spark until the last step), then switches the table to
 catalog-tracked partitions. A table whose partitions Spark discovers from its directories (made
 by a whole-table CTAS or replace) is switched the same way: the partitions outside the spec are
 registered at their directories, the touched ones switched, and the table's last call makes
-Spark read them all from the catalog. Every step runs under the table's metastore lock.
+Spark read them all from the catalog. A CTAS / RTAS of a table with a partition TTL is this kind
+too (its partitions stay in the catalog, where the TTL drops them); one that changes the schema
+switches the whole table in one ``alter_table`` and then tracks the new version's partitions the
+same way. Every step runs under the table's metastore lock.
 
 The journal records the partition columns and the spec, so reconcile rebuilds exactly this
 kind: its ``is_published`` asks whether any partition of a table that reads its catalog
@@ -24,7 +27,7 @@ import copy
 import dataclasses
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,10 +86,13 @@ class HivePartitionStagedTable(HiveStagedTable):
         conn_id: str | None = None,
         purpose: StagingPurpose = StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
         table_options: Mapping[str, str] | None = None,
+        replaces_table: bool = False,
     ) -> None:
+        """``replaces_table``: a CTAS / RTAS (not a refresh), which may change the table's schema."""
         super().__init__(
             identifier, purpose, journal, metastore_uri, retention, task, attempt_id, conn_id, table_options
         )
+        self.replaces_table = replaces_table
         unknown = sorted(set(partition_spec) - set(partition_columns))
         if not partition_columns or unknown:
             raise StagingError(
@@ -103,6 +109,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             record.catalog["partition_spec"],
             purpose=StagingPurpose.parse(record.purpose),
             table_options=record.catalog.get("table_options"),
+            replaces_table=bool(record.catalog.get("replaces_table", False)),
             **cls.rebuilt(record, settings),
         )
 
@@ -111,6 +118,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             **super().catalog_ref(),
             "partition_columns": self.partition_columns,
             "partition_spec": self.partition_spec,
+            "replaces_table": self.replaces_table,
         }
 
     def write_spec(self) -> dict[str, Any]:
@@ -123,23 +131,37 @@ class HivePartitionStagedTable(HiveStagedTable):
         self._register_created(txn, record, manifest)
 
     def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
-        """Register the partitions of a table this attempt created, then make Spark use them."""
-        created = txn.read_for_update(self.identifier.database, self.identifier.table)
-        if not is_version(created, record.location):
+        """Make the catalog's partitions exactly this attempt's, of a table that reads its version
+        from the directories (created, or replaced whole, by this attempt), then make Spark read
+        them from the catalog. Until that last call Spark reads the same from the directories."""
+        table = txn.read_for_update(self.identifier.database, self.identifier.table)
+        if not is_version(table, record.location):
             return  # a lock-free replace came after the create: it stands, and reads its own files
-        registered = {tuple(p.values) for p in self._inside_spec(txn, created)}
-        targets = sorted(self._targets(manifest, []) - registered)
+        database, name = table.dbName, table.tableName
+        targets = self._targets(manifest, [])
         stats = partition_stats(manifest, self.partition_columns)
-        txn.add_partitions(
-            [self._partition(created, v, self._location(record, v), stats.get(v)) for v in targets]
-        )
-        created.parameters[PARTITION_PROVIDER_KEY] = "catalog"
-        txn.alter_table(created)
+        registered = {tuple(p.values): p for p in txn.partitions(database, name)}
+        txn.drop_partitions(database, name, self._names(v for v in registered if v not in targets))
+        txn.alter_partitions(database, name, [
+            relocated(p, self._location(record, v), stats) for v, p in registered.items()
+            if v in targets and normalize_location(p.sd.location) != self._location(record, v)
+        ])
+        txn.add_partitions([self._partition(table, v, self._location(record, v), stats.get(v))
+                            for v in sorted(targets - registered.keys())])
+        table.parameters[PARTITION_PROVIDER_KEY] = "catalog"
+        # New partitions: the sweep reads the table next time and records when they expire.
+        table.parameters.pop(NEXT_EXPIRY_KEY, None)
+        txn.alter_table(table)
 
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
     ) -> list[str]:
-        widened = switched_schema(current, manifest, self.target)
+        try:
+            widened = switched_schema(current, manifest, self.target)
+        except StagingError:
+            if not self.replaces_table:
+                raise
+            return self._replace_whole(txn, current, record, manifest)
         tracked = tracks_partitions(current)
         discovered = {} if tracked else self._register_discovered(txn, current)
         existing = {tuple(p.values): p for p in self._inside_spec(txn, current)}
@@ -164,6 +186,19 @@ class HivePartitionStagedTable(HiveStagedTable):
             self._update_table(txn, current, targets, widened, track=True)
         return superseded
 
+    def _replace_whole(
+        self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
+    ) -> list[str]:
+        """A replace that changes the table's schema: switching partitions would show the old ones
+        under the new schema, so the table switches whole, in one ``alter_table`` (what readers see),
+        and then tracks this version's partitions (:meth:`_register_created`). A crash between
+        leaves the new version read from its directories; ``complete_publish`` tracks them."""
+        read = txn.partitions(current.dbName, current.tableName) if tracks_partitions(current) else []
+        superseded = [normalize_location(p.sd.location) for p in read]
+        superseded.append(HiveStagedTable.swap(self, txn, current, record, manifest))
+        self._register_created(txn, record, manifest)
+        return superseded
+
     def _inside(self, values: Sequence[str]) -> bool:
         return matches(values, self.partition_columns, self.partition_spec)
 
@@ -184,9 +219,8 @@ class HivePartitionStagedTable(HiveStagedTable):
                     f"{sorted(nested)[:3]}, which Spark does not read from a catalog partition: refresh "
                     "every partition (an empty spec) or replace the whole table instead"
                 )
-        for values in registered:
-            if not self._inside(values) and values not in outside:  # a leftover Spark does not read now
-                txn.drop_partition(table.dbName, table.tableName, list(values))
+        leftovers = [v for v in registered if not self._inside(v) and v not in outside]  # unread now
+        txn.drop_partitions(table.dbName, table.tableName, self._names(leftovers))
         moved = [relocated(registered[v], loc, {v: contents[v][0]}) for v, loc in outside.items()
                  if v in registered and normalize_location(registered[v].sd.location) != loc]
         if moved:
@@ -257,10 +291,10 @@ class HivePartitionStagedTable(HiveStagedTable):
             table = self.load_current(txn)
             if table is None:
                 return
-            for partition in self._inside_spec(txn, table):
-                at_placeholder = normalize_location(partition.sd.location) == placeholder
-                if at_placeholder and tuple(partition.values) in written:
-                    txn.drop_partition(table.dbName, table.tableName, partition.values)
+            txn.drop_partitions(table.dbName, table.tableName, self._names(
+                tuple(p.values) for p in self._inside_spec(txn, table)
+                if normalize_location(p.sd.location) == placeholder and tuple(p.values) in written
+            ))
 
     # -- partition math -----------------------------------------------------------------
 
@@ -280,6 +314,10 @@ class HivePartitionStagedTable(HiveStagedTable):
             )
         inside = {v for v in existing if self._inside(v)}
         return written | inside
+
+    def _names(self, values: Iterable[tuple[str, ...]]) -> list[str]:
+        """The metastore's names of partitions (``col=value/...``, escaped as in their paths)."""
+        return [partition_path(self.partition_columns, v) for v in values]
 
     def _inside_spec(self, client: MetastoreClient, table: ttypes.Table) -> list[ttypes.Partition]:
         """The table's partitions inside this refresh's spec (every partition it may touch)."""
@@ -334,7 +372,8 @@ def staged_hive_table(
         ttl = kept_ttl_options(uri, identifier, purpose, partition_by)
     if ttl:
         return HivePartitionStagedTable(identifier, partition_by, {}, journal, uri, retention, task,
-                                        conn_id=conn_id, purpose=purpose, table_options=table_options)
+                                        conn_id=conn_id, purpose=purpose, table_options=table_options,
+                                        replaces_table=True)
     return HiveStagedTable(identifier, purpose, journal, uri, retention, task, conn_id=conn_id,
                            table_options=table_options)
 
