@@ -7,7 +7,8 @@ STAGED_SETUP_TESTS=1 bash scripts/setup.sh
 set +e
 # Two workers, a test module each at a time (module fixtures stay on one worker): most of the
 # suite's time is spent waiting on JVMs and Airflow, so two modules at once fill the 2 cores.
-.venv/bin/python -m pytest -p no:cacheprovider -ra -n 2 --dist loadfile "$@"
+# --durations: the slowest tests in the log, to watch the suite's time budget.
+.venv/bin/python -m pytest -p no:cacheprovider -ra -n 2 --dist loadfile --durations=25 "$@"
 status=$?
 set -e
 # pytest exits 5 when it collected no test: that must fail CI.
