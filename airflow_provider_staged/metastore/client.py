@@ -259,7 +259,10 @@ class MetastoreClient:
 
     def partitions_named(self, database: str, table: str, names: list[str]) -> list[ttypes.Partition]:
         """The partitions of ``names`` (``col=value/...``, escaped as in their paths) that exist."""
-        return self.thrift.get_partitions_by_names(database, table, names) if names else []
+        if not names:
+            return []
+        with self._dropped_is_conflict(database, table):
+            return self.thrift.get_partitions_by_names(database, table, names)
 
     def add_partitions(self, partitions: list[ttypes.Partition]) -> None:
         if partitions:

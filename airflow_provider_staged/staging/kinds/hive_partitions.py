@@ -130,28 +130,32 @@ class HivePartitionStagedTable(HiveStagedTable):
         self.create_new_table(txn, manifest)
         self._register_created(txn, record, manifest)
 
-    def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> None:
+    def _register_created(self, txn: MetastoreClient, record: AttemptRecord, manifest: Manifest) -> list[str]:
         """Make the catalog's partitions exactly this attempt's, of a table that reads its version
         from the directories (created, or replaced whole, by this attempt), then make Spark read
-        them from the catalog. Until that last call Spark reads the same from the directories."""
+        them from the catalog. Until that last call Spark reads the same from the directories.
+        Returns where the partitions it dropped or moved pointed before."""
         table = txn.read_for_update(self.identifier.database, self.identifier.table)
         if not is_version(table, record.location):
-            return  # a lock-free replace came after the create: it stands, and reads its own files
+            return []  # a lock-free replace came after the create: it stands, and reads its own files
         database, name = table.dbName, table.tableName
-        targets = self._targets(manifest, [])
+        locations = {v: self._location(record, v) for v in sorted(self._targets(manifest, []))}
         stats = partition_stats(manifest, self.partition_columns)
         registered = {tuple(p.values): p for p in txn.partitions(database, name)}
-        txn.drop_partitions(database, name, self._names(v for v in registered if v not in targets))
+        replaced = {
+            v: p for v, p in registered.items() if normalize_location(p.sd.location) != locations.get(v)
+        }
+        txn.drop_partitions(database, name, self._names(v for v in replaced if v not in locations))
         txn.alter_partitions(database, name, [
-            relocated(p, self._location(record, v), stats) for v, p in registered.items()
-            if v in targets and normalize_location(p.sd.location) != self._location(record, v)
+            relocated(p, locations[v], stats) for v, p in replaced.items() if v in locations
         ])
-        txn.add_partitions([self._partition(table, v, self._location(record, v), stats.get(v))
-                            for v in sorted(targets - registered.keys())])
+        txn.add_partitions([self._partition(table, v, location, stats.get(v))
+                            for v, location in locations.items() if v not in registered])
         table.parameters[PARTITION_PROVIDER_KEY] = "catalog"
         # New partitions: the sweep reads the table next time and records when they expire.
         table.parameters.pop(NEXT_EXPIRY_KEY, None)
         txn.alter_table(table)
+        return [normalize_location(p.sd.location) for p in replaced.values()]
 
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
@@ -193,11 +197,10 @@ class HivePartitionStagedTable(HiveStagedTable):
         under the new schema, so the table switches whole, in one ``alter_table`` (what readers see),
         and then tracks this version's partitions (:meth:`_register_created`). A crash between
         leaves the new version read from its directories; ``complete_publish`` tracks them."""
-        read = txn.partitions(current.dbName, current.tableName) if tracks_partitions(current) else []
-        superseded = [normalize_location(p.sd.location) for p in read]
-        superseded.append(HiveStagedTable.swap(self, txn, current, record, manifest))
-        self._register_created(txn, record, manifest)
-        return superseded
+        superseded = HiveStagedTable.swap(self, txn, current, record, manifest)
+        replaced = self._register_created(txn, record, manifest)
+        # An untracked table's catalog partitions were not what readers read: they supersede nothing.
+        return [*(replaced if tracks_partitions(current) else []), superseded]
 
     def _inside(self, values: Sequence[str]) -> bool:
         return matches(values, self.partition_columns, self.partition_spec)
