@@ -6,11 +6,14 @@ publishes ``ready/`` through the journaled commit path (``staging.kinds.hive_sin
 metastore call records the data and the streaming query's batch), then sweeps the write's
 staging area (failed and speculative attempts' files). ``write_native`` is the same write with
 Spark's own Parquet writer into ``ready/`` (Spark's commit protocol keeps only committed task
-attempts): the runtime uses it for batch writes and ``foreachBatch`` streams.
+attempts): the runtime uses it for batch writes and ``foreachBatch`` streams. An appending
+stream is written by Spark's file sink instead (``sink.file_stream``): its logged micro-batches'
+files move into ``ready/`` inside their journaled commit (``logged`` committables).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -32,9 +35,11 @@ from airflow_provider_staged.sink.api import (
     check_mode,
 )
 from airflow_provider_staged.sink.recovery import abort_once, batch_prefix, commit_once, filter_recovered
+from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.kinds.hive_sink import (
     READY_DIR,
     STAGING_DIR,
+    STREAM_SUFFIX,
     HiveAppendStagedTable,
     HiveOverwriteStagedTable,
     HiveSinkCommit,
@@ -66,7 +71,8 @@ class HiveFilesCommittable(WriteRef):
     """Parquet files one task attempt (or Spark's native writer) staged for one write.
 
     ``files`` are relative to ``source`` (a task attempt's directory) — or to ``ready/`` when
-    ``source`` is None (already there).
+    ``source`` is None (already there). ``logged``: ``source`` is the stream staging directory of
+    Spark's file sink, whose files move only inside the journaled commit (``file_stream``).
     """
 
     mode: str
@@ -74,16 +80,19 @@ class HiveFilesCommittable(WriteRef):
     staging: str
     source: str | None
     files: tuple[DataFile, ...]
+    logged: bool = False
 
 
 @dataclass(frozen=True)
 class HiveWriteCommittable(WriteRef):
-    """One whole write: its files in ``ready/`` and the batch it is."""
+    """One whole write: its files in ``ready/`` (or still in ``stream_source``, a logged
+    micro-batch's) and the batch it is."""
 
     mode: str
     schema_json: str
     staging: str
     files: tuple[DataFile, ...]
+    stream_source: str | None = None
 
 
 def _local(location: str) -> str:
@@ -129,14 +138,15 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         return self._root
 
     def commit_table(
-        self, write_id: str, query_id: str, batch_id: int, streaming: bool, mode: str
+        self, write_id: str, query_id: str, batch_id: int, streaming: bool, mode: str,
+        stream_source: str | None = None,
     ) -> HiveSinkCommit:
         """The journaled commit of one write (the staged kind of its mode)."""
         kind = HiveOverwriteStagedTable if mode == "overwrite" else HiveAppendStagedTable
         return kind(
             self.table, self.settings.journal, self.settings.metastore_uri, query_id=query_id,
             batch_id=batch_id, streaming=streaming, retention=self.settings.retention, attempt_id=write_id,
-            root=self._root, track_partitions=self.track_partitions,
+            root=self._root, track_partitions=self.track_partitions, stream_source=stream_source,
         )
 
     def _committable(
@@ -147,6 +157,15 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
             self._mode(context.mode), _ordered_schema(context.schema_json, self.partition_by),
             staging_dir(self.root(), context.write_id), source, tuple(files),
         )
+
+    def stream_staging(self, query_id: str) -> str:
+        """Where Spark's file sink writes the micro-batches of streaming query ``query_id``."""
+        return _local(staging_dir(self.root(), query_id + STREAM_SUFFIX))
+
+    def logged_committables(
+        self, context: WriterContext, staging: str, files: list[DataFile]
+    ) -> list[HiveFilesCommittable]:
+        return [dataclasses.replace(self._committable(context, staging, files), logged=True)]
 
     def create_writer(self, context: WriterContext) -> SinkWriter[HiveFilesCommittable]:
         staging = staging_dir(self.root(), context.write_id)
@@ -285,7 +304,7 @@ class _ReadyCommitter(Committer[HiveFilesCommittable]):
 
     def commit(self, committables: list[HiveFilesCommittable]) -> list[HiveFilesCommittable]:
         for committable in committables:
-            if committable.source is None:
+            if committable.source is None or committable.logged:
                 continue
             ready = os.path.join(_local(committable.staging), READY_DIR)
             for item in committable.files:
@@ -319,13 +338,13 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         )
         return HiveWriteCommittable(
             first.write_id, first.query_id, first.batch_id, first.streaming, first.mode, first.schema_json,
-            first.staging, files,
+            first.staging, files, first.source if first.logged else None,
         )
 
     def _staged(self, write: HiveWriteCommittable) -> HiveSinkCommit:
         self.sink._root = normalize_location(write.staging).rsplit(f"/{STAGING_DIR}/", 1)[0]
         return self.sink.commit_table(
-            write.write_id, write.query_id, write.batch_id, write.streaming, write.mode
+            write.write_id, write.query_id, write.batch_id, write.streaming, write.mode, write.stream_source
         )
 
     def filter_recovered_committables(
@@ -362,6 +381,8 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
     def manifest_of(self, write: HiveWriteCommittable) -> Manifest:
         """The write's manifest, once its attempt began (an overwrite's files become its version)."""
         staged = self._staged(write)
+        if write.stream_source is not None:
+            write = _take_logged(write)
         if isinstance(staged, HiveOverwriteStagedTable):
             staged.promote()
         return _manifest(write, staged.location, self.sink.partition_by)
@@ -370,6 +391,32 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         for write in global_committables:
             abort_once(self._staged(write), "the write failed or was already committed")
             delete_dir(write.staging)
+
+
+def _take_logged(write: HiveWriteCommittable) -> HiveWriteCommittable:
+    """Move a logged micro-batch's files from the stream staging directory into ``ready/`` (its
+    attempt has begun: an abort moves them back) and count their rows there."""
+    ready = os.path.join(_local(write.staging), READY_DIR)
+    prefix = os.path.basename(write.stream_source or "") + "-"
+    counted, missing = [], []
+    for item in write.files:
+        directory, _, name = item.path.rpartition("/")
+        target = os.path.join(ready, item.path)
+        source = os.path.join(write.stream_source or "", directory, name.removeprefix(prefix))
+        if os.path.exists(source) and not os.path.exists(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(source, target)
+        checksum = os.path.join(os.path.dirname(source), f".{os.path.basename(source)}.crc")
+        if os.path.exists(checksum):  # Hadoop's, of the file's old name: nothing reads it
+            os.remove(checksum)
+        if not os.path.exists(target):
+            missing.append(source)
+            continue
+        counted.append(dataclasses.replace(item, rows=pq.ParquetFile(target).metadata.num_rows))
+    if missing:
+        raise StagingError(f"micro-batch {write.batch_id} of {write.write_id} lists file(s) that are gone: "
+                           f"{', '.join(missing[:3])}")
+    return dataclasses.replace(write, files=tuple(counted))
 
 
 def _manifest(write: HiveWriteCommittable, location: str, partition_by: list[str]) -> Manifest:

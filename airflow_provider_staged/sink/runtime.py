@@ -8,7 +8,9 @@ sinks stage per task attempt and sweep their write's staging area at commit and 
 
 A sink that also implements ``NativeWriteSink`` (the built-in Hive sink) is written by Spark's
 own writer instead — ``df.write`` for a batch, ``foreachBatch`` for a stream — and committed
-by the very same committers: same API, same guarantees, the native writer's speed.
+by the very same committers: same API, same guarantees, the native writer's speed. An appending
+stream of an in-process session goes further (``file_stream``): Spark's file sink writes it and
+a driver thread publishes each logged micro-batch in order, off the write's critical path.
 
 Streaming: the sink's query id is derived from the checkpoint location (stable across
 restarts, unlike Spark's run id, and known in the commit worker); each micro-batch's write id
@@ -42,6 +44,7 @@ from pyspark.sql.datasource import (
 )
 
 from airflow_provider_staged.sink.api import Sink, WriterContext, check_mode, fault_point, run_commit
+from airflow_provider_staged.sink.file_stream import LoggedStreamSink, start_logged_stream
 from airflow_provider_staged.sink.recovery import batch_prefix
 from airflow_provider_staged.storage import normalize_location
 
@@ -370,6 +373,9 @@ def write_stream(
     )
     if query_name is not None:
         writer = writer.queryName(query_name)
+    if _native(sink) and output_mode == "append" and _logs_files(df, sink):
+        context = WriterContext(new_write_id(), query_id, 0, mode, df.schema.json(), streaming=True)
+        return start_logged_stream(df, writer, sink, checkpoint_location, context)
     if _native(sink):
         return writer.foreachBatch(_NativeBatch(sink, query_id, mode, new_write_id())).start()
     register(df.sparkSession)
@@ -382,6 +388,14 @@ def write_stream(
             .option(_MODE_OPTION, mode)
             .start()
         )
+
+
+def _logs_files(df: DataFrame, sink: Sink[Any, Any]) -> bool:
+    """Whether Spark's file sink writes the stream for ``sink`` (its driver publishes the logged
+    batches: an in-process session, which shares the driver's filesystem)."""
+    from pyspark.sql.session import SparkSession
+
+    return isinstance(sink, LoggedStreamSink) and isinstance(df.sparkSession, SparkSession)
 
 
 def _shipped_while_running(sink: Sink[Any, Any]) -> Sink[Any, Any]:

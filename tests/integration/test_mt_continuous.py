@@ -41,7 +41,9 @@ from airflow_provider_staged.materialized.scheduler import RefreshTrigger
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.services.airflow_local import AirflowInfo
 from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
 from airflow_provider_staged.storage import exists, normalize_location
 from tests.integration.test_mt_auto_suspend import mt_cli, wait_for
 
@@ -288,7 +290,10 @@ def test_one_time_partition_refresh_beside_the_running_stream(
     assert ids(spark, target) == list(range(80))  # nothing lost, nothing doubled
     assert sorted(partitions(settings.metastore_uri, target)) == [D0, D1]
     root = Path(table_root(parsed.identifier, settings.metastore_uri).removeprefix("file:"))
-    assert not list((root / "_staging").iterdir()), "staged files left behind"
+    # Staged: only the running stream's file sink directory, no file in it but its log (idle now).
+    (stream,) = (root / "_staging").iterdir()
+    assert stream.name.endswith(STREAM_SUFFIX)
+    assert [p for p in stream.rglob("*") if p.is_file() and LOG_DIR not in p.parts] == []
 
 
 E2E_FRESHNESS = 10

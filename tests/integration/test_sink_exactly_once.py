@@ -29,7 +29,12 @@ import pytest
 
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY
+from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.file_stream import LOG_DIR
+from airflow_provider_staged.sink.runtime import stream_query_id
 from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
+from airflow_provider_staged.staging.reconcile import reconcile
 from tests.integration.sink_workers import run_driver
 
 FILES, ROWS_PER_FILE = 4, 25
@@ -46,14 +51,19 @@ def _write_input(directory: Path) -> None:
 FAULTS = ("after_writers", "after_commit", "global_commit")
 
 
-def _crash_and_recover(spec: dict, tmp_path: Path, write_started, faults: tuple[str, ...] = FAULTS) -> None:
-    """Kill at each point in turn (each restart first recovers the previous crash), then finish."""
+def _crash_and_recover(
+    spec: dict, tmp_path: Path, write_started, faults: tuple[str, ...] = FAULTS, after_kill=None
+) -> None:
+    """Kill at each point in turn (each restart first recovers the previous crash; ``after_kill(fault)``
+    runs before it), then finish."""
     code, output = run_driver({**spec, "row_sleep_ms": 40}, tmp_path, fault=spec.get("write_fault"),
                         kill_when=write_started)
     assert code == -signal.SIGKILL, output[-3000:]
     for fault in faults:
         code, output = run_driver(spec, tmp_path, fault=fault)
         assert code == -signal.SIGKILL, f"{fault}: exit {code}\n{output[-3000:]}"
+        if after_kill is not None:
+            after_kill(fault)
     code, output = run_driver(spec, tmp_path)
     assert code == 0 and "done" in output, output[-3000:]
 
@@ -98,14 +108,26 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, 
     spec = {**_spec(metastore, tmp_path, "hive", table), "partition_by": ["p"], "track_partitions": True}
     root = Path(metastore.warehouse) / f"{database}.db" / "events"
 
-    def spark_is_writing() -> bool:  # Spark's write of a micro-batch is under way
-        return bool(glob.glob(str(root / "_staging" / "*" / "ready" / "_temporary")))
+    def spark_is_writing() -> bool:  # Spark's file sink writes the first micro-batch, not logged yet
+        stream = root / "_staging" / f"{stream_query_id(spec['checkpoint'])}{STREAM_SUFFIX}"
+        return bool(glob.glob(str(stream / "p=*" / "*"))) and not (stream / LOG_DIR / "0").exists()
 
-    _crash_and_recover(spec, tmp_path, spark_is_writing, (*FAULTS[1:], "partition_switch"))
+    def reconcile_the_dead_drivers_commit(fault: str) -> None:
+        """``staged reconcile`` aborts the commit the kill cut short before the catalog changed: that
+        must move the logged micro-batch's files back, not delete them (Spark will not write it again)."""
+        if fault == "global_commit":
+            settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+            assert [action.action for action in reconcile(settings)] == ["aborted"]
+
+    _crash_and_recover(spec, tmp_path, spark_is_writing, (*FAULTS[1:], "partition_switch"),
+                       reconcile_the_dead_drivers_commit)
     spark.catalog.refreshTable(table)
     ids = [row.id for row in spark.sql(f"SELECT id FROM {table}").collect()]
     assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
-    assert os.listdir(root / "_staging") == []
+    # Nothing staged is left but the stream's log (it lives as long as the checkpoint).
+    stream = f"{stream_query_id(spec['checkpoint'])}{STREAM_SUFFIX}"
+    assert os.listdir(root / "_staging") == [stream]
+    assert os.listdir(root / "_staging" / stream) == [LOG_DIR]
     with MetastoreClient(metastore.uri) as client:
         assert client.get_table(database, "events").parameters[PARTITION_PROVIDER_KEY] == "catalog"
         served = {p.values[0]: Path(p.sd.location.removeprefix("file:"))

@@ -15,8 +15,9 @@ from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import hive as hive_module
 from airflow_provider_staged.sink import recovery
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
+from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, write_batch
+from airflow_provider_staged.sink.runtime import _write_task, commit_write, stream_query_id, write_batch
 from airflow_provider_staged.staging import pruning
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptState
@@ -215,9 +216,14 @@ def test_a_streams_journal_stays_bounded_while_replay_and_rollback_work(
     assert sorted(p.stem for p in journal.glob("*.lock")) == sorted(p.stem for p in journal.glob("*.json"))
 
     assert sorted(prune_journal(settings, keep_last=0)) == sorted(appends)  # what the maintenance pass may do
-    for name in ("5", ".5.crc"):  # a crash after the sink's commit of batch 5, before Spark's
-        os.remove(os.path.join(checkpoint, "commits", name))
+    # A crash after the sink's commit of batch 5, before Spark's; and without the file sink's log
+    # of it (lost with its disk, say): Spark writes batch 5 again, and only the table can tell.
+    stream_log = os.path.join(sink.stream_staging(stream_query_id(checkpoint)), LOG_DIR)
+    for directory in (os.path.join(checkpoint, "commits"), stream_log):
+        for name in ("5", ".5.crc"):
+            os.remove(os.path.join(directory, name))
     stream_all_files(spark, "id BIGINT", source, sink, checkpoint)
     assert rows(spark, table) == [(i,) for i in streamed]  # the replay was dropped
+    assert os.listdir(os.path.dirname(stream_log)) == [LOG_DIR]  # and its files deleted
     rollback(settings, table, first.attempt_id)
     assert rows(spark, table) == [(i,) for i in range(5)]

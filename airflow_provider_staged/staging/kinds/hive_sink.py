@@ -81,6 +81,8 @@ STAGING_DIR = "_staging"
 READY_DIR = "ready"
 BATCH_DIR_PREFIX = "batch-"
 MARKER_PREFIX = "sink.batch."
+# ``<query id><STREAM_SUFFIX>`` under ``_staging``: where Spark's file sink writes a stream.
+STREAM_SUFFIX = "-stream"
 
 
 def marker_key(query_id: str) -> str:
@@ -131,6 +133,7 @@ class HiveSinkCommit(HiveStagedTable):
         conn_id: str | None = None,
         root: str | None = None,
         track_partitions: bool = False,
+        stream_source: str | None = None,
     ) -> None:
         super().__init__(
             identifier, StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, journal, metastore_uri, retention, task,
@@ -142,6 +145,9 @@ class HiveSinkCommit(HiveStagedTable):
         self._root = root
         # A partitioned table this write creates tracks its partitions in the catalog.
         self.track_partitions = track_partitions
+        # A logged micro-batch's stream staging directory (``sink.file_stream``): its files are
+        # the stream's, not this attempt's, and an abort moves them back there.
+        self.stream_source = stream_source
 
     @classmethod
     def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> HiveSinkCommit:
@@ -149,7 +155,8 @@ class HiveSinkCommit(HiveStagedTable):
         return cls(
             TableIdentifier.parse(record.target), query_id=ref["query_id"], batch_id=int(ref["batch_id"]),
             streaming=bool(ref["streaming"]), root=ref["root"],
-            track_partitions=bool(ref.get("track_partitions", False)), **cls.rebuilt(record, settings),
+            track_partitions=bool(ref.get("track_partitions", False)), stream_source=ref.get("stream_source"),
+            **cls.rebuilt(record, settings),
         )
 
     def catalog_ref(self) -> dict[str, Any]:
@@ -160,6 +167,7 @@ class HiveSinkCommit(HiveStagedTable):
             "streaming": self.streaming,
             "root": self.table_root_resolved,
             "track_partitions": self.track_partitions,
+            "stream_source": self.stream_source,
         }
 
     def check_target(self) -> None:
@@ -195,7 +203,26 @@ class HiveSinkCommit(HiveStagedTable):
         return self.table_root_resolved
 
     def discard(self, record: AttemptRecord) -> None:
+        self.return_logged()
         delete_dir(self.staging)
+
+    def return_logged(self, *trees: str) -> None:
+        """Move a logged micro-batch's files back to the stream staging directory, from ``ready/``
+        and ``trees`` (named ``[<attempt id>-]<stream dir>-<name>`` there; links of older files
+        are not the batch's): the stream's log lists them, so its next start publishes them."""
+        if self.stream_source is None:
+            return
+        prefix = os.path.basename(self.stream_source) + "-"
+        for tree in (f"{self.staging}/{READY_DIR}", *trees):
+            top = normalize_location(tree).removeprefix("file:")
+            for directory, _, names in os.walk(top):
+                group = [part for part in os.path.relpath(directory, top).split(os.sep) if "=" in part]
+                for name in names:
+                    base = name.removeprefix(f"{self.attempt_id}-")
+                    target = os.path.join(self.stream_source, *group, base.removeprefix(prefix))
+                    if base.startswith(prefix) and not os.path.exists(target):
+                        os.makedirs(os.path.dirname(target), exist_ok=True)
+                        os.rename(os.path.join(directory, name), target)
 
     def after_commit(self, record: AttemptRecord) -> None:
         # What is left in the staging area: failed and speculative task attempts' files.
@@ -374,6 +401,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
             self.publish(record)
 
     def discard(self, record: AttemptRecord) -> None:
+        self.return_logged(self.version)
         super().discard(record)
         delete_dir(self.version)  # unpublished: nothing reads the partition versions it made
 
