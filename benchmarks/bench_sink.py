@@ -22,7 +22,8 @@
    published), and ``hive_sink_foreach``, the same sink on its previous path (``foreachBatch``:
    write, then commit, per micro-batch). Printed: paired ratios of sustained rows/s (target
    >= 0.9), per sink arm the commit time per micro-batch (p50 < 100 ms) and the milliseconds per
-   micro-batch against native's. ``--stream-only`` skips part 1,
+   micro-batch against native's. ``--stream-arms hive_sink`` runs only that arm beside native
+   (more reps in the same time). ``--stream-only`` skips part 1,
    ``--batch-only`` part 2 (to run the batch part alone at the issue's 10M rows).
 
 Starts its own metastore and Spark; stops both. Run:
@@ -53,6 +54,7 @@ from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
 
 DATABASE = "bench_sink"
+STREAM_ARMS = ("foreach_batch", "hive_sink", "hive_sink_foreach")
 
 
 class _DiscardWriter(DataSourceArrowWriter):
@@ -82,6 +84,8 @@ def main() -> None:
     parts = parser.add_mutually_exclusive_group()
     parts.add_argument("--stream-only", action="store_true", help="skip the batch part")
     parts.add_argument("--batch-only", action="store_true", help="skip the streaming part")
+    parser.add_argument("--stream-arms", type=lambda text: [arm for arm in text.split(",") if arm],
+                        default=list(STREAM_ARMS), help=f"streaming arms beside native, of {STREAM_ARMS}")
     args = parser.parse_args()
     with hive_services("bench-sink", DATABASE) as services:
         spark = services.spark
@@ -166,8 +170,8 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
 
     print(f"streaming: {args.rows:,} rows in {args.batches} micro-batches, {args.reps} reps; load {load()}",
           flush=True)
-    arms = ("native", "foreach_batch", "hive_sink", "hive_sink_foreach")
-    sink_arms = arms[2:]
+    arms = ("native", *args.stream_arms)
+    sink_arms = [arm for arm in arms if arm.startswith("hive_sink")]
     rates = alternating_rounds({arm: lambda arm=arm: stream(arm) for arm in arms}, args.reps,
                                args.warmups, after_warmup=per_arm.clear)
     for name, values in rates.items():
@@ -176,8 +180,9 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
     for arm in arms[1:]:
         ratios = paired_ratios(rates[arm], rates["native"])
         print(f"  {arm} rows/s / native: {ratios.describe()} (target >= 0.9)")
-    print(f"  hive_sink rows/s / hive_sink_foreach (the logged path against the previous one): "
-          f"{paired_ratios(rates['hive_sink'], rates['hive_sink_foreach']).describe()}")
+    if {"hive_sink", "hive_sink_foreach"} <= set(arms):
+        print(f"  hive_sink rows/s / hive_sink_foreach (the logged path against the previous one): "
+              f"{paired_ratios(rates['hive_sink'], rates['hive_sink_foreach']).describe()}")
     native_ms = percentile_ms([args.rows / args.batches / rate for rate in rates["native"]], 0.5)
     for arm in sink_arms:
         arm_commits = per_arm[arm]

@@ -204,6 +204,8 @@ class PublishedQuery:
         ended = self.query.awaitTermination(timeout) if timeout is not None else self.query.awaitTermination()
         if ended is None or ended:
             self.publisher.close()
+            if self.publisher.error is not None:  # the query stopped because its publication failed
+                raise self.publisher.error
         return ended
 
     def exception(self) -> BaseException | None:

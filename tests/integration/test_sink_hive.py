@@ -15,12 +15,13 @@ from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import hive as hive_module
 from airflow_provider_staged.sink import recovery
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
-from airflow_provider_staged.sink.file_stream import LOG_DIR
+from airflow_provider_staged.sink.file_stream import LOG_DIR, logged_batches
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.runtime import _write_task, commit_write, stream_query_id, write_batch
 from airflow_provider_staged.staging import pruning
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY
 from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.rollback import rollback
@@ -227,3 +228,34 @@ def test_a_streams_journal_stays_bounded_while_replay_and_rollback_work(
     assert os.listdir(os.path.dirname(stream_log)) == [LOG_DIR]  # and its files deleted
     rollback(settings, table, first.attempt_id)
     assert rows(spark, table) == [(i,) for i in range(5)]
+
+
+def test_a_failed_publication_stops_the_stream_and_its_restart_publishes_the_batch(
+    spark, settings, table, tmp_path, monkeypatch
+):
+    """The metastore refuses the commit of micro-batch 1 (Spark's file sink logged it already):
+    the query stops and says why, nothing of batch 1 is visible, and the restart publishes it
+    (and batch 2) exactly once from the log: Spark does not write a logged batch again."""
+    source, checkpoint = tmp_path / "source", str(tmp_path / "checkpoint")
+    for n in range(3):
+        spark.sql(f"SELECT id FROM range({10 * n}, {10 * n + 10})").coalesce(1).write.mode(
+            "append").parquet(str(source))
+    publish = HiveAppendStagedTable.publish
+
+    def refused(staged, record):
+        if staged.batch_id == 1:
+            raise RuntimeError("injected: the metastore refused the commit")
+        return publish(staged, record)
+
+    monkeypatch.setattr(HiveAppendStagedTable, "publish", refused)
+    sink = HiveSink(table, settings)
+    with pytest.raises(StagingError, match="injected: the metastore refused"):
+        stream_all_files(spark, "id BIGINT", source, sink, checkpoint)
+    assert rows(spark, table) == [(i,) for i in range(10)]
+    staging = sink.stream_staging(stream_query_id(checkpoint))
+    assert 1 in logged_batches(staging)  # logged: Spark will not write it again
+    monkeypatch.setattr(HiveAppendStagedTable, "publish", publish)
+    stream_all_files(spark, "id BIGINT", source, sink, checkpoint)
+    assert rows(spark, table) == [(i,) for i in range(30)]
+    assert [p for p in files_under(staging) if LOG_DIR not in p] == []
+    assert [r.attempt_id for r in settings.journal.open_attempts()] == []
