@@ -20,7 +20,9 @@
    ``hive_sink`` (``write_stream`` into the Hive sink: Spark's file sink, each logged micro-batch
    published by the driver while the next one is written; timed until the last one is
    published), and ``hive_sink_foreach``, the same sink on its previous path (``foreachBatch``:
-   write, then commit, per micro-batch). Printed: paired ratios of sustained rows/s (target
+   write, then commit, per micro-batch), and ``logged_no_commit`` (control: the new path with the
+   commit replaced by nothing: what the file sink and the publisher cost before the commit).
+   Printed: paired ratios of sustained rows/s (target
    >= 0.9), per sink arm the commit time per micro-batch (p50 < 100 ms) and the milliseconds per
    micro-batch against native's. ``--stream-arms hive_sink`` runs only that arm beside native
    (more reps in the same time). ``--stream-only`` skips part 1,
@@ -54,7 +56,7 @@ from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
 
 DATABASE = "bench_sink"
-STREAM_ARMS = ("foreach_batch", "hive_sink", "hive_sink_foreach")
+STREAM_ARMS = ("foreach_batch", "hive_sink", "hive_sink_foreach", "logged_no_commit")
 
 
 class _DiscardWriter(DataSourceArrowWriter):
@@ -139,7 +141,7 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
     timed_method(runtime, "commit_write", commits)
     per_arm: dict[str, list[float]] = {}  # counted reps: commits
     counter = itertools.count()
-    logs_files = runtime._logs_files
+    logs_files, commit_write = runtime._logs_files, runtime.commit_write
 
     def stream(arm: str) -> float:
         run = next(counter)
@@ -156,6 +158,8 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
             sink = HiveSink(f"{DATABASE}.s_{uuid.uuid4().hex[:8]}", settings)
             if arm == "hive_sink_foreach":
                 runtime._logs_files = lambda *_: False
+            elif arm == "logged_no_commit":
+                runtime.commit_write = lambda *_: True
             query = runtime.write_stream(
                 rows, sink, checkpoint_location=checkpoint, trigger_interval="0 seconds"
             )
@@ -163,7 +167,7 @@ def stream_part(spark, settings: StagedSettings, home, args) -> None:
         try:
             seconds = stopwatch(query.processAllAvailable)  # the sink's: until published
         finally:
-            runtime._logs_files = logs_files
+            runtime._logs_files, runtime.commit_write = logs_files, commit_write
         query.stop()
         per_arm.setdefault(arm, []).extend(commits[first_commit:])
         return args.rows / seconds  # rows/s

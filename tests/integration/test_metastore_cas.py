@@ -102,39 +102,63 @@ def test_a_stale_write_is_refused_and_changes_nothing(
     assert stored.parameters[REVISION_KEY] == mine.parameters[REVISION_KEY] != theirs.parameters[REVISION_KEY]
 
 
+def _append(uri: str, target: str, journal: Path, warehouse: str) -> HiveAppendStagedTable:
+    """One unpartitioned sink append (batch 0 of ``race_workers.SINK_QUERY``) committed to ``target``."""
+    sink = HiveSink(target, StagedSettings(uri, warehouse, str(journal)), native=False)
+    query = race_workers.SINK_QUERY
+    context = WriterContext(batch_prefix(query, 0) + new_write_id(), query, 0, "append",
+                            race_workers.FLAT_SCHEMA_JSON, streaming=True)
+    commit_write(sink, context, _write_task(sink, context, iter(race_workers.sink_rows(0).to_batches())))
+    return sink.commit_table(context.write_id, context.query_id, 0, True, "append")
+
+
+@pytest.mark.parametrize("commit", ["whole_table", "unpartitioned_append"])
 def test_a_commit_between_a_locked_writers_read_and_write_is_kept(
-    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str
+    metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, commit: str
 ) -> None:
     """The status writer's interleaving that lost commits before any guard: it reads (holding the
-    lock), a whole-table commit lands meanwhile (not waiting for the lock), the writer writes."""
-    target = f"{database}.interleaved"
+    lock), a commit lands meanwhile (not waiting for the lock: a whole-table switch, or a sink's
+    unpartitioned append once the metastore's compare-and-set is known), the writer writes."""
+    name = f"interleaved_{commit}"
+    target = f"{database}.{name}"
     journal = tmp_path / "journal"
     race_workers.commit_copy(metastore.uri, target, str(journal), parquet, "create")
+    with MetastoreClient(metastore.uri) as client:  # what the first locked commit of a process does
+        client.probe_compare_and_set(client.get_table(database, name))
     reads = []
     committed: list[HiveStagedTable] = []
 
+    def commit_meanwhile() -> HiveStagedTable:
+        if commit == "whole_table":
+            return _replace(metastore.uri, target, journal, parquet)
+        return _append(metastore.uri, target, journal, metastore.warehouse)
+
     def write_status() -> None:
-        with MetastoreClient(metastore.uri) as client, client.locked(database, "interleaved"):
-            table = client.read_for_update(database, "interleaved")
+        with MetastoreClient(metastore.uri) as client, client.locked(database, name):
+            table = client.read_for_update(database, name)
             reads.append(normalize_location(current_location(table)))
             if len(reads) == 1:  # the first time only: a commit lands between read and write
-                worker = threading.Thread(
-                    target=lambda: committed.append(_replace(metastore.uri, target, journal, parquet))
-                )
+                worker = threading.Thread(target=lambda: committed.append(commit_meanwhile()))
                 worker.start()
                 worker.join(60)
-                assert committed, "the whole-table commit waited for the table lock"
+                assert committed, f"the {commit} commit waited for the table lock"
             table.parameters["materialized.refresh-status"] = "ACTIVATED"
             client.alter_table(table)
 
     retry_on_conflict(write_status, "status")
     assert enforces_compare_and_set(metastore.uri)
-    (commit,) = committed
-    assert len(reads) == 2 and reads[1] == normalize_location(commit.location) != reads[0]
+    (landed,) = committed
     with MetastoreClient(metastore.uri) as client:
-        stored = client.get_table(database, "interleaved")
-    assert normalize_location(current_location(stored)) == normalize_location(commit.location)
+        stored = client.get_table(database, name)
     assert stored.parameters["materialized.refresh-status"] == "ACTIVATED"
+    assert len(reads) == 2
+    if commit == "whole_table":
+        assert reads[1] == normalize_location(landed.location) != reads[0]
+        assert normalize_location(current_location(stored)) == normalize_location(landed.location)
+    else:  # the append's batch and rows are kept beside the status, in the version it read
+        assert reads[1] == reads[0] == normalize_location(current_location(stored))
+        assert recorded_batch(stored, race_workers.SINK_QUERY) == 0
+        assert stored.parameters[SINK_ROWS_KEY] == str(race_workers.sink_rows(0).num_rows)
 
 
 def test_a_table_made_elsewhere_gets_a_revision_on_its_first_commit(

@@ -32,7 +32,9 @@ A sink write stages its files under ``<table root>/_staging/<attempt id>/ready/`
 - **overwrite**: the staged replace of CTAS (``hive_table``): the staged files become the
   attempt's version directory with one rename, and the pointer swap records the batch too.
 
-Everything runs under the table's metastore lock (``metastore.locks``).
+Everything runs under the table's metastore lock (``metastore.locks``), except an append to an
+existing unpartitioned table on a metastore that enforces ``alter_table``'s compare-and-set
+(probed once per process, under the lock): its one checked ``alter_table`` needs none.
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ from urllib.parse import urlparse
 from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import AlreadyExistsException, MetastoreClient
+from airflow_provider_staged.metastore.client import (
+    AlreadyExistsException,
+    MetastoreClient,
+    enforces_compare_and_set,
+)
 from airflow_provider_staged.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
@@ -252,7 +258,13 @@ class HiveAppendStagedTable(HiveSinkCommit):
 
     def publish(self, record: AttemptRecord) -> list[str] | None:
         manifest = Manifest.from_dict(record.manifest or {})
-        superseded = None
+        if not manifest.partition_columns and enforces_compare_and_set(self.metastore_uri):
+            # An unpartitioned append is one rename, then one checked alter_table: like the
+            # whole-table switch, it needs no lock to never undo, nor be undone by, another writer.
+            with self.catalog_transaction(exclusive=False) as txn:
+                current = self.load_current(txn)
+                if current is not None:
+                    return None if self.recorded(current) else self._append(txn, current, manifest)
         with self.catalog_transaction() as txn:
             current = self.load_current(txn)
             if self.recorded(current):
@@ -260,17 +272,23 @@ class HiveAppendStagedTable(HiveSinkCommit):
             if current is None:
                 self._create(txn, manifest)
                 return None
-            _check_fits(current, manifest, self.target)
-            if tracks_partitions(current):
-                superseded = self._switch_partitions(txn, current, manifest)
-            elif not self._place(manifest, normalize_location(current_location(current))):
-                # Placed into a version that a replace then superseded (it landed between this
-                # append's read and write, which made the write read again): the append came
-                # first and the replace dropped its rows, so none are counted here.
-                manifest = dataclasses.replace(manifest, rows=0)
-            changed = _reads_batch_dirs(copy.deepcopy(current))
-            changed.parameters = self.marked(changed.parameters, manifest)
-            txn.alter_table(changed)
+            txn.probe_compare_and_set(current)  # once per process: the next appends may go unlocked
+            return self._append(txn, current, manifest)
+
+    def _append(self, txn: MetastoreClient, current: ttypes.Table, manifest: Manifest) -> list[str] | None:
+        """Add the batch to ``current`` and record it; the superseded partition locations."""
+        _check_fits(current, manifest, self.target)
+        superseded = None
+        if tracks_partitions(current):
+            superseded = self._switch_partitions(txn, current, manifest)
+        elif not self._place(manifest, normalize_location(current_location(current))):
+            # Placed into a version that a replace then superseded (it landed between this
+            # append's read and write, which made the write read again): the append came
+            # first and the replace dropped its rows, so none are counted here.
+            manifest = dataclasses.replace(manifest, rows=0)
+        changed = _reads_batch_dirs(copy.deepcopy(current))
+        changed.parameters = self.marked(changed.parameters, manifest)
+        txn.alter_table(changed)
         return superseded
 
     def _create(self, txn: MetastoreClient, manifest: Manifest) -> None:
