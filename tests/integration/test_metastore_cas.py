@@ -216,10 +216,10 @@ def test_the_commit_gives_up_with_a_clear_error_when_every_write_loses(
 def test_an_append_overtaken_by_a_replace_is_ordered_before_it(
     metastore: MetastoreInfo, database: str, tmp_path: Path, parquet: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A sink append holds the table lock, which a whole-table replace no longer takes: a replace
-    landing after the append moved its files (into the version it read) makes the append's write
-    read again. The outcome is the order append → replace: the replace's rows only, the batch
-    recorded, and none of its rows counted."""
+    """A sink append (under the table lock, or unlocked when unpartitioned) does not exclude a
+    whole-table replace, which takes no lock: a replace landing after the append moved its files
+    (into the version it read) makes the append's write read again. The outcome is the order
+    append → replace: the replace's rows only, the batch recorded, and none of its rows counted."""
     target = f"{database}.append_vs_replace"
     journal = str(tmp_path / "journal")
     race_workers.commit_copy(metastore.uri, target, journal, parquet, "create")
