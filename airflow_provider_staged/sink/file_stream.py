@@ -87,13 +87,23 @@ def logged_files(staging: str, batch_id: int) -> list[DataFile]:
     return files
 
 
+def hadoop_checksum(path: str) -> str:
+    """The checksum file Hadoop's local filesystem writes beside ``path``."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.crc")
+
+
+def remove_if_present(*paths: str) -> None:
+    for path in paths:
+        if os.path.exists(path):
+            os.remove(path)
+
+
 def _delete_files(staging: str, files: list[DataFile]) -> None:
     """Delete ``files`` (and Hadoop's checksum files of them) where they are left in ``staging``."""
     for item in files:
-        directory, _, name = item.path.rpartition("/")
-        for path in (os.path.join(staging, item.path), os.path.join(staging, directory, f".{name}.crc")):
-            if os.path.exists(path):
-                os.remove(path)
+        path = os.path.join(staging, item.path)
+        remove_if_present(path, hadoop_checksum(path))
 
 
 def sweep_staging(staging: str) -> None:
@@ -110,13 +120,12 @@ def sweep_staging(staging: str) -> None:
                 os.remove(path)
 
 
-def _prune_log(staging: str, published: int) -> None:
-    for batch_id in logged_batches(staging):
+def _prune_log(staging: str, logged: list[int], published: int) -> None:
+    """Delete the log files of the ``logged`` batches more than ``KEEP_LOGGED_BATCHES`` behind."""
+    for batch_id in logged:
         if batch_id < published - KEEP_LOGGED_BATCHES + 1:
-            for name in (str(batch_id), f".{batch_id}.crc"):
-                path = os.path.join(staging, LOG_DIR, name)
-                if os.path.exists(path):
-                    os.remove(path)
+            path = os.path.join(staging, LOG_DIR, str(batch_id))
+            remove_if_present(path, hadoop_checksum(path))
 
 
 class LoggedBatchPublisher:
@@ -140,7 +149,8 @@ class LoggedBatchPublisher:
         with self._lock:
             if self.error is not None:
                 raise self.error
-            pending = [n for n in logged_batches(self.staging) if n > self.published]
+            logged = logged_batches(self.staging)
+            pending = [n for n in logged if n > self.published]
             try:
                 for batch_id in pending:
                     files = logged_files(self.staging, batch_id)
@@ -151,7 +161,7 @@ class LoggedBatchPublisher:
                         _delete_files(self.staging, files)  # a batch published before: its leftovers
                     self.published = batch_id
                 if pending:
-                    _prune_log(self.staging, self.published)
+                    _prune_log(self.staging, logged, self.published)
             except BaseException as error:  # the batch stays logged: the next start publishes it
                 self.error = error
                 raise

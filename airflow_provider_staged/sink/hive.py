@@ -34,6 +34,7 @@ from airflow_provider_staged.sink.api import (
     WriteRef,
     check_mode,
 )
+from airflow_provider_staged.sink.file_stream import hadoop_checksum, remove_if_present
 from airflow_provider_staged.sink.recovery import abort_once, batch_prefix, commit_once, filter_recovered
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.kinds.hive_sink import (
@@ -43,6 +44,7 @@ from airflow_provider_staged.staging.kinds.hive_sink import (
     HiveAppendStagedTable,
     HiveOverwriteStagedTable,
     HiveSinkCommit,
+    move_file_once,
     staging_dir,
 )
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
@@ -309,10 +311,7 @@ class _ReadyCommitter(Committer[HiveFilesCommittable]):
             ready = os.path.join(_local(committable.staging), READY_DIR)
             for item in committable.files:
                 target = os.path.join(ready, _task_relative(committable, item.path))
-                source = os.path.join(committable.source, item.path)
-                if os.path.exists(source) and not os.path.exists(target):
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    os.rename(source, target)
+                move_file_once(os.path.join(committable.source, item.path), target)
         return []
 
 
@@ -382,7 +381,7 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         """The write's manifest, once its attempt began (an overwrite's files become its version)."""
         staged = self._staged(write)
         if write.stream_source is not None:
-            write = _take_logged(write)
+            write = _take_logged(write, write.stream_source)
         if isinstance(staged, HiveOverwriteStagedTable):
             staged.promote()
         return _manifest(write, staged.location, self.sink.partition_by)
@@ -393,22 +392,18 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
             delete_dir(write.staging)
 
 
-def _take_logged(write: HiveWriteCommittable) -> HiveWriteCommittable:
-    """Move a logged micro-batch's files from the stream staging directory into ``ready/`` (its
-    attempt has begun: an abort moves them back) and count their rows there."""
+def _take_logged(write: HiveWriteCommittable, stream_source: str) -> HiveWriteCommittable:
+    """Move a logged micro-batch's files from ``stream_source`` into ``ready/`` (its attempt has
+    begun: an abort moves them back) and count their rows there."""
     ready = os.path.join(_local(write.staging), READY_DIR)
-    prefix = os.path.basename(write.stream_source or "") + "-"
+    prefix = os.path.basename(stream_source) + "-"
     counted, missing = [], []
     for item in write.files:
         directory, _, name = item.path.rpartition("/")
         target = os.path.join(ready, item.path)
-        source = os.path.join(write.stream_source or "", directory, name.removeprefix(prefix))
-        if os.path.exists(source) and not os.path.exists(target):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.rename(source, target)
-        checksum = os.path.join(os.path.dirname(source), f".{os.path.basename(source)}.crc")
-        if os.path.exists(checksum):  # Hadoop's, of the file's old name: nothing reads it
-            os.remove(checksum)
+        source = os.path.join(stream_source, directory, name.removeprefix(prefix))
+        move_file_once(source, target)
+        remove_if_present(hadoop_checksum(source))  # of the file's old name: nothing reads it
         if not os.path.exists(target):
             missing.append(source)
             continue

@@ -48,7 +48,7 @@ def test_pruning_keeps_the_last_batches_and_sweeping_keeps_only_the_log(tmp_path
     monkeypatch.setattr(file_stream, "KEEP_LOGGED_BATCHES", 2)
     for batch_id in range(5):
         _log(tmp_path, batch_id)
-    _prune_log(str(tmp_path), 4)
+    _prune_log(str(tmp_path), logged_batches(tmp_path), 4)
     assert logged_batches(tmp_path) == [3, 4]
     assert sorted(p.name for p in (tmp_path / LOG_DIR).iterdir()) == [".3.crc", ".4.crc", "3", "4"]
     (tmp_path / "p=0").mkdir()

@@ -122,6 +122,13 @@ def _move(source: str, target: str) -> None:
     filesystem.move(source_path, target_path)
 
 
+def move_file_once(source: str, target: str) -> None:
+    """Rename local file ``source`` to ``target`` unless it is gone or already there (a retry)."""
+    if os.path.exists(source) and not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(source, target)
+
+
 class HiveSinkCommit(HiveStagedTable):
     """What both sink kinds journal and check: the query's batch, the staged ready directory."""
 
@@ -225,10 +232,9 @@ class HiveSinkCommit(HiveStagedTable):
                 group = [part for part in os.path.relpath(directory, top).split(os.sep) if "=" in part]
                 for name in names:
                     base = name.removeprefix(f"{self.attempt_id}-")
-                    target = os.path.join(self.stream_source, *group, base.removeprefix(prefix))
-                    if base.startswith(prefix) and not os.path.exists(target):
-                        os.makedirs(os.path.dirname(target), exist_ok=True)
-                        os.rename(os.path.join(directory, name), target)
+                    if base.startswith(prefix):
+                        target = os.path.join(self.stream_source, *group, base.removeprefix(prefix))
+                        move_file_once(os.path.join(directory, name), target)
 
     def after_commit(self, record: AttemptRecord) -> None:
         # What is left in the staging area: failed and speculative task attempts' files.
