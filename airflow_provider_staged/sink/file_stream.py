@@ -24,6 +24,7 @@ import os
 import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import unquote, urlparse
 
 from airflow_provider_staged.staging.manifest import DataFile
 from airflow_provider_staged.storage import delete_dir
@@ -81,7 +82,7 @@ def logged_files(staging: str, batch_id: int) -> list[DataFile]:
         entry = json.loads(line)
         if entry.get("action", "add") != "add" or entry.get("isDir"):
             continue
-        path = entry["path"].removeprefix("file://").removeprefix("file:")
+        path = unquote(urlparse(entry["path"]).path)  # Spark logs each path as a URI (percent-encoded)
         # Rows are counted where the commit finds the file (an earlier run may have moved it).
         files.append(DataFile(os.path.relpath(path, staging), 0, int(entry["size"])))
     return files

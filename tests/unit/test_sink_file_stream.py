@@ -19,7 +19,7 @@ from airflow_provider_staged.sink.file_stream import (
 def _log(staging, batch_id: int, *paths: str, sizes: int = 7) -> None:
     directory = staging / LOG_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    entries = [{"path": f"file:{staging / p}", "size": sizes, "isDir": False, "modificationTime": 1,
+    entries = [{"path": (staging / p).as_uri(), "size": sizes, "isDir": False, "modificationTime": 1,
                 "blockReplication": 1, "blockSize": 1, "action": "add"} for p in paths]
     (directory / str(batch_id)).write_text("\n".join(["v1", *map(json.dumps, entries)]))
     (directory / f".{batch_id}.crc").write_text("crc")
@@ -34,6 +34,13 @@ def test_each_batch_lists_its_own_files_relative_to_the_staging_directory(tmp_pa
         ("p=0/part-a.parquet", 7), ("p=1/part-b.parquet", 7)]
     assert logged_files(str(tmp_path), 1) == []
     assert [(f.path, f.bytes) for f in logged_files(str(tmp_path), 10)] == [("part-c.parquet", 42)]
+
+
+def test_paths_are_read_as_the_uris_spark_logs(tmp_path):
+    staging = tmp_path / "a dir%"  # Spark logs it percent-encoded: file:///…/a%20dir%25/…
+    _log(staging, 0, "p=x y/part-0.parquet")
+    assert "%20" in (staging / LOG_DIR / "0").read_text()
+    assert [f.path for f in logged_files(str(staging), 0)] == ["p=x y/part-0.parquet"]
 
 
 def test_no_log_is_no_batch_and_a_compacted_log_is_refused_by_name(tmp_path):
