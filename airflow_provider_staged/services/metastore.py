@@ -63,16 +63,20 @@ def derby_conf(home: Path) -> dict[str, str]:
     """The embedded backing database: Derby under ``home``.
 
     The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates them
-    only in its test mode (on PostgreSQL see ``services/metastore_postgres.py``).
+    only in its test mode (on PostgreSQL see ``services/metastore_postgres.py``). Derby reads
+    have no snapshot, so the store makes partition listings wait for a multi-partition switch
+    (``java/SnapshotPartitionReadsStore.java``).
     """
     return {
         "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
         "hive.in.test": "true",
+        "hive.metastore.rawstore.impl": f"{JAVA_PACKAGE}.SnapshotPartitionReadsStore",
     }
 
 
-LAUNCHER_SOURCE = Path(__file__).with_name("java") / "LoopbackMetaStore.java"
-LAUNCHER_CLASS = "org.apache.hadoop.hive.metastore.LoopbackMetaStore"
+JAVA_SOURCES = sorted(Path(__file__).with_name("java").glob("*.java"))
+JAVA_PACKAGE = "org.apache.hadoop.hive.metastore"
+LAUNCHER_CLASS = f"{JAVA_PACKAGE}.LoopbackMetaStore"
 # hive.txn.timeout: a lock whose holder died blocks the table's commits this long. Live holders
 # heartbeat every locks.HEARTBEAT_SECONDS, so anything above twice that is safe.
 DEFAULT_LOCK_EXPIRY_SECONDS = 60
@@ -84,9 +88,11 @@ def _jdk_tool(name: str) -> str | None:
 
 
 def launcher_classes() -> Path:
-    """The compiled loopback launcher, built once per source and Spark jars into a user cache."""
+    """The compiled loopback launcher and Derby store, built once per sources and Spark jars into
+    a user cache."""
     jars = spark_home() / "jars"
-    digest = hashlib.sha256(LAUNCHER_SOURCE.read_bytes() + str(jars.resolve()).encode()).hexdigest()[:16]
+    sources = b"".join(source.read_bytes() for source in JAVA_SOURCES)
+    digest = hashlib.sha256(sources + str(jars.resolve()).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-provider-staged"
     target = cache / f"metastore-launcher-{digest}"
     if target.is_dir():
@@ -100,12 +106,12 @@ def launcher_classes() -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix="launcher-", dir=cache))
     result = subprocess.run(
-        [javac, "-nowarn", "-d", str(build), "-cp", f"{jars}/*", str(LAUNCHER_SOURCE)],
+        [javac, "-nowarn", "-d", str(build), "-cp", f"{jars}/*", *map(str, JAVA_SOURCES)],
         capture_output=True, text=True, check=False,
     )
     if result.returncode != 0:
         shutil.rmtree(build, ignore_errors=True)
-        raise ServiceError(f"javac failed to compile {LAUNCHER_SOURCE}: {result.stderr[-2000:]}")
+        raise ServiceError(f"javac failed to compile {JAVA_SOURCES}: {result.stderr[-2000:]}")
     try:
         build.rename(target)  # atomic; a concurrent build that got there first is kept
     except OSError:
@@ -139,7 +145,7 @@ def metastore_command(
         f"-Dderby.system.home={home}",
         "-cp",
         os.pathsep.join([
-            *([str(launcher_classes())] if loopback else []),
+            *([str(launcher_classes())] if loopback or database is None else []),
             f"{spark_home() / 'jars'}/*",
             *map(str, classpath),
         ]),

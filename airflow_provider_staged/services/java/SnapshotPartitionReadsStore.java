@@ -1,0 +1,130 @@
+package org.apache.hadoop.hive.metastore;
+
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+
+import org.apache.hadoop.hive.metastore.api.InvalidObjectException;
+import org.apache.hadoop.hive.metastore.api.MetaException;
+import org.apache.hadoop.hive.metastore.api.NoSuchObjectException;
+import org.apache.hadoop.hive.metastore.api.Partition;
+import org.apache.thrift.TException;
+
+/**
+ * Hive 2.3's ObjectStore whose partition listings never see half of an {@code alter_partitions}.
+ *
+ * <p>Derby has no snapshots: its read-committed scan of a table's partitions can read some rows
+ * before a multi-partition switch, wait on a row the switch holds, and read the rest after it
+ * commits (an old prefix and a new suffix). Repeatable-read would hold the scan's locks, but
+ * DataNucleus's non-transactional reads break under it in Hive 2.3. An embedded Derby database
+ * is open in one JVM only, so a JVM-wide read/write lock is exact: a listing that is not part of
+ * a write holds the read side for its call, and {@code alterPartitions} takes the write side
+ * until its enclosing transaction ends (the alter handler commits after this method returns).
+ * Listings inside a transaction (a write's own reads) take no lock: they may hold row locks that
+ * the lock holder waits for, and they need no snapshot.
+ */
+public class SnapshotPartitionReadsStore extends ObjectStore {
+  private static final ReentrantReadWriteLock SWITCH = new ReentrantReadWriteLock(true);
+
+  private boolean holdsSwitch;
+
+  private <T> T listing(Callable<T> read) throws Exception {
+    if (isActiveTransaction()) {
+      return read.call();
+    }
+    SWITCH.readLock().lock();
+    try {
+      return read.call();
+    } finally {
+      SWITCH.readLock().unlock();
+    }
+  }
+
+  @SuppressWarnings("unchecked")
+  private static <E extends Exception> RuntimeException rethrow(Exception e) throws E {
+    throw (E) e;  // the listing's own checked exceptions pass through unchanged
+  }
+
+  private <T> T read(Callable<T> call) {
+    try {
+      return listing(call);
+    } catch (Exception e) {
+      throw SnapshotPartitionReadsStore.<RuntimeException>rethrow(e);
+    }
+  }
+
+  private void releaseSwitchIfDone() {
+    if (holdsSwitch && !isActiveTransaction()) {
+      holdsSwitch = false;
+      SWITCH.writeLock().unlock();
+    }
+  }
+
+  @Override
+  public void alterPartitions(String db, String table, List<List<String>> values, List<Partition> parts)
+      throws InvalidObjectException, MetaException {
+    if (!holdsSwitch) {
+      SWITCH.writeLock().lock();
+      holdsSwitch = true;
+    }
+    try {
+      super.alterPartitions(db, table, values, parts);
+    } finally {
+      releaseSwitchIfDone();  // called outside a transaction: it committed or rolled back itself
+    }
+  }
+
+  @Override
+  public boolean commitTransaction() {
+    try {
+      return super.commitTransaction();
+    } finally {
+      releaseSwitchIfDone();
+    }
+  }
+
+  @Override
+  public void rollbackTransaction() {
+    try {
+      super.rollbackTransaction();
+    } finally {
+      releaseSwitchIfDone();
+    }
+  }
+
+  @Override
+  public List<Partition> getPartitions(String db, String table, int max)
+      throws MetaException, NoSuchObjectException {
+    return read(() -> super.getPartitions(db, table, max));
+  }
+
+  @Override
+  public List<Partition> getPartitionsWithAuth(String db, String table, short max, String user, List<String> groups)
+      throws MetaException, InvalidObjectException {
+    return read(() -> super.getPartitionsWithAuth(db, table, max, user, groups));
+  }
+
+  @Override
+  public List<Partition> listPartitionsPsWithAuth(String db, String table, List<String> values, short max,
+      String user, List<String> groups) throws MetaException, InvalidObjectException, NoSuchObjectException {
+    return read(() -> super.listPartitionsPsWithAuth(db, table, values, max, user, groups));
+  }
+
+  @Override
+  public List<Partition> getPartitionsByNames(String db, String table, List<String> names)
+      throws MetaException, NoSuchObjectException {
+    return read(() -> super.getPartitionsByNames(db, table, names));
+  }
+
+  @Override
+  public List<Partition> getPartitionsByFilter(String db, String table, String filter, short max)
+      throws MetaException, NoSuchObjectException {
+    return read(() -> super.getPartitionsByFilter(db, table, filter, max));
+  }
+
+  @Override
+  public boolean getPartitionsByExpr(String db, String table, byte[] expr, String defaultPartitionName,
+      short max, List<Partition> result) throws TException {
+    return read(() -> super.getPartitionsByExpr(db, table, expr, defaultPartitionName, max, result));
+  }
+}

@@ -1,0 +1,147 @@
+"""Do partition listings on the embedded Derby metastore ever see half of an ``alter_partitions``?
+
+Hive's own ``ObjectStore`` against ``SnapshotPartitionReadsStore`` (the embedded default), in
+alternating rounds, each on a fresh metastore: one table with ``--partitions`` partitions; a
+writer switches every partition's location to a new version directory with one
+``alter_partitions``, ``--alters`` times; ``--readers`` processes list the partitions
+(``get_partitions``) in a loop meanwhile and count listings whose locations name more than one
+version (mixed). Metadata only: no Spark, no files.
+
+Prints, per store: listings, mixed listings, and the switch's p50 latency; the stores'
+p50 ratio shows what the lock costs the writer. A mixed listing on Hive's store is the anomaly
+(Derby's read-committed scan); on ours the count must be 0.
+Run: ``.venv/bin/python benchmarks/probe_partition_snapshot.py`` (about 6 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import multiprocessing
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from _common import load
+from hmsclient.genthrift.hive_metastore import ttypes
+
+from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.services.metastore import derby_conf, start_metastore, stop_metastore
+
+DATABASE, TABLE = "probe", "switched"
+PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
+STORES = ("hive", "snapshot")
+
+
+def create_table(client: MetastoreClient, warehouse: str, partitions: int) -> None:
+    client.ensure_database(DATABASE, warehouse)
+    sd = ttypes.StorageDescriptor(
+        cols=[ttypes.FieldSchema("x", "int", None)],
+        location=f"{warehouse}/{DATABASE}.db/{TABLE}",
+        inputFormat=f"{PARQUET}.MapredParquetInputFormat",
+        outputFormat=f"{PARQUET}.MapredParquetOutputFormat",
+        serdeInfo=ttypes.SerDeInfo(serializationLib=f"{PARQUET}.serde.ParquetHiveSerDe", parameters={}),
+        parameters={},
+    )
+    client.create_table(ttypes.Table(
+        tableName=TABLE, dbName=DATABASE, sd=sd, partitionKeys=[ttypes.FieldSchema("p", "string", None)],
+        tableType="EXTERNAL_TABLE", parameters={"EXTERNAL": "TRUE"},
+    ))
+    parts = []
+    for index in range(partitions):
+        part_sd = copy.deepcopy(sd)
+        part_sd.location = version_location(sd.location, 0, f"p={index:04d}")
+        parts.append(ttypes.Partition(
+            values=[f"{index:04d}"], dbName=DATABASE, tableName=TABLE, sd=part_sd, parameters={}
+        ))
+    client.add_partitions(parts)
+
+
+def version_location(root: str, version: int, partition: str) -> str:
+    return f"{root}/v{version}/{partition}"
+
+
+def version_of(location: str) -> str:
+    return location.rsplit("/", 2)[1]
+
+
+def reader(uri: str, stop: multiprocessing.synchronize.Event, results: multiprocessing.Queue) -> None:
+    listings = mixed = 0
+    with MetastoreClient(uri) as client:
+        while not stop.is_set():
+            versions = {version_of(part.sd.location) for part in client.partitions(DATABASE, TABLE)}
+            listings += 1
+            mixed += len(versions) > 1
+    results.put((listings, mixed))
+
+
+def switch_all(uri: str, alters: int) -> list[float]:
+    seconds = []
+    with MetastoreClient(uri) as client:
+        root = client.get_table(DATABASE, TABLE).sd.location
+        for version in range(1, alters + 1):
+            parts = client.partitions(DATABASE, TABLE)
+            for part in parts:
+                part.sd.location = version_location(root, version, part.sd.location.rsplit("/", 1)[1])
+            started = time.perf_counter()
+            client.alter_partitions(DATABASE, TABLE, parts)
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def one_round(store: str, args: argparse.Namespace) -> tuple[int, int, list[float]]:
+    """(listings, mixed listings, switch seconds) on a fresh metastore with ``store``."""
+    with tempfile.TemporaryDirectory(prefix=f"probe-{store}-") as tmp:
+        home = Path(tmp)
+        database = derby_conf(home)
+        if store == "hive":
+            del database["hive.metastore.rawstore.impl"]
+        info = start_metastore(home, database=database)
+        try:
+            with MetastoreClient(info.uri) as client:
+                create_table(client, info.warehouse, args.partitions)
+            spawn = multiprocessing.get_context("spawn")
+            stop, results = spawn.Event(), spawn.Queue()
+            readers = [
+                spawn.Process(target=reader, args=(info.uri, stop, results)) for _ in range(args.readers)
+            ]
+            for process in readers:
+                process.start()
+            time.sleep(2)  # the readers' interpreters start
+            seconds = switch_all(info.uri, args.alters)
+            stop.set()
+            counts = [results.get(timeout=60) for _ in readers]
+            for process in readers:
+                process.join(timeout=60)
+        finally:
+            stop_metastore(home)
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--alters", type=int, default=200, help="switches per round")
+    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per store, alternating")
+    args = parser.parse_args()
+    print(f"load before: {load()}")
+    totals = {store: [0, 0, []] for store in STORES}
+    for round_index in range(args.rounds):
+        for store in STORES if round_index % 2 == 0 else reversed(STORES):
+            listings, mixed, seconds = one_round(store, args)
+            totals[store][0] += listings
+            totals[store][1] += mixed
+            totals[store][2] += seconds
+            print(f"round {round_index + 1} {store:8s}: {listings} listings, {mixed} mixed, "
+                  f"switch p50 {statistics.median(seconds) * 1000:.1f} ms", flush=True)
+    for store, (listings, mixed, seconds) in totals.items():
+        print(f"{store:8s}: {listings} listings during {len(seconds)} switches, {mixed} mixed, "
+              f"switch p50 {statistics.median(seconds) * 1000:.1f} ms")
+    ratio = statistics.median(totals["snapshot"][2]) / statistics.median(totals["hive"][2])
+    print(f"switch p50 snapshot/hive: {ratio:.2f}; load after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
