@@ -51,10 +51,7 @@ def data_files(root: Path) -> list[dict[str, Any]]:
 def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     """Write ``df`` as Parquet into the attempt's version directory and describe it."""
     location = spec["location"]
-    partition_by = list(spec.get("partition_by") or [])
-    missing = [column for column in partition_by if column not in df.columns]
-    if missing:
-        raise ValueError(f"the query does not produce partition column(s) {missing}")
+    df, partition_by = _hive_partition_columns(df, list(spec.get("partition_by") or []))
     # "error" (= errorifexists): the Spark Connect client (4.2) knows only this spelling.
     writer = df.write.format("parquet").mode("error")
     for key, value in (spec.get("options") or {}).items():
@@ -75,6 +72,23 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
         "partition_columns": partition_by,
         "files": data_files(local_path(location)),
     }
+
+
+def _hive_partition_columns(df: DataFrame, partition_by: list[str]) -> tuple[DataFrame, list[str]]:
+    """``df`` with its partition columns named in lower case, and those names.
+
+    Spark resolves names case-insensitively and the metastore stores them lower-cased, so
+    ``partition_by=["DS"]`` over a query's ``ds`` (or the reverse) is one column; its directories
+    are written as ``ds=...``, the name the metastore gives its partitions.
+    """
+    produced = {column.lower(): column for column in df.columns}
+    missing = [column for column in partition_by if column.lower() not in produced]
+    if missing:
+        raise ValueError(f"the query does not produce partition column(s) {missing}")
+    for column in partition_by:
+        if produced[column.lower()] != column.lower():
+            df = df.withColumnRenamed(produced[column.lower()], column.lower())
+    return df, [column.lower() for column in partition_by]
 
 
 def write_table_non_atomic(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from airflow_provider_staged.callbacks import task_ref
 from airflow_provider_staged.engine.runners import Engine, check_engine, make_engine
 from airflow_provider_staged.execution import execute_staged
 from airflow_provider_staged.hooks.staged_table import StagedTableHook
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.operators.staged_attempt import StagedAttemptOperator
 from airflow_provider_staged.partition_ttl import TTL_OPTIONS, parse_ttl
 from airflow_provider_staged.settings import StagedSettings, parse_bool
@@ -74,6 +74,7 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
     ) -> None:
         self.purpose = StagingPurpose.parse(purpose).value
         check_engine(engine)
+        partition_by = [validate_name(column, "partition column") for column in partition_by or []]
         self.table_options = _checked_table_options(table_options, target, partition_by)
         if jdbc_options:
             if "{{" not in target and not is_jdbc(target):
@@ -89,7 +90,7 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         self.atomic = atomic
         self.engine = engine
         self.spark_conn_id = spark_conn_id
-        self.partition_by = list(partition_by or [])
+        self.partition_by = partition_by
         self.spark_conf = spark_conf or {}
         self.jdbc_options = dict(jdbc_options or {})
 

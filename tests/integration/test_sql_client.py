@@ -94,6 +94,11 @@ def corpus(db: str) -> list[Case]:
         Case("CREATE OR REPLACE TABLE parts PARTITIONED BY (ds) AS SELECT 42 AS answer, '9' AS ds",
              atomic(f"{db}.parts", 1)),
         Case("SELECT * FROM parts", rows([(42, "9")])),
+        # names are case-insensitive, as in Spark
+        Case("CREATE TABLE upper_parts PARTITIONED BY (DS) AS SELECT id, CAST(id % 2 AS STRING) AS Ds "
+             "FROM range(4)", atomic(f"{db}.upper_parts", 4)),
+        Case("SELECT ds, count(*) AS n FROM upper_parts GROUP BY ds ORDER BY ds", rows([("0", 2), ("1", 2)])),
+        Case("SELECT count(*) FROM upper_parts WHERE DS = '1'", rows([(2,)])),
         # the metastore cannot change a table's partition keys: refused, the table as it was
         Case("CREATE OR REPLACE TABLE parts AS SELECT 1 AS b", error="partition keys can not be changed"),
         Case("SELECT answer FROM parts", rows([(42,)])),

@@ -106,3 +106,14 @@ def test_purpose_flags():
     )
     assert not StagingPurpose.REPLACE_TABLE_AS.creates
     assert not StagingPurpose.CREATE_TABLE_AS.replaces
+
+
+def test_operator_partition_columns_are_validated_and_lower_cased_when_the_dag_is_parsed():
+    from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+
+    operator = StagedCreateTableAsOperator(
+        task_id="t", target="db.t", sql="SELECT 1", partition_by=["DS", "Hour"]
+    )
+    assert operator.partition_by == ["ds", "hour"]
+    with pytest.raises(InvalidIdentifierError, match=r"invalid partition column 'ds\\n'"):
+        StagedCreateTableAsOperator(task_id="t", target="db.t", sql="SELECT 1", partition_by=["ds\n"])
