@@ -19,6 +19,8 @@ import glob
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,12 +32,13 @@ import pytest
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY
 from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.sink.api import FAULT_ENV, FAULT_PGID_ENV
 from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.sink.runtime import stream_query_id
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
 from airflow_provider_staged.staging.reconcile import reconcile
-from tests.integration.sink_workers import run_driver
+from tests.integration.sink_workers import REPO, run_driver
 
 FILES, ROWS_PER_FILE = 4, 25
 
@@ -82,6 +85,18 @@ def _spec(metastore, tmp_path: Path, sink: str, table: str) -> dict:
     }
 
 
+def _reconcile_in_a_process(settings: StagedSettings, fault: str) -> int:
+    """Exit code of ``reconcile(settings)`` run in a process of its own that dies at ``fault``."""
+    env = {key: value for key, value in os.environ.items() if key != FAULT_PGID_ENV}
+    script = ("import sys; from airflow_provider_staged.settings import StagedSettings; "
+              "from airflow_provider_staged.staging.reconcile import reconcile; "
+              "reconcile(StagedSettings(*sys.argv[1:4]))")
+    return subprocess.run(
+        [sys.executable, "-c", script, settings.metastore_uri, settings.warehouse, settings.journal_dir],
+        cwd=REPO, env={**env, FAULT_ENV: fault}, start_new_session=True, timeout=120, check=False,
+    ).returncode
+
+
 def _assert_journal_settled(tmp_path: Path) -> None:
     journal = AttemptJournal(tmp_path / "journal")
     assert [r.attempt_id for r in journal.open_attempts()] == []
@@ -114,9 +129,14 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, 
 
     def reconcile_the_dead_drivers_commit(fault: str) -> None:
         """``staged reconcile`` aborts the commit the kill cut short before the catalog changed: that
-        must move the logged micro-batch's files back, not delete them (Spark will not write it again)."""
+        must move the logged micro-batch's files back, not delete them (Spark will not write it again).
+        A first reconcile is itself killed while it moves them; the next one finishes the abort."""
         if fault == "global_commit":
             settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+            open_before = [r.attempt_id for r in AttemptJournal(settings.journal_dir).open_attempts()]
+            assert _reconcile_in_a_process(settings, fault="return_logged") == -signal.SIGKILL
+            assert [r.attempt_id for r in AttemptJournal(settings.journal_dir).open_attempts()] == open_before
+            assert open_before
             assert [action.action for action in reconcile(settings)] == ["aborted"]
 
     _crash_and_recover(spec, tmp_path, spark_is_writing, (*FAULTS[1:], "partition_switch"),

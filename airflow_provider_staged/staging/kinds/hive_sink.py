@@ -235,6 +235,7 @@ class HiveSinkCommit(HiveStagedTable):
                     if base.startswith(prefix):
                         target = os.path.join(self.stream_source, *group, base.removeprefix(prefix))
                         move_file_once(os.path.join(directory, name), target)
+                        fault_point("return_logged")
 
     def after_commit(self, record: AttemptRecord) -> None:
         # What is left in the staging area: failed and speculative task attempts' files.
