@@ -28,28 +28,25 @@ public class SnapshotPartitionReadsStore extends ObjectStore {
 
   private boolean holdsSwitch;
 
-  private <T> T listing(Callable<T> read) throws Exception {
-    if (isActiveTransaction()) {
-      return read.call();
-    }
-    SWITCH.readLock().lock();
-    try {
-      return read.call();
-    } finally {
-      SWITCH.readLock().unlock();
-    }
-  }
-
   @SuppressWarnings("unchecked")
   private static <E extends Exception> RuntimeException rethrow(Exception e) throws E {
     throw (E) e;  // the listing's own checked exceptions pass through unchanged
   }
 
-  private <T> T read(Callable<T> call) {
+  /** {@code listing} under the read side, unless it is part of a transaction (see above). */
+  private <T> T read(Callable<T> listing) {
+    boolean outsideWrite = !isActiveTransaction();
+    if (outsideWrite) {
+      SWITCH.readLock().lock();
+    }
     try {
-      return listing(call);
+      return listing.call();
     } catch (Exception e) {
       throw SnapshotPartitionReadsStore.<RuntimeException>rethrow(e);
+    } finally {
+      if (outsideWrite) {
+        SWITCH.readLock().unlock();
+      }
     }
   }
 
