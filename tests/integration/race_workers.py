@@ -336,6 +336,24 @@ def classify(seen: dict[str, list[int]]) -> tuple[str, int | None]:
     return ("placeholder" if extra else "ok"), refresh
 
 
+def listed_names(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:
+    """What a reader of the catalog alone sees: each listed partition's values (no files read;
+    a half-read partition has none)."""
+    return {"/".join(p.values): [] for p in client.partitions(database, table)}
+
+
+def whole_drop_or_add(seen: dict[str, list[int]]) -> tuple[str, int | None]:
+    """("ok", 1) with every partition of refresh DROPPED_AFTER, ("ok", 0) with the base ones
+    alone (all of a drop of the others, or none of their add); ("mixed", None) otherwise."""
+    for state, partitions in enumerate((BASE_PARTITIONS, partitions_of_refresh(DROPPED_AFTER))):
+        if sorted(seen) == sorted(partitions):
+            return "ok", state
+    return "mixed", None
+
+
+DROPPED_AFTER = 8  # the drop test's table: b0, b1, n1..n8; one call drops n1..n8, one adds them
+
+
 def reader(
     uri: str, target: str, ready: Any, go: Any, done: Any, reads: Any, out_path: str,
     read: Callable[[MetastoreClient, str, str], dict[str, list[int]]] = read_partitions,

@@ -134,8 +134,8 @@ def read_during(read, action):
         while not stop.is_set():
             try:
                 seen.append(read())
-            except Exception as error:  # a reader must never fail either
-                errors.append(repr(error))
+            except Exception as error:  # a reader must never fail either; py4j's repr hides the cause
+                errors.append(f"{type(error).__name__}: {str(error)[:3000]}")
 
     thread = threading.Thread(target=reader)
     thread.start()

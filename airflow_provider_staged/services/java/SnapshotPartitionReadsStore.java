@@ -4,24 +4,28 @@ import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 
+import org.apache.hadoop.hive.metastore.api.InvalidInputException;
 import org.apache.hadoop.hive.metastore.api.InvalidObjectException;
 import org.apache.hadoop.hive.metastore.api.MetaException;
 import org.apache.hadoop.hive.metastore.api.NoSuchObjectException;
 import org.apache.hadoop.hive.metastore.api.Partition;
+import org.apache.hadoop.hive.metastore.partition.spec.PartitionSpecProxy;
 import org.apache.thrift.TException;
 
 /**
- * Hive 2.3's ObjectStore whose partition listings never see half of an {@code alter_partitions}.
+ * Hive 2.3's ObjectStore whose partition listings never see half of a partition write.
  *
  * <p>Derby has no snapshots: its read-committed scan of a table's partitions can read some rows
- * before a multi-partition switch, wait on a row the switch holds, and read the rest after it
- * commits (an old prefix and a new suffix). Repeatable-read would hold the scan's locks, but
+ * before a multi-partition write, wait on a row the write holds, and read the rest after it
+ * commits (an old prefix and a new suffix). A scan that meets a dropped partition's half-deleted
+ * rows returns it without its values, or fails. Repeatable-read would hold the scan's locks, but
  * DataNucleus's non-transactional reads break under it in Hive 2.3. An embedded Derby database
  * is open in one JVM only, so a JVM-wide read/write lock is exact: a listing that is not part of
- * a write holds the read side for its call, and {@code alterPartitions} takes the write side
- * until its enclosing transaction ends (the alter handler commits after this method returns).
- * Listings inside a transaction (a write's own reads) take no lock: they may hold row locks that
- * the lock holder waits for, and they need no snapshot.
+ * a write holds the read side for its call, and a partition write ({@code alterPartition(s)},
+ * {@code addPartition(s)}, {@code dropPartition(s)}) takes the write side until its enclosing
+ * transaction ends (the handlers commit after these methods return). Listings inside a
+ * transaction (a write's own reads) take no lock: they may hold row locks that the lock holder
+ * waits for, and they need no snapshot.
  */
 public class SnapshotPartitionReadsStore extends ObjectStore {
   private static final ReentrantReadWriteLock SWITCH = new ReentrantReadWriteLock(true);
@@ -57,18 +61,69 @@ public class SnapshotPartitionReadsStore extends ObjectStore {
     }
   }
 
-  @Override
-  public void alterPartitions(String db, String table, List<List<String>> values, List<Partition> parts)
-      throws InvalidObjectException, MetaException {
+  /** {@code change} under the write side, held until its enclosing transaction ends. */
+  private <T> T write(Callable<T> change) {
     if (!holdsSwitch) {
       SWITCH.writeLock().lock();
       holdsSwitch = true;
     }
     try {
-      super.alterPartitions(db, table, values, parts);
+      return change.call();
+    } catch (Exception e) {
+      throw SnapshotPartitionReadsStore.<RuntimeException>rethrow(e);
     } finally {
       releaseSwitchIfDone();  // called outside a transaction: it committed or rolled back itself
     }
+  }
+
+  @Override
+  public void alterPartitions(String db, String table, List<List<String>> values, List<Partition> parts)
+      throws InvalidObjectException, MetaException {
+    write(() -> {
+      super.alterPartitions(db, table, values, parts);
+      return null;
+    });
+  }
+
+  @Override
+  public void alterPartition(String db, String table, List<String> values, Partition part)
+      throws InvalidObjectException, MetaException {
+    write(() -> {
+      super.alterPartition(db, table, values, part);
+      return null;
+    });
+  }
+
+  @Override
+  public boolean addPartitions(String db, String table, List<Partition> parts)
+      throws InvalidObjectException, MetaException {
+    return write(() -> super.addPartitions(db, table, parts));
+  }
+
+  @Override
+  public boolean addPartitions(String db, String table, PartitionSpecProxy parts, boolean ifNotExists)
+      throws InvalidObjectException, MetaException {
+    return write(() -> super.addPartitions(db, table, parts, ifNotExists));
+  }
+
+  @Override
+  public boolean addPartition(Partition part) throws InvalidObjectException, MetaException {
+    return write(() -> super.addPartition(part));
+  }
+
+  @Override
+  public boolean dropPartition(String db, String table, List<String> values)
+      throws MetaException, NoSuchObjectException, InvalidObjectException, InvalidInputException {
+    return write(() -> super.dropPartition(db, table, values));
+  }
+
+  @Override
+  public void dropPartitions(String db, String table, List<String> names)
+      throws MetaException, NoSuchObjectException {
+    write(() -> {
+      super.dropPartitions(db, table, names);
+      return null;
+    });
   }
 
   @Override
