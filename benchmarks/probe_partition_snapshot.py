@@ -1,6 +1,6 @@
-"""Do partition listings on the embedded Derby metastore ever see half of a multi-partition write?
+"""Do reads of the embedded Derby metastore ever see half of a write (partitions or a table)?
 
-Hive's own ``ObjectStore`` against ``SnapshotPartitionReadsStore`` (the embedded default), in
+Hive's own ``ObjectStore`` against ``SnapshotReadsStore`` (the embedded default), in
 alternating rounds, each on a fresh metastore: one table with ``--partitions`` partitions; a
 writer makes ``--alters`` multi-partition writes, each one metastore call; ``--readers``
 processes list the partitions (``get_partitions``) in a loop meanwhile and count mixed listings
@@ -10,7 +10,10 @@ and failed ones. Metadata only: no Spark, no files. ``--write``:
   directory (a refresh); a listing is mixed when its locations name more than one version;
 - ``drop``: one ``drop_partitions_req`` drops the first half of the partitions (an expiry), and
   one ``add_partitions`` adds them back; a listing is mixed when it holds neither all partitions
-  nor exactly the second half.
+  nor exactly the second half;
+- ``table``: one ``alter_table`` switches the table's location to a new version directory and
+  records the version in a table parameter (a whole-table replace); readers read the table
+  (``get_table``) instead, and a read is mixed when its location and parameter disagree.
 
 Prints, per store: listings, mixed and failed listings, and the write's p50 latency; the
 stores' p50 ratio shows what the lock costs the writer. A mixed or failed listing on Hive's
@@ -38,6 +41,7 @@ from airflow_provider_staged.services.metastore import derby_conf, start_metasto
 DATABASE, TABLE = "probe", "switched"
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
 STORES = ("hive", "snapshot")
+VERSION_KEY = "probe.version"
 
 
 def create_table(client: MetastoreClient, warehouse: str, partitions: int) -> None:
@@ -81,6 +85,12 @@ def is_mixed(write: str, partitions: int, listed: list[ttypes.Partition]) -> boo
     return values not in (everything, everything[partitions // 2:])
 
 
+def is_mixed_table(table: ttypes.Table) -> bool:
+    """Whether the location of ``table`` and its version parameter name different switches."""
+    # Before the first switch: the table root, no parameter.
+    return version_of(table.sd.location + "/") != (table.parameters or {}).get(VERSION_KEY, TABLE)
+
+
 def reader(
     uri: str, write: str, partitions: int, stop: multiprocessing.synchronize.Event,
     results: multiprocessing.Queue,
@@ -89,14 +99,17 @@ def reader(
     with MetastoreClient(uri) as client:
         while not stop.is_set():
             try:
-                listed = client.partitions(DATABASE, TABLE)
+                if write == "table":
+                    table = client.get_table(DATABASE, TABLE)
+                else:
+                    listed = client.partitions(DATABASE, TABLE)
             except Exception as error:  # a listing must never fail: count it, say what it was
                 failed += 1
                 if failed == 1:
                     print(f"listing failed: {error!r}", flush=True)
                 continue
             listings += 1
-            mixed += is_mixed(write, partitions, listed)
+            mixed += is_mixed_table(table) if write == "table" else is_mixed(write, partitions, listed)
     results.put((listings, mixed, failed))
 
 
@@ -127,7 +140,20 @@ def drop_and_add(uri: str, alters: int, seconds: list[float]) -> None:
             seconds.append(time.perf_counter() - started)
 
 
-WRITES = {"alter": switch_all, "drop": drop_and_add}
+def switch_table(uri: str, alters: int, seconds: list[float]) -> None:
+    """Switch the table's location and its version parameter in one ``alter_table``."""
+    with MetastoreClient(uri) as client:
+        root = client.get_table(DATABASE, TABLE).sd.location
+        for version in range(1, alters + 1):
+            table = client.read_for_update(DATABASE, TABLE)
+            table.sd.location = f"{root}/v{version}"
+            table.parameters = {**table.parameters, VERSION_KEY: f"v{version}"}
+            started = time.perf_counter()
+            client.alter_table(table)
+            seconds.append(time.perf_counter() - started)
+
+
+WRITES = {"alter": switch_all, "drop": drop_and_add, "table": switch_table}
 
 
 def one_round(store: str, args: argparse.Namespace) -> tuple[int, int, int, list[float]]:

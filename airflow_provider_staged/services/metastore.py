@@ -64,13 +64,13 @@ def derby_conf(home: Path) -> dict[str, str]:
 
     The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates them
     only in its test mode (on PostgreSQL see ``services/metastore_postgres.py``). Derby reads
-    have no snapshot, so the store makes partition listings wait for a multi-partition switch
-    (``java/SnapshotPartitionReadsStore.java``).
+    have no snapshot, so the store makes table reads and partition listings wait for a write
+    that is under way (``java/SnapshotReadsStore.java``).
     """
     return {
         "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
         "hive.in.test": "true",
-        "hive.metastore.rawstore.impl": f"{JAVA_PACKAGE}.SnapshotPartitionReadsStore",
+        "hive.metastore.rawstore.impl": f"{JAVA_PACKAGE}.SnapshotReadsStore",
     }
 
 

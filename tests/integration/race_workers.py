@@ -26,7 +26,7 @@ from airflow_provider_staged.materialized.catalog_status import (
 )
 from airflow_provider_staged.materialized.scheduler import RefreshStatus
 from airflow_provider_staged.metastore.client import MetastoreClient, enforces_compare_and_set
-from airflow_provider_staged.metastore.tables import current_location, tracks_partitions
+from airflow_provider_staged.metastore.tables import VERSION_KEY, current_location, tracks_partitions
 from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriterContext
 from airflow_provider_staged.sink.hive import HiveSink
@@ -349,6 +349,20 @@ def whole_drop_or_add(seen: dict[str, list[int]]) -> tuple[str, int | None]:
         if sorted(seen) == sorted(partitions):
             return "ok", state
     return "mixed", None
+
+
+def table_read(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:
+    """What a reader of the table object sees: the version its location names and the one its
+    parameters name (one commit writes both)."""
+    found = client.get_table(database, table)
+    location = found.sd.location.rsplit("/_v=", 1)[-1]
+    return {"location": [location], "parameter": [(found.parameters or {}).get(VERSION_KEY)]}
+
+
+def one_version(seen: dict[str, list[int]]) -> tuple[str, int | None]:
+    """("ok", None) when the location and the parameters are one commit's; ("mixed", None) when
+    they name two."""
+    return ("ok" if seen["location"] == seen["parameter"] else "mixed"), None
 
 
 DROPPED_AFTER = 8  # the drop test's table: b0, b1, n1..n8; one call drops n1..n8, one adds them

@@ -46,6 +46,7 @@ REFRESHES = 14
 MIXED_BUILDS = 12  # partition refreshes and whole-table replaces of one table, each
 READERS = 2
 DROP_CYCLES = 40  # drop-and-add cycles of the drop test
+TABLE_SWITCHES = 40  # whole-table commits of the table-read test
 MIN_READS = 100
 # Reads the writer waits for after each refresh (a state wait: the readers' shared counter).
 READS_PER_REFRESH = 10
@@ -325,6 +326,47 @@ def test_sink_commits_racing_status_writes_and_a_replace_lose_nothing(
     assert sorted(read, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
     assert not list((root / "_staging").glob("*")), "a committed write left its staging directory"
     assert {r.state for r in AttemptJournal(journal_dir).records()} == {AttemptState.COMMITTED}
+
+
+def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    """A whole-table commit switches the location and the parameters (schema, version) in one
+    ``alter_table``; the metastore reads them in separate statements, and on Derby a read could
+    join one commit's location to the next one's parameters (in 340 of 3,931 reads of
+    ``benchmarks/probe_partition_snapshot.py --write table`` on Hive's store)."""
+    target = f"{database}.switched"
+    journal_dir = str(tmp_path / "journal")
+    parquet = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(parquet)
+    race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet), "create")
+
+    ready = [SPAWN.Event() for _ in range(READERS)]
+    go, done = SPAWN.Event(), SPAWN.Event()
+    reads = SPAWN.Value("i", 0)
+    outs = [tmp_path / f"reader-{i}.json" for i in range(READERS)]
+    processes = [
+        _start(
+            race_workers.reader, metastore.uri, target, ready[i], go, done, reads, str(outs[i]),
+            race_workers.table_read, race_workers.one_version,
+        )
+        for i in range(READERS)
+    ]
+    try:
+        _wait_ready(ready, processes)
+        go.set()
+        for _ in range(TABLE_SWITCHES):
+            race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet))
+        done.set()
+        _finish(processes, timeout=60)
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers(processes)
+    all_reads = [read for out in outs for read in _result(out)["reads"]]
+    bad = [read for read in all_reads if read["verdict"] != "ok"]
+    assert bad == [], f"{len(bad)} of {len(all_reads)} table reads joined two commits, first: {bad[:2]}"
+    assert len(all_reads) >= MIN_READS, len(all_reads)
 
 
 def test_readers_never_see_half_of_a_multi_partition_drop_or_add(

@@ -9,25 +9,29 @@ import org.apache.hadoop.hive.metastore.api.InvalidObjectException;
 import org.apache.hadoop.hive.metastore.api.MetaException;
 import org.apache.hadoop.hive.metastore.api.NoSuchObjectException;
 import org.apache.hadoop.hive.metastore.api.Partition;
+import org.apache.hadoop.hive.metastore.api.Table;
 import org.apache.hadoop.hive.metastore.partition.spec.PartitionSpecProxy;
 import org.apache.thrift.TException;
 
 /**
- * Hive 2.3's ObjectStore whose partition listings never see half of a partition write.
+ * Hive 2.3's ObjectStore whose table reads and partition listings never see half of a write.
  *
  * <p>Derby has no snapshots: its read-committed scan of a table's partitions can read some rows
  * before a multi-partition write, wait on a row the write holds, and read the rest after it
  * commits (an old prefix and a new suffix). A scan that meets a dropped partition's half-deleted
- * rows returns it without its values, or fails. Repeatable-read would hold the scan's locks, but
- * DataNucleus's non-transactional reads break under it in Hive 2.3. An embedded Derby database
- * is open in one JVM only, so a JVM-wide read/write lock is exact: a listing that is not part of
- * a write holds the read side for its call, and a partition write ({@code alterPartition(s)},
+ * rows returns it without its values, or fails. A table read is several statements: it can join
+ * the location of one {@code alter_table} to the parameters (schema, revision) of the next.
+ * Repeatable-read would hold the scans' locks, but DataNucleus's non-transactional reads break
+ * under it in Hive 2.3. An embedded Derby database is open in one JVM only, so a JVM-wide
+ * read/write lock is exact: a table read or partition listing that is not part of a write holds
+ * the read side for its call, and a write ({@code alterTable}, the compare-and-set's
+ * {@code updateParameterWithExpectedValue}, {@code dropTable}, {@code alterPartition(s)},
  * {@code addPartition(s)}, {@code dropPartition(s)}) takes the write side until its enclosing
- * transaction ends (the handlers commit after these methods return). Listings inside a
- * transaction (a write's own reads) take no lock: they may hold row locks that the lock holder
- * waits for, and they need no snapshot.
+ * transaction ends (the handlers commit after these methods return). Reads inside a transaction
+ * (a write's own reads) take no lock: they may hold row locks that the lock holder waits for,
+ * and they need no snapshot.
  */
-public class SnapshotPartitionReadsStore extends ObjectStore {
+public class SnapshotReadsStore extends ObjectStore {
   private static final ReentrantReadWriteLock SWITCH = new ReentrantReadWriteLock(true);
 
   private boolean holdsSwitch;
@@ -46,7 +50,7 @@ public class SnapshotPartitionReadsStore extends ObjectStore {
     try {
       return listing.call();
     } catch (Exception e) {
-      throw SnapshotPartitionReadsStore.<RuntimeException>rethrow(e);
+      throw SnapshotReadsStore.<RuntimeException>rethrow(e);
     } finally {
       if (outsideWrite) {
         SWITCH.readLock().unlock();
@@ -70,7 +74,7 @@ public class SnapshotPartitionReadsStore extends ObjectStore {
     try {
       return change.call();
     } catch (Exception e) {
-      throw SnapshotPartitionReadsStore.<RuntimeException>rethrow(e);
+      throw SnapshotReadsStore.<RuntimeException>rethrow(e);
     } finally {
       releaseSwitchIfDone();  // called outside a transaction: it committed or rolled back itself
     }
@@ -127,6 +131,27 @@ public class SnapshotPartitionReadsStore extends ObjectStore {
   }
 
   @Override
+  public long updateParameterWithExpectedValue(Table table, String key, String expected, String value)
+      throws MetaException, NoSuchObjectException {
+    // A compare-and-set alter's first write (HIVE-26882), before alterTable in its transaction.
+    return write(() -> super.updateParameterWithExpectedValue(table, key, expected, value));
+  }
+
+  @Override
+  public void alterTable(String db, String table, Table changed) throws InvalidObjectException, MetaException {
+    write(() -> {
+      super.alterTable(db, table, changed);
+      return null;
+    });
+  }
+
+  @Override
+  public boolean dropTable(String db, String table)
+      throws MetaException, NoSuchObjectException, InvalidObjectException, InvalidInputException {
+    return write(() -> super.dropTable(db, table));
+  }
+
+  @Override
   public boolean commitTransaction() {
     try {
       return super.commitTransaction();
@@ -142,6 +167,11 @@ public class SnapshotPartitionReadsStore extends ObjectStore {
     } finally {
       releaseSwitchIfDone();
     }
+  }
+
+  @Override
+  public Table getTable(String db, String table) throws MetaException {
+    return read(() -> super.getTable(db, table));
   }
 
   @Override
