@@ -12,11 +12,14 @@ partition refreshes (locked) against whole-table replaces (lock-free), and SIGKI
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,44 @@ def _race(processes: list[Any], ready: list[Any], go: Any, done: Any) -> float:
         done.set()
         go.set()
         _kill_leftovers(processes)
+
+
+@dataclasses.dataclass
+class _Readers:
+    """Reader processes of :func:`_readers`; ``per_reader`` is filled when the block ends."""
+
+    counter: Any  # reads so far, shared with the processes
+    processes: list[Any]
+    per_reader: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
+
+    @property
+    def reads(self) -> list[dict[str, Any]]:
+        return [read for reads in self.per_reader for read in reads]
+
+
+@contextlib.contextmanager
+def _readers(uri: str, target: str, tmp_path: Path, *reading: Any) -> Iterator[_Readers]:
+    """READERS processes call :func:`race_workers.reader` on ``target`` (``reading``: its read
+    and judge, default: the refresh's) while the block runs."""
+    ready = [SPAWN.Event() for _ in range(READERS)]
+    go, done = SPAWN.Event(), SPAWN.Event()
+    counter = SPAWN.Value("i", 0)
+    outs = [tmp_path / f"reader-{i}.json" for i in range(READERS)]
+    readers = _Readers(counter, [
+        _start(race_workers.reader, uri, target, ready[i], go, done, counter, str(outs[i]), *reading)
+        for i in range(READERS)
+    ])
+    try:
+        _wait_ready(ready, readers.processes)
+        go.set()
+        yield readers
+        done.set()
+        _finish(readers.processes, timeout=60)
+    finally:
+        done.set()
+        go.set()
+        _kill_leftovers(readers.processes)
+    readers.per_reader = [_result(out)["reads"] for out in outs]
 
 
 def _result(path: Path) -> dict[str, Any]:
@@ -333,7 +374,7 @@ def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
 ) -> None:
     """A whole-table commit switches the location and the parameters (schema, version) in one
     ``alter_table``; the metastore reads them in separate statements, and on Derby a read could
-    join one commit's location to the next one's parameters (in 340 of 3,931 reads of
+    join one commit's location to the next one's parameters (in 944 of 10,840 reads of
     ``benchmarks/probe_partition_snapshot.py --write table`` on Hive's store)."""
     target = f"{database}.switched"
     journal_dir = str(tmp_path / "journal")
@@ -341,29 +382,11 @@ def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
     race_workers.write_source_parquet(parquet)
     race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet), "create")
 
-    ready = [SPAWN.Event() for _ in range(READERS)]
-    go, done = SPAWN.Event(), SPAWN.Event()
-    reads = SPAWN.Value("i", 0)
-    outs = [tmp_path / f"reader-{i}.json" for i in range(READERS)]
-    processes = [
-        _start(
-            race_workers.reader, metastore.uri, target, ready[i], go, done, reads, str(outs[i]),
-            race_workers.table_read, race_workers.one_version,
-        )
-        for i in range(READERS)
-    ]
-    try:
-        _wait_ready(ready, processes)
-        go.set()
+    reading = (race_workers.table_read, race_workers.one_version)
+    with _readers(metastore.uri, target, tmp_path, *reading) as readers:
         for _ in range(TABLE_SWITCHES):
             race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet))
-        done.set()
-        _finish(processes, timeout=60)
-    finally:
-        done.set()
-        go.set()
-        _kill_leftovers(processes)
-    all_reads = [read for out in outs for read in _result(out)["reads"]]
+    all_reads = readers.reads
     bad = [read for read in all_reads if read["verdict"] != "ok"]
     assert bad == [], f"{len(bad)} of {len(all_reads)} table reads joined two commits, first: {bad[:2]}"
     assert len(all_reads) >= MIN_READS, len(all_reads)
@@ -384,31 +407,15 @@ def test_readers_never_see_half_of_a_multi_partition_drop_or_add(
     names = [f"ds={p.values[0]}" for p in added]
     assert len(names) == race_workers.DROPPED_AFTER
 
-    ready = [SPAWN.Event() for _ in range(READERS)]
-    go, done = SPAWN.Event(), SPAWN.Event()
-    reads = SPAWN.Value("i", 0)
-    outs = [tmp_path / f"reader-{i}.json" for i in range(READERS)]
-    processes = [
-        _start(
-            race_workers.reader, metastore.uri, target, ready[i], go, done, reads, str(outs[i]),
-            race_workers.listed_names, race_workers.whole_drop_or_add,
-        )
-        for i in range(READERS)
-    ]
-    try:
-        _wait_ready(ready, processes)
-        go.set()
-        with MetastoreClient(metastore.uri) as client:
-            for _ in range(DROP_CYCLES):
-                client.drop_partitions(database, "dropped", names)
-                client.add_partitions(added)
-        done.set()
-        _finish(processes, timeout=60)
-    finally:
-        done.set()
-        go.set()
-        _kill_leftovers(processes)
-    all_reads = [read for out in outs for read in _result(out)["reads"]]
+    reading = (race_workers.listed_names, race_workers.whole_drop_or_add)
+    with (
+        _readers(metastore.uri, target, tmp_path, *reading) as readers,
+        MetastoreClient(metastore.uri) as client,
+    ):
+        for _ in range(DROP_CYCLES):
+            client.drop_partitions(database, "dropped", names)
+            client.add_partitions(added)
+    all_reads = readers.reads
     bad = [read for read in all_reads if read["verdict"] != "ok"]
     assert bad == [], f"{len(bad)} of {len(all_reads)} listings saw half a call, first: {bad[:2]}"
     states = {read["refresh"] for read in all_reads}
@@ -422,35 +429,18 @@ def test_readers_never_see_a_mixed_multi_partition_refresh(
     journal_dir = str(tmp_path / "journal")
     race_workers.refresh_partitions(metastore.uri, target, journal_dir, 0)  # creates b0, b1
 
-    ready = [SPAWN.Event() for _ in range(READERS)]
-    go, done = SPAWN.Event(), SPAWN.Event()
-    reads = SPAWN.Value("i", 0)
-    outs = [tmp_path / f"reader-{i}.json" for i in range(READERS)]
-    processes = [
-        _start(race_workers.reader, metastore.uri, target, ready[i], go, done, reads, str(outs[i]))
-        for i in range(READERS)
-    ]
     windows = []
-    try:
-        _wait_ready(ready, processes)
-        go.set()
+    with _readers(metastore.uri, target, tmp_path) as readers:
         for refresh in range(1, REFRESHES + 1):
             windows.append(race_workers.refresh_partitions(metastore.uri, target, journal_dir, refresh))
             # Let the readers read the new state before the next refresh (wait on their counter).
-            wanted = reads.value + READS_PER_REFRESH
+            wanted = readers.counter.value + READS_PER_REFRESH
             deadline = time.monotonic() + WAIT
-            while reads.value < wanted:
-                assert all(p.is_alive() for p in processes), "a reader died"
-                assert time.monotonic() < deadline, f"readers stalled at {reads.value} reads"
+            while readers.counter.value < wanted:
+                assert all(p.is_alive() for p in readers.processes), "a reader died"
+                assert time.monotonic() < deadline, f"readers stalled at {readers.counter.value} reads"
                 time.sleep(0.01)
-        done.set()
-        _finish(processes, timeout=60)
-    finally:
-        done.set()
-        go.set()
-        _kill_leftovers(processes)
-    results = [_result(out)["reads"] for out in outs]
-    all_reads = [read for reader_reads in results for read in reader_reads]
+    results, all_reads = readers.per_reader, readers.reads
     bad = [read for read in all_reads if read["verdict"] in ("mixed", "missing")]
     assert bad == [], f"{len(bad)} mixed or missing states, first: {bad[:2]}"
 
