@@ -88,7 +88,7 @@ def is_mixed(write: str, partitions: int, listed: list[ttypes.Partition]) -> boo
 def is_mixed_table(table: ttypes.Table) -> bool:
     """Whether the location of ``table`` and its version parameter name different switches."""
     # Before the first switch: the table root, no parameter.
-    return version_of(table.sd.location + "/") != (table.parameters or {}).get(VERSION_KEY, TABLE)
+    return table.sd.location.rsplit("/", 1)[1] != (table.parameters or {}).get(VERSION_KEY, TABLE)
 
 
 def reader(

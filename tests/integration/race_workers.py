@@ -42,7 +42,7 @@ from airflow_provider_staged.staging.kinds.hive_partitions import (
 from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
-from airflow_provider_staged.staging.versions import version_dir_name
+from airflow_provider_staged.staging.versions import parse_version_dir, version_dir_name
 from airflow_provider_staged.storage import normalize_location
 
 # The unpartitioned table of the commit race: (id bigint, label string).
@@ -355,14 +355,15 @@ def table_read(client: MetastoreClient, database: str, table: str) -> dict[str, 
     """What a reader of the table object sees: the version its location names and the one its
     parameters name (one commit writes both)."""
     found = client.get_table(database, table)
-    location = found.sd.location.rsplit("/_v=", 1)[-1]
+    location = parse_version_dir(found.sd.location.rsplit("/", 1)[-1])
     return {"location": [location], "parameter": [(found.parameters or {}).get(VERSION_KEY)]}
 
 
 def one_version(seen: dict[str, list[int]]) -> tuple[str, int | None]:
     """("ok", None) when the location and the parameters are one commit's; ("mixed", None) when
-    they name two."""
-    return ("ok" if seen["location"] == seen["parameter"] else "mixed"), None
+    they name two, or the location is no version directory."""
+    one = seen["location"] == seen["parameter"] and seen["location"] != [None]
+    return ("ok" if one else "mixed"), None
 
 
 DROPPED_AFTER = 8  # the drop test's table: b0, b1, n1..n8; one call drops n1..n8, one adds them

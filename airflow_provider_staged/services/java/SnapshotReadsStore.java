@@ -38,17 +38,17 @@ public class SnapshotReadsStore extends ObjectStore {
 
   @SuppressWarnings("unchecked")
   private static <E extends Exception> RuntimeException rethrow(Exception e) throws E {
-    throw (E) e;  // the listing's own checked exceptions pass through unchanged
+    throw (E) e;  // the store call's own checked exceptions pass through unchanged
   }
 
-  /** {@code listing} under the read side, unless it is part of a transaction (see above). */
-  private <T> T read(Callable<T> listing) {
+  /** {@code lookup} under the read side, unless it is part of a transaction (see above). */
+  private <T> T read(Callable<T> lookup) {
     boolean outsideWrite = !isActiveTransaction();
     if (outsideWrite) {
       SWITCH.readLock().lock();
     }
     try {
-      return listing.call();
+      return lookup.call();
     } catch (Exception e) {
       throw SnapshotReadsStore.<RuntimeException>rethrow(e);
     } finally {
