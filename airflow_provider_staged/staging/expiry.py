@@ -41,7 +41,7 @@ from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME
-from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import EXPIRE_KIND, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.storage import delete_dir, exists, normalize_location
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXPIRE_KIND = "hive_expire"
 # Tables per get_table_objects_by_name call: one call per database for all but huge ones.
 _BATCH = 1000
 

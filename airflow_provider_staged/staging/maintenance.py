@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.expiry import (
-    EXPIRE_KIND,
     SweepReport,
     delete_dropped_files,
     sweep_expiry,
@@ -25,6 +24,7 @@ from airflow_provider_staged.staging.expiry import (
 )
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import (
+    EXPIRE_KIND,
     HIVE_KINDS,
     HiveStagedTable,
     list_versions,

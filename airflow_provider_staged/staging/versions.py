@@ -45,10 +45,11 @@ DEFAULT_GRACE_SECONDS = 3600.0
 class RetentionPolicy:
     """Which superseded versions to delete: never one that a reader may still be reading.
 
-    A version is deleted when it is older than ``max_age_seconds``, or when it is beyond the
-    newest ``keep_versions`` **and** was superseded more than ``grace_seconds`` ago. Never by
-    count alone: a query that started before two quick replaces still reads its version (the
-    time-based retention of Delta's and Iceberg's snapshots). ``None`` disables a bound.
+    A version is deleted when it was superseded more than ``grace_seconds`` ago **and** it is
+    beyond the newest ``keep_versions`` or older than ``max_age_seconds``. Never by count alone,
+    nor by an age below the grace: a query that started before two quick replaces still reads
+    its version (the time-based retention of Delta's and Iceberg's snapshots). ``None`` disables
+    a bound.
     """
 
     keep_versions: int | None = 2
@@ -65,8 +66,8 @@ class RetentionPolicy:
 
     def earliest_expiry(self, superseded_at: float) -> float:
         """The earliest time a version superseded at ``superseded_at`` can be deleted (inf: never),
-        whatever its rank: by count only past the grace period, by age only past the maximum age."""
-        delays = [] if self.max_age_seconds is None else [self.max_age_seconds]
+        whatever its rank: by count past the grace period, by age past the maximum age and the grace."""
+        delays = [] if self.max_age_seconds is None else [max(self.max_age_seconds, self.grace_seconds)]
         if self.keep_versions is not None:
             delays.append(self.grace_seconds)
         return superseded_at + min(delays, default=math.inf)
@@ -79,6 +80,6 @@ class RetentionPolicy:
             age = now - superseded[name]
             too_many = self.keep_versions is not None and rank >= self.keep_versions
             too_old = self.max_age_seconds is not None and age > self.max_age_seconds
-            if (too_many and age > self.grace_seconds) or too_old:
+            if (too_many or too_old) and age > self.grace_seconds:
                 doomed.append(name)
         return doomed

@@ -40,9 +40,9 @@ from airflow_provider_staged.staging.kinds.hive_partitions import (
     discovered_partitions,
 )
 from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
-from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
-from airflow_provider_staged.staging.versions import parse_version_dir, version_dir_name
+from airflow_provider_staged.staging.versions import RetentionPolicy, parse_version_dir, version_dir_name
 from airflow_provider_staged.storage import normalize_location
 
 # The unpartitioned table of the commit race: (id bigint, label string).
@@ -137,6 +137,47 @@ def committer(
     finally:
         done.set()
         Path(out_path).write_text(json.dumps({"commits": seen, "error": error}))
+
+
+def paced_replacer(
+    uri: str, target: str, journal_dir: str, parquet_file: str, commits: int, pause: float, go: Any,
+    out_path: str,
+) -> None:
+    """Replace the table ``commits`` times, ``pause`` seconds apart: a slow refresh's cadence,
+    where the newest commit in the journal is older than a sweep's grace when the next lands."""
+    error = None
+    go.wait()
+    try:
+        for _ in range(commits):
+            commit_copy(uri, target, journal_dir, parquet_file)
+            time.sleep(pause)
+    except BaseException as err:  # reported to the test, which fails with it
+        error = repr(err)
+    finally:
+        Path(out_path).write_text(json.dumps({"error": error}))
+
+
+def version_sweeper(
+    uri: str, target: str, journal_dir: str, root: str, grace: float, go: Any, stop: Any, out_path: str
+) -> None:
+    """Sweep the table's versions (keep none past ``grace`` seconds) in a loop until ``stop``;
+    record each deleted version with the time its sweep started (the sweep's ``now``)."""
+    purpose = StagingPurpose.CREATE_OR_REPLACE_TABLE_AS
+    staged = HiveStagedTable(TableIdentifier.parse(target), purpose, AttemptJournal(journal_dir), uri)
+    policy = RetentionPolicy(keep_versions=0, max_age_seconds=None, grace_seconds=grace)
+    deleted: list[dict[str, Any]] = []
+    sweeps, error = 0, None
+    go.wait()
+    try:
+        while not stop.is_set():
+            started = time.time()
+            deleted += [{"location": location, "at": started}
+                        for location in sweep_versions(staged, policy, root, now=started)]
+            sweeps += 1
+    except BaseException as err:  # reported to the test, which fails with it
+        error = repr(err)
+    finally:
+        Path(out_path).write_text(json.dumps({"deleted": deleted, "sweeps": sweeps, "error": error}))
 
 
 def read_back(uri: str, database: str, table: str) -> dict[str, Any]:

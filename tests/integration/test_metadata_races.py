@@ -50,6 +50,9 @@ MIXED_BUILDS = 12  # partition refreshes and whole-table replaces of one table, 
 READERS = 2
 DROP_CYCLES = 40  # drop-and-add cycles of the drop test
 TABLE_SWITCHES = 40  # whole-table commits of the table-read test
+SWEPT_COMMITS = 10  # replaces of the sweep test, each SWEEP_PAUSE apart
+SWEEP_GRACE = 1.0
+SWEEP_PAUSE = 1.5 * SWEEP_GRACE
 MIN_READS = 100
 # Reads the writer waits for after each refresh (a state wait: the readers' shared counter).
 READS_PER_REFRESH = 10
@@ -544,6 +547,51 @@ def test_a_sigkilled_lock_holder_does_not_block_commits_forever(
 
 
 CREATE_ROUNDS = 15
+
+
+def test_the_version_sweep_never_deletes_inside_the_grace_a_version_a_commit_just_superseded(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    """A sweep reads the journal, then the catalog. A commit that lands between the two leaves
+    the version it superseded no longer live, with no record of when it stopped being read: the
+    sweep took it for one superseded at the newest commit it knew (older than the grace) and
+    deleted it at once, under a reader that had just started on it (a probe: 23 of 24
+    superseded versions deleted within 0.06 s of their commit, 5 Spark reads failed). One
+    process replaces the table every 1.5 graces, another sweeps in a loop; every deletion must
+    come more than the grace after the commit that superseded the version."""
+    parquet = tmp_path / "source.parquet"
+    race_workers.write_source_parquet(parquet)
+    journal, target = tmp_path / "journal", f"{database}.swept"
+    first = race_workers.commit_copy(metastore.uri, target, str(journal), str(parquet))
+    root = normalize_location(first.location).rpartition("/")[0]
+    go, stop = SPAWN.Event(), SPAWN.Event()
+    outs = [tmp_path / "replacer.json", tmp_path / "sweeper.json"]
+    replacer = _start(race_workers.paced_replacer, metastore.uri, target, str(journal), str(parquet),
+                      SWEPT_COMMITS, SWEEP_PAUSE, go, str(outs[0]))
+    sweeper = _start(race_workers.version_sweeper, metastore.uri, target, str(journal), root,
+                     SWEEP_GRACE, go, stop, str(outs[1]))
+    try:
+        go.set()
+        _finish([replacer], timeout=170)
+        stop.set()
+        _finish([sweeper], timeout=60)
+    finally:
+        _kill_leftovers([replacer, sweeper])
+    replaced, swept = (json.loads(out.read_text()) for out in outs)
+    assert (replaced["error"], swept["error"]) == (None, None)
+    commits = [r for r in AttemptJournal(journal).records() if r.state is AttemptState.COMMITTED]
+    assert len(commits) == SWEPT_COMMITS + 1
+    superseded_at = {normalize_location(r.superseded_location): r.updated_at
+                     for r in commits if r.superseded_location}
+    early = [(d["location"], round(d["at"] - superseded_at[d["location"]], 3)) for d in swept["deleted"]
+             if d["at"] - superseded_at[d["location"]] <= SWEEP_GRACE]
+    assert early == [], f"deleted within the {SWEEP_GRACE} s grace (seconds after the commit): {early}"
+    # The sweep did delete: every version but the last two was past its grace for a while.
+    assert len(swept["deleted"]) >= SWEPT_COMMITS - 2, swept
+    with MetastoreClient(metastore.uri) as client:
+        live = normalize_location(current_location(client.get_table(database, "swept")))
+    assert live not in {d["location"] for d in swept["deleted"]}
+    assert pq.read_table(local_path(live)).num_rows == pq.read_table(parquet).num_rows
 
 
 def test_concurrent_create_or_replace_of_a_new_table_both_commit(

@@ -137,6 +137,10 @@ def test_retention_never_deletes_by_count_alone_within_the_grace_period():
     kept = RetentionPolicy(keep_versions=3, max_age_seconds=7200, grace_seconds=3600)
     assert kept.expired(superseded, 1002.0 + 3601) == []
     assert sorted(kept.expired(superseded, 1000.0 + 7201)) == ["v1"]
+    # Nor by an age below the grace: max_age shorter than the grace waits for the grace.
+    young = RetentionPolicy(keep_versions=None, max_age_seconds=2, grace_seconds=3600)
+    assert young.expired(superseded, 1003.0 + 60) == []
+    assert sorted(young.expired(superseded, 1000.0 + 3600.5)) == ["v1"]
     assert RetentionPolicy().grace_seconds == 3600
     with pytest.raises(ValueError, match="grace_seconds -1"):
         RetentionPolicy(grace_seconds=-1)

@@ -25,8 +25,12 @@ NOWHERE = "thrift://127.0.0.1:9"
 
 def test_earliest_expiry_of_each_policy() -> None:
     assert RetentionPolicy().earliest_expiry(100.0) == 100.0 + 3600
-    assert RetentionPolicy(keep_versions=2, max_age_seconds=60).earliest_expiry(100.0) == 160.0
-    assert RetentionPolicy(keep_versions=None, max_age_seconds=600).earliest_expiry(100.0) == 700.0
+    # An age bound below the grace waits for the grace.
+    assert RetentionPolicy(keep_versions=2, max_age_seconds=60).earliest_expiry(100.0) == 100.0 + 3600
+    assert RetentionPolicy(keep_versions=None, max_age_seconds=600).earliest_expiry(100.0) == 100.0 + 3600
+    assert RetentionPolicy(keep_versions=None, max_age_seconds=7200).earliest_expiry(100.0) == 7300.0
+    short_grace = RetentionPolicy(keep_versions=2, max_age_seconds=60, grace_seconds=10)
+    assert short_grace.earliest_expiry(100.0) == 110.0
     assert RetentionPolicy(keep_versions=None, max_age_seconds=None).earliest_expiry(100.0) == math.inf
 
 

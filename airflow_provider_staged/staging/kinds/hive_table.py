@@ -63,6 +63,9 @@ HIVE_KINDS = (
 # that version, once superseded, would look like an orphan and be deleted at once, inside the grace.
 APPEND_KIND = "hive_append"
 VERSION_KINDS = (*HIVE_KINDS, APPEND_KIND)
+# A partition-TTL expiry (``staging.expiry``): it writes no version, but the partitions it drops
+# stop being read then, which starts their versions' retention grace.
+EXPIRE_KIND = "hive_expire"
 # The rows the sink appended to the current version (a table parameter the sink kinds keep).
 SINK_ROWS_KEY = "sink.rows"
 
@@ -277,9 +280,16 @@ def sweep_listed(
     """:func:`sweep_versions` of directories ``listed`` BEFORE ``journal_records`` were read
     (a sweep of many tables lists every root, then reads the journal once). Returns the deleted
     directories and the committed versions kept (location -> when it was superseded; the live
-    ones included)."""
+    ones included).
+
+    A commit can land after the journal was read and before the catalog is: the version it
+    superseded is then no longer live, but the journal read knows nothing of when it stopped
+    being read. So before deleting, the journal is read again, after the catalog: that commit is
+    in it by then (an attempt journals BEGUN before its catalog call), as committed, with the
+    versions it superseded, or still in flight (then they count as superseded now)."""
     now = time.time() if now is None else now
-    candidates, orphans = _candidates(listed, version_records(journal_records, staged.target), now)
+    records = version_records(journal_records, staged.target)
+    candidates, orphans = _candidates(listed, records, now)
     if not _due(candidates, orphans, set(), retention, now):
         return [], candidates
     with staged._client() as client:
@@ -291,6 +301,9 @@ def sweep_listed(
         # directories are read by nobody: they keep no version alive.
         if tracks_partitions(table):
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
+    if _due(candidates, [], live, retention, now):
+        later = version_records(staged.journal.records(), staged.target)
+        candidates, _ = _candidates(listed, records, now, superseded_times(later, now))
     doomed = _due(candidates, orphans, live, retention, now)
     for location in doomed:
         log.info("retention: deleting superseded version %s of %s", location, staged.target)
@@ -314,35 +327,49 @@ def _due(
     return [o for o in orphans if o not in live] + retention.expired(superseded, now)
 
 
-def _candidates(
-    listed: list[Entry], records: list[AttemptRecord], now: float
-) -> tuple[dict[str, float], list[str]]:
-    """The listed versions that retention decides on (location -> when it was superseded), and
-    the orphans (neither in flight nor committed); live ones included (``_due`` drops them)."""
-    in_flight = {version_location(r) for r in records if not r.state.ended}
+def superseded_times(records: list[AttemptRecord], now: float) -> tuple[dict[str, float], float]:
+    """When each version stopped being read (the newest commit or expiry that superseded, or
+    dropped, the last of it), and the time for a version whose end no record names: ``now``
+    while an attempt is in flight (it may have switched the table a moment ago), else the newest
+    commit (it came after whatever superseded the version)."""
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
-    committed = {version_location(r) for r in commits}
-    # When each version stopped being read: the newest commit that superseded (part of) it; a
-    # version whose superseding commit was not recorded counts as superseded by the newest one.
-    newest_commit = max((r.updated_at for r in commits), default=now)
     superseded_at: dict[str, float] = {}
     for r in commits:
         for location in superseded_locations(r):
             superseded_at[location] = max(superseded_at.get(location, 0.0), r.updated_at)
+    if any(not r.state.ended for r in records):
+        return superseded_at, now
+    return superseded_at, max((r.updated_at for r in commits), default=now)
+
+
+def _candidates(
+    listed: list[Entry],
+    records: list[AttemptRecord],
+    now: float,
+    times: tuple[dict[str, float], float] | None = None,
+) -> tuple[dict[str, float], list[str]]:
+    """The listed versions that retention decides on (location -> when it was superseded, from
+    ``times`` if given, else from ``records``: :func:`superseded_times`), and the orphans
+    (neither in flight nor committed); live ones included (``_due`` drops them)."""
+    writes = [r for r in records if r.kind in VERSION_KINDS]
+    in_flight = {version_location(r) for r in writes if not r.state.ended}
+    committed = {version_location(r) for r in writes if r.state is AttemptState.COMMITTED}
+    superseded_at, unknown = times or superseded_times(records, now)
     candidates, orphans = {}, []
     for entry in listed:
         if entry.location in in_flight:
             continue
         if entry.location in committed:
-            candidates[entry.location] = superseded_at.get(entry.location, newest_commit)
+            candidates[entry.location] = superseded_at.get(entry.location, unknown)
         else:
             orphans.append(entry.location)  # aborted, or never journaled: never readable
     return candidates, orphans
 
 
 def version_records(records: list[AttemptRecord], target: str) -> list[AttemptRecord]:
-    """The attempts of ``target`` that write, create or point at its version directories."""
-    return [r for r in records if r.kind in VERSION_KINDS and r.target == target]
+    """The attempts of ``target`` that write, create or point at its version directories, and its
+    expiries (which end the reading of versions)."""
+    return [r for r in records if r.kind in (*VERSION_KINDS, EXPIRE_KIND) and r.target == target]
 
 
 def version_location(record: AttemptRecord) -> str:
