@@ -258,7 +258,7 @@ class JournaledStagedTable(StagedTable):
             ) from error
         if not published:
             raise StagingError(
-                f"commit of {self.target} failed ({error!r}); the catalog was not changed: "
+                f"commit of {self.target} failed ({error!r}); it did not land: "
                 f"{self.target} is still its previous version"
             ) from error
         log.warning("commit of %s landed although its reply was lost (%r)", self.target, error)

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import psycopg
 import pytest
@@ -98,6 +99,11 @@ KINDS = [
 SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
 OUTCOMES = ["success", "failed", "unknown"]
+# Kinds whose commit is several catalog calls, and the last of them: the step
+# "between_catalog_calls" lets every call before it land and fails that one (the process died).
+# A refresh of tracked partitions registers new ones at the placeholder, then switches all; one
+# of a table that reads its directories moves the partitions, then makes it read the catalog.
+LAST_CATALOG_CALL = {"hive_partitions": "alter_partitions", "hive_partitions_discovered": "alter_table"}
 # Expiry, rollback and the rollback of some partitions write no data: no mid-write step.
 LIFECYCLE_KINDS = ["hive_expire", "hive_rollback", "hive_rollback_partitions"]
 LIFECYCLE_STEPS = ["before_write", "after_written", "after_catalog", "during_abort"]
@@ -109,7 +115,7 @@ def expected_result(step: str, outcome: str) -> tuple[bool, str]:
         return True, "finished"  # the catalog already serves it, whatever the task did
     if step == "during_abort":
         return False, "aborted"  # an abort cut short is finished, never committed
-    if step == "after_written" and outcome == "success":
+    if step in ("after_written", "between_catalog_calls") and outcome == "success":
         return True, "committed"
     return False, "expired" if outcome == "unknown" else "aborted"
 
@@ -1187,6 +1193,12 @@ def crash(harness: Any, case: Case, staged: JournaledStagedTable, step: str) -> 
     if step == "after_catalog":
         staged.publish(case.journal.require(staged.attempt_id))
         harness.assert_serves(case, staged)
+    elif step == "between_catalog_calls":
+        last = LAST_CATALOG_CALL[case.kind]
+        failing = mock.patch.object(MetastoreClient, last, side_effect=RuntimeError(rh.INJECTED))
+        with failing as call, pytest.raises(RuntimeError, match=rh.INJECTED):
+            staged.publish(case.journal.require(staged.attempt_id))
+        assert call.called, f"the commit never reached its {last}"
     elif step == "during_abort":
         # The real abort, dying inside its discard after deleting part of the data.
         def die_mid_discard(record: Any) -> None:
@@ -1241,6 +1253,7 @@ MATRIX = [
     *itertools.product(KINDS, STEPS, OUTCOMES),
     *itertools.product(SINK_KINDS, STEPS, OUTCOMES),
     *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
+    *itertools.product(LAST_CATALOG_CALL, ["between_catalog_calls"], OUTCOMES),
 ]
 
 

@@ -18,7 +18,8 @@ same way. Every step runs under the table's metastore lock.
 The journal records the partition columns and the spec, so reconcile rebuilds exactly this
 kind: its ``is_published`` asks whether any partition of a table that reads its catalog
 partitions points into the attempt's directory, which the single switching call makes
-all-or-nothing.
+all-or-nothing. For a table that still reads its directories the switch is the table's last
+call: an abort before it points the partitions it moved back at the directories readers read.
 """
 
 from __future__ import annotations
@@ -284,20 +285,36 @@ class HivePartitionStagedTable(HiveStagedTable):
                 self._register_created(txn, record, Manifest.from_dict(record.manifest or {}))
 
     def discard(self, record: AttemptRecord) -> None:
-        """Delete the attempt's directory and unregister partitions it left at the placeholder."""
+        """Unregister what the attempt left in the catalog, then delete its directory.
+
+        Left are partitions it registered at the placeholder and, of a table that reads its
+        partitions from its directories (the commit's last call makes it read the catalog's),
+        partitions it switched into its own directory: those point back at the directories
+        Spark reads, or go when Spark reads none (a partition only this attempt wrote)."""
+        if record.manifest:
+            self._unregister(record, self._written(Manifest.from_dict(record.manifest)))
         delete_dir(record.location)
-        if not record.manifest:
-            return
-        written = self._written(Manifest.from_dict(record.manifest))
+
+    def _unregister(self, record: AttemptRecord, written: set[tuple[str, ...]]) -> None:
         placeholder = self._empty_location(record)
+        mine = normalize_location(record.location) + "/"
         with self.catalog_transaction() as txn:
             table = self.load_current(txn)
             if table is None:
                 return
-            txn.drop_partitions(table.dbName, table.tableName, self._names(
-                tuple(p.values) for p in self._inside_spec(txn, table)
-                if normalize_location(p.sd.location) == placeholder and tuple(p.values) in written
-            ))
+            inside = {tuple(p.values): p for p in self._inside_spec(txn, table)}
+            left = [v for v, p in inside.items()
+                    if normalize_location(p.sd.location) == placeholder and v in written]
+            restored = []
+            if not tracks_partitions(table):
+                discovered = discovered_partitions(current_location(table), self.partition_columns)
+                switched = [v for v, p in inside.items()
+                            if normalize_location(p.sd.location).startswith(mine)]
+                left += [v for v in switched if v not in discovered]
+                restored = [relocated(inside[v], discovered[v], {v: dir_stats(discovered[v])})
+                            for v in switched if v in discovered]
+            txn.alter_partitions(table.dbName, table.tableName, restored)
+            txn.drop_partitions(table.dbName, table.tableName, self._names(left))
 
     # -- partition math -----------------------------------------------------------------
 
