@@ -22,7 +22,8 @@ from airflow_provider_staged.staging.expiry import (
     sweep_expiry,
     untracked_ttl_message,
 )
-from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.hive_table import (
     EXPIRE_KIND,
     HIVE_KINDS,
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The PostgreSQL table kind (``kinds.jdbc_table``, which needs psycopg: imported only by the registry).
+JDBC_KIND = "jdbc_table"
+
 
 @dataclass
 class VersionSweep:
@@ -50,8 +54,9 @@ class VersionSweep:
 
 
 def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> VersionSweep:
-    """Retention of every Hive table the journal knows, plus the files of expired partitions; then
-    the pruning of the journal's ended sink records (``staging.pruning``).
+    """Retention of every Hive table the journal knows, plus the files of expired partitions and
+    the PostgreSQL tables that replaces renamed away; then the pruning of the journal's ended
+    sink records (``staging.pruning``).
 
     Every table root is listed before the journal is read (once): an attempt journals BEGUN
     before it creates its directory, so no listed directory of a running attempt is missed.
@@ -81,12 +86,31 @@ def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> Ve
             continue
         if deleted:
             report.deleted[target] = deleted
+    _drop_superseded_tables(settings, records, report)
     try:  # after the sweep: the records of the directories it deleted are no longer needed
         report.pruned = prune_journal(settings, now=now, records=records)
     except Exception as error:
         log.exception("pruning the journal failed")
         report.failures["journal"] = str(error)
     return report
+
+
+def _drop_superseded_tables(
+    settings: StagedSettings, records: list[AttemptRecord], report: VersionSweep
+) -> None:
+    """The PostgreSQL tables that replaces renamed away and whose commits' housekeeping failed
+    (a lock held by a reader, the server gone right after the commit): each table's newest commit
+    drops every one the journal names, as its own housekeeping would have."""
+    newest: dict[str, AttemptRecord] = {}
+    commits = [r for r in records if r.kind == JDBC_KIND and r.state is AttemptState.COMMITTED]
+    for record in sorted(commits, key=lambda r: r.updated_at):
+        newest[record.target] = record
+    for target, record in sorted(newest.items()):
+        try:
+            from_record(record, settings).after_commit(record)
+        except Exception as error:  # one table's failure never stops the others
+            log.exception("dropping the superseded tables of %s failed", target)
+            report.failures[target] = str(error)
 
 
 @dataclass
