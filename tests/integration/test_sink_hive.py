@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import replace
+from unittest import mock
 
 import pytest
 
@@ -137,6 +138,28 @@ def test_failed_and_duplicate_task_attempts_leave_no_orphans(spark, settings, ta
     assert rows(spark, table) == [(i,) for i in range(20)]
     data_files = [f for f in files_under(table_root(sink)) if f.endswith(".parquet")]
     assert len(data_files) == 2, data_files
+
+
+def test_an_append_cut_before_its_partition_switch_leaves_the_catalog_as_it_was(spark, settings, table):
+    """An append to catalog partitions registers the partitions it adds at the empty placeholder,
+    then switches all it touches in one call. Died between the two (injected), its abort drops
+    what it registered: no partition that no write made, the table reads what it read."""
+    sink = HiveSink(table, settings, partition_by=["ds"], track_partitions=True)
+    write_batch(spark.sql("SELECT 1 AS id, '2024-01-01' AS ds"), sink)
+    with MetastoreClient(settings.metastore_uri) as client:
+        before = {tuple(p.values): p.sd.location for p in client.partitions(table.database, table.table)}
+    assert list(before) == [("2024-01-01",)]
+    batch = spark.sql("SELECT id, ds FROM VALUES (2, '2024-01-01'), (3, '2024-01-02') AS v(id, ds)")
+    died = RuntimeError("injected: died before the switch")
+    switch = mock.patch.object(MetastoreClient, "alter_partitions", side_effect=died)
+    with switch as called, pytest.raises(StagingError, match="did not land"):
+        write_batch(batch, sink)
+    assert called.called, "the append never reached its partition switch"
+    with MetastoreClient(settings.metastore_uri) as client:
+        after = {tuple(p.values): p.sd.location for p in client.partitions(table.database, table.table)}
+    assert after == before
+    assert rows(spark, table) == [(1, "2024-01-01")]
+    assert sorted(r.state.value for r in settings.journal.records()) == ["ABORTED", "COMMITTED"]
 
 
 def test_committer_idempotency_contract(spark, settings, table, monkeypatch):

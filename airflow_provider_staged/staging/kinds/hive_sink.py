@@ -427,8 +427,28 @@ class HiveAppendStagedTable(HiveSinkCommit):
 
     def discard(self, record: AttemptRecord) -> None:
         self.return_logged(self.version)
+        if record.manifest:
+            self._unregister_placeholders(Manifest.from_dict(record.manifest))
         super().discard(record)
         delete_dir(self.version)  # unpublished: nothing reads the partition versions it made
+
+    def _unregister_placeholders(self, manifest: Manifest) -> None:
+        """Drop the partitions this append registered at the empty placeholder and never switched
+        (it died between the two calls): absent again, as they were (and read the same)."""
+        if not manifest.partition_columns:
+            return
+        placeholder = f"{self.table_root_resolved}/{EMPTY_DIR_NAME}"
+        with self.catalog_transaction() as txn:
+            table = self.load_current(txn)
+            if table is None or not tracks_partitions(table):
+                return
+            columns = [key.name for key in table.partitionKeys]
+            names = [partition_path(columns, values) for group in self._groups(manifest)
+                     if (values := partition_values(f"{group}/f", columns)) is not None]
+            left = [partition_path(columns, p.values)
+                    for p in txn.partitions_named(table.dbName, table.tableName, names)
+                    if normalize_location(p.sd.location) == placeholder]
+            txn.drop_partitions(table.dbName, table.tableName, left)
 
     def after_commit(self, record: AttemptRecord) -> None:
         super().after_commit(record)
