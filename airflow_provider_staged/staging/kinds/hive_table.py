@@ -284,12 +284,14 @@ def sweep_listed(
 
     A commit can land after the journal was read and before the catalog is: the version it
     superseded is then no longer live, but the journal read knows nothing of when it stopped
-    being read. So before deleting, the journal is read again, after the catalog: that commit is
-    in it by then (an attempt journals BEGUN before its catalog call), as committed, with the
-    versions it superseded, or still in flight (then they count as superseded now)."""
+    being read. So before deleting such a version, the journal is read again, after the catalog:
+    that commit is in it by then (an attempt journals BEGUN before its catalog call), as
+    committed, with the versions it superseded, or still in flight (then they count as
+    superseded now)."""
     now = time.time() if now is None else now
     records = version_records(journal_records, staged.target)
-    candidates, orphans = _candidates(listed, records, now)
+    named, unknown = superseded_times(records, now)
+    candidates, orphans = _candidates(listed, records, now, (named, unknown))
     if not _due(candidates, orphans, set(), retention, now):
         return [], candidates
     with staged._client() as client:
@@ -301,7 +303,8 @@ def sweep_listed(
         # directories are read by nobody: they keep no version alive.
         if tracks_partitions(table):
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
-    if _due(candidates, [], live, retention, now):
+    # Versions whose end a record names are dated right whatever landed since.
+    if any(location not in named for location in _due(candidates, [], live, retention, now)):
         later = version_records(staged.journal.records(), staged.target)
         candidates, _ = _candidates(listed, records, now, superseded_times(later, now))
     doomed = _due(candidates, orphans, live, retention, now)
