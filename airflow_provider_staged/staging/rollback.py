@@ -40,6 +40,7 @@ from airflow_provider_staged.staging.kinds.hive_partitions import (
 )
 from airflow_provider_staged.staging.kinds.hive_table import (
     HIVE_KINDS,
+    ROLLBACK_KIND,
     HiveStagedTable,
     _doomed,  # the retention decision itself, so a rollback never races the sweep's
     _version_dir,
@@ -56,7 +57,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROLLBACK_KIND = "hive_rollback"
+# Refuse a version that retention may delete within this long: a sweep's clock and journal read
+# can lag a rollback's by up to this much and still count the rollback in flight (see below).
+DUE_MARGIN_SECONDS = 300.0
 # Kinds that write a version directory (a rollback only points at one).
 _WRITING_KINDS = tuple(kind for kind in HIVE_KINDS if kind != ROLLBACK_KIND)
 
@@ -347,8 +350,13 @@ def _partitions_to_restore(
 def _refuse_if_due(
     settings: StagedSettings, identifier: TableIdentifier, version: str, location: str, now: float | None
 ) -> None:
-    """A version that retention may delete any moment is not rolled back to: a sweep that
-    decided before this rollback was journaled would delete what the table then points at."""
+    """A version that retention may delete soon is not rolled back to: a sweep that decided
+    before this rollback was journaled would delete what the table then points at.
+
+    "Soon" is within ``DUE_MARGIN_SECONDS``: a sweep that finds the version due at its ``now``
+    either read the journal before this rollback was journaled (right after this check), so its
+    ``now`` is before this check's ``now`` + the margin, where the version is due too; or it read
+    it after, and skips the version, which this rollback's record names in flight."""
     listed = [e for e in list_versions(location.rpartition("/")[0]) if e.location == location]
     records = version_records(settings.journal.records(), identifier.name)
     live = set()
@@ -360,9 +368,10 @@ def _refuse_if_due(
                 partitions = client.partitions(table.dbName, table.tableName)
                 live |= {_version_dir(p.sd.location) for p in partitions}
     now = time.time() if now is None else now
-    if _doomed(listed, records, live, settings.retention, now):
+    if _doomed(listed, records, live, settings.retention, now + DUE_MARGIN_SECONDS):
         policy = settings.retention
         raise StagingError(
-            f"version {version} of {identifier} is due for deletion by retention "
-            f"(keep_versions={policy.keep_versions}, grace {policy.grace_seconds:.0f} s): nothing changed"
+            f"version {version} of {identifier} is due for deletion by retention within "
+            f"{DUE_MARGIN_SECONDS:.0f} s (keep_versions={policy.keep_versions}, grace "
+            f"{policy.grace_seconds:.0f} s): nothing changed"
         )

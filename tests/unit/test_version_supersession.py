@@ -66,3 +66,30 @@ def test_a_version_whose_end_no_record_names_waits_while_an_attempt_is_in_flight
     # the grace runs from the newest commit, which came after whatever did it.
     unnamed = [in_flight[0], _refresh("v2", AttemptState.COMMITTED, T0 + 20)]
     assert _doomed(listed, unnamed, live, POLICY, T0 + 20 + GRACE + 1) == [f"{ROOT}/_v=v1"]
+
+
+def _rollback(attempt_id: str, version: str, at: float, superseded: str) -> AttemptRecord:
+    """A rollback's location is the version it makes current again."""
+    return AttemptRecord(
+        attempt_id, "hive_rollback", "db.t", "replace", f"{ROOT}/_v={version}",
+        state=AttemptState.COMMITTED, superseded_location=superseded, updated_at=at,
+    )
+
+
+def test_a_version_a_rollback_restored_is_not_dated_by_its_end_before_the_rollback() -> None:
+    """v1, superseded by v2 at T0 + 10, is current again from a rollback at T0 + 5000; a replace
+    v3 switched the table away from it and died before journaling its commit. v1's recorded end
+    (T0 + 10) is from before the rollback: it must wait as a version whose end no record names."""
+    journal = [
+        _refresh("v1", AttemptState.COMMITTED, T0),
+        _refresh("v2", AttemptState.COMMITTED, T0 + 10, [f"{ROOT}/_v=v1"]),
+        _rollback("r1", "v1", T0 + 5000, f"{ROOT}/_v=v2"),
+        _refresh("v3", AttemptState.WRITTEN, T0 + 5010),
+    ]
+    records = version_records(journal, "db.t")
+    live = {f"{ROOT}/_v=v3"}
+    assert f"{ROOT}/_v=v1" not in _doomed(_listed("v1", "v2", "v3"), records, live, POLICY, T0 + 5020)
+    # v3's commit journaled: the grace runs from it.
+    records[-1] = _refresh("v3", AttemptState.COMMITTED, T0 + 5010, [f"{ROOT}/_v=v1"])
+    assert f"{ROOT}/_v=v1" not in _doomed(_listed("v1", "v3"), records, live, POLICY, T0 + 5010 + GRACE - 1)
+    assert _doomed(_listed("v1", "v3"), records, live, POLICY, T0 + 5010 + GRACE + 1) == [f"{ROOT}/_v=v1"]

@@ -55,8 +55,9 @@ log = logging.getLogger(__name__)
 
 # Kinds whose attempts are (or, for a rollback, point at) version directories under one
 # table root: the sweep reads them all.
+ROLLBACK_KIND = "hive_rollback"  # ``staging.rollback``: its location is the version it restores
 HIVE_KINDS = (
-    "hive_table", "hive_partitions", "hive_partitions_continuous", "hive_rollback", "hive_overwrite",
+    "hive_table", "hive_partitions", "hive_partitions_continuous", ROLLBACK_KIND, "hive_overwrite",
 )
 # A sink append stages apart (``_staging/``) and owns a version directory when it creates the
 # table or appends to catalog partitions: ``<root>/_v=<attempt id>``. Retention must know it, or
@@ -332,17 +333,24 @@ def _due(
 
 def superseded_times(records: list[AttemptRecord], now: float) -> tuple[dict[str, float], float]:
     """When each version stopped being read (the newest commit or expiry that superseded, or
-    dropped, the last of it), and the time for a version whose end no record names: ``now``
+    dropped, the last of it, after any rollback to it), and the time for a version whose end no
+    record names: ``now``
     while an attempt is in flight (it may have switched the table a moment ago), else the newest
     commit (it came after whatever superseded the version)."""
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
     superseded_at: dict[str, float] = {}
+    restored_at: dict[str, float] = {}
     for r in commits:
         for location in superseded_locations(r):
             superseded_at[location] = max(superseded_at.get(location, 0.0), r.updated_at)
+        if r.kind == ROLLBACK_KIND:
+            location = version_location(r)
+            restored_at[location] = max(restored_at.get(location, 0.0), r.updated_at)
+    # A rollback made the version current again after its recorded end: its end since is unknown.
+    named = {location: at for location, at in superseded_at.items() if at > restored_at.get(location, 0.0)}
     if any(not r.state.ended for r in records):
-        return superseded_at, now
-    return superseded_at, max((r.updated_at for r in commits), default=now)
+        return named, now
+    return named, max((r.updated_at for r in commits), default=now)
 
 
 def _candidates(
