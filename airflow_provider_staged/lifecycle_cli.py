@@ -35,9 +35,9 @@ PartitionOption = Annotated[
 
 
 def _spec(partition: list[str] | None) -> dict[str, str]:
-    from airflow_provider_staged.materialized.cli import parse_pairs  # the refresh's COL=VALUE parsing
+    from airflow_provider_staged.materialized.cli import parse_partition_pairs  # as the refresh's
 
-    return parse_pairs(partition, "--partition")
+    return parse_partition_pairs(partition)
 
 
 def versions(

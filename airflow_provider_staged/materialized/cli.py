@@ -81,12 +81,30 @@ TableArg = Annotated[str, typer.Argument(help="table or database.table")]
 
 
 def parse_pairs(values: list[str] | None, what: str) -> dict[str, str]:
-    pairs = {}
+    """``KEY=VALUE`` options; a key given twice is an error, not the last one winning."""
+    pairs: dict[str, str] = {}
     for item in values or []:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise typer.BadParameter(f"{what} {item!r}: expected KEY=VALUE")
-        pairs[key.strip()] = value
+        if key in pairs:
+            raise typer.BadParameter(f"{what} {key!r} given twice ({pairs[key]!r} and {value!r})")
+        pairs[key] = value
+    return pairs
+
+
+def parse_partition_pairs(values: list[str] | None) -> dict[str, str]:
+    """``--partition COL=VALUE`` options: columns as the metastore names them (lower case, so
+    ``DS`` and ``ds`` are one column, given once), each with a value."""
+    folded = []
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        folded.append(f"{key.lower()}{sep}{value}")
+    pairs = parse_pairs(folded, "--partition")
+    empty = [column for column, value in pairs.items() if not value]
+    if empty:
+        raise typer.BadParameter(f"--partition {empty[0]}= has no value")
     return pairs
 
 
@@ -320,7 +338,7 @@ def refresh(
         is_periodic=schedule_time is not None and not partition,
         schedule_time=schedule_time,
         dynamic_options=_dynamic_options(dynamic_option),
-        static_partitions=parse_pairs(partition, "--partition"),
+        static_partitions=parse_partition_pairs(partition),
         execution_config=_execution_config(execution_config),
     )
     scheduler = configured_scheduler(ctx.obj)

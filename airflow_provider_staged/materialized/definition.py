@@ -104,6 +104,8 @@ _INTERVAL_ONLY = ("MATERIALIZED TABLE only supports define interval type FRESHNE
 _TYPE_END = ("NOT", "NULL", "COMMENT", "PRIMARY", "CONSTRAINT", "METADATA")
 FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
 _START_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+TAG_MAX_LENGTH = 100  # Airflow's limit of a DAG tag: a longer one fails the whole DAG file
 
 
 @dataclass(frozen=True)
@@ -322,7 +324,7 @@ class _Parser:
             partition_formatters=MappingProxyType(settings.formatters()),
             schedule=schedule,
             catchup=settings.catchup(),
-            owner=settings.get("owner"),
+            owner=settings.owner(),
             tags=settings.tags(),
             retries=settings.retries(),
             start_date=settings.start_date(),
@@ -615,7 +617,18 @@ class _Options:
 
     def tags(self) -> tuple[str, ...]:
         value = self.get("tags")
-        return tuple(tag.strip() for tag in value.split(",") if tag.strip()) if value else ()
+        tags = tuple(tag.strip() for tag in value.split(",") if tag.strip()) if value else ()
+        for tag in tags:
+            if len(tag) > TAG_MAX_LENGTH or _CONTROL.search(tag):
+                self.fail("tags", f"option 'tags': tag {tag!r} must be at most {TAG_MAX_LENGTH} "
+                          "characters without control characters (Airflow refuses it)")
+        return tags
+
+    def owner(self) -> str | None:
+        value = self.get("owner")
+        if value is not None and _CONTROL.search(value):
+            self.fail("owner", f"option 'owner' must not contain control characters: {value!r}")
+        return value
 
     def retries(self) -> int | None:
         value = self.get("retries")

@@ -44,8 +44,11 @@ _UNSAFE_VALUE = re.compile(f"[{_UNSAFE_CHARACTERS}]")
 # The end of a JSON Schema pattern: Python's ``$`` (jsonschema) also matches before a final
 # newline, the negative look-ahead refuses 'eu\n' too (ECMA-262's ``$`` does not need it).
 _END = "$(?!\\n)"
+# Hive's and Spark's directory name of the null partition: as a value it would filter the rows
+# that are the string while replacing the partition of the null ones (their rows lost).
+NULL_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 # JSON Schema pattern of a value without a date-formatter.
-SAFE_VALUE_PATTERN = f"^[^{_UNSAFE_CHARACTERS}]+{_END}"
+SAFE_VALUE_PATTERN = f"^(?!{NULL_PARTITION_NAME}{_END})[^{_UNSAFE_CHARACTERS}]+{_END}"
 
 
 class PartitionError(ValueError):
@@ -254,6 +257,11 @@ def validate_static_partitions(
             raise PartitionError(
                 f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
                 "string without quotes, backslashes, semicolons or control characters"
+            )
+        if value == NULL_PARTITION_NAME:
+            raise PartitionError(
+                f"invalid value {value!r} for partition column {key!r}: it names the partition of "
+                "null values, which a refresh of the whole table replaces"
             )
         if column in formatters and not _matches(value, formatters[column]):
             example = formatter_example(column, formatters)

@@ -117,10 +117,24 @@ def test_a_good_request_gets_as_far_as_airflow(definitions: Path) -> None:
                f"cannot authenticate to Airflow at {UNREACHABLE_AIRFLOW}")
 
 
-def test_usage_errors_keep_exit_code_2(definitions: Path) -> None:
-    result = CliRunner().invoke(app, mt_refresh(definitions, "analytics.orders_daily", "--partition", "ds"))
+@pytest.mark.parametrize(
+    ("partitions", "expected"),
+    [
+        (["ds"], "expected KEY=VALUE"),
+        (["ds=2024-01-01", "DS=2024-01-02"], "--partition 'ds' given twice"),
+        (["ds="], "--partition ds= has no value"),
+    ],
+)
+def test_usage_errors_keep_exit_code_2(definitions: Path, partitions: list[str], expected: str) -> None:
+    flags = [arg for value in partitions for arg in ("--partition", value)]
+    result = CliRunner().invoke(app, mt_refresh(definitions, "analytics.orders_daily", *flags))
     assert result.exit_code == 2
-    assert "expected KEY=VALUE" in result.stderr
+    assert expected in " ".join(result.stderr.split())
+
+
+def test_a_partition_column_in_upper_case_is_the_column(definitions: Path) -> None:
+    fails_with(mt_refresh(definitions, "analytics.orders_daily", "--partition", "DS=2024-01-01"),
+               f"cannot authenticate to Airflow at {UNREACHABLE_AIRFLOW}")
 
 
 @pytest.mark.parametrize(("args", "env"), [(["--debug"], {}), ([], {"STAGED_DEBUG": "1"})])

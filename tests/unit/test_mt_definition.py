@@ -149,6 +149,10 @@ def test_threshold_and_cron_override() -> None:
          "FRESHNESS = INTERVAL '1' DAY AS SELECT 1", 2, "WITH", "invalid duration '30'"),
         ("CREATE MATERIALIZED TABLE t\nWITH ('owner' = ' ')\nFRESHNESS = INTERVAL '1' DAY AS "
          "SELECT 1", 2, "WITH", "'owner' must not be empty"),
+        ("CREATE MATERIALIZED TABLE t\nWITH ('owner' = 'a\nb')\nFRESHNESS = INTERVAL '1' DAY AS "
+         "SELECT 1", 2, "WITH", "'owner' must not contain control characters"),
+        (f"CREATE MATERIALIZED TABLE t\nWITH ('tags' = 'ok, {'x' * 101}')\nFRESHNESS = INTERVAL '1' "
+         "DAY AS SELECT 1", 2, "WITH", "tag 'x{101}' must be at most 100 characters"),
         ("CREATE MATERIALIZED TABLE t\n\nFRESHNESS = INTERVAL '7' MINUTE\nREFRESH_MODE = FULL\n"
          "AS SELECT 1", 3, "FRESHNESS", r"INTERVAL '7' MINUTE: In full refresh mode, only freshness that "
          "are factors of 60"),

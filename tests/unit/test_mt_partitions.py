@@ -133,6 +133,7 @@ def test_static_partitions_are_checked_and_normalized() -> None:
         ({"region": "eu;"}, "without quotes"),
         ({"region": "e\nu"}, "without quotes"),
         ({"region": ""}, "non-empty"),
+        ({"region": "__HIVE_DEFAULT_PARTITION__"}, "partition of null values"),
         ({"region": 7}, "7"),
         (["ds"], "expected an object"),
     ],
