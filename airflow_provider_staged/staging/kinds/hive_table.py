@@ -53,9 +53,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+ROLLBACK_KIND = "hive_rollback"  # ``staging.rollback``: its location is the version it restores
 # Kinds whose attempts are (or, for a rollback, point at) version directories under one
 # table root: the sweep reads them all.
-ROLLBACK_KIND = "hive_rollback"  # ``staging.rollback``: its location is the version it restores
 HIVE_KINDS = (
     "hive_table", "hive_partitions", "hive_partitions_continuous", ROLLBACK_KIND, "hive_overwrite",
 )
@@ -334,9 +334,8 @@ def _due(
 def superseded_times(records: list[AttemptRecord], now: float) -> tuple[dict[str, float], float]:
     """When each version stopped being read (the newest commit or expiry that superseded, or
     dropped, the last of it, after any rollback to it), and the time for a version whose end no
-    record names: ``now``
-    while an attempt is in flight (it may have switched the table a moment ago), else the newest
-    commit (it came after whatever superseded the version)."""
+    record names: ``now`` while an attempt is in flight (it may have switched the table a moment
+    ago), else the newest commit (it came after whatever superseded the version)."""
     commits = [r for r in records if r.state is AttemptState.COMMITTED]
     superseded_at: dict[str, float] = {}
     restored_at: dict[str, float] = {}
