@@ -1,4 +1,4 @@
-"""Validation and quoting of table identifiers that come from users, forms and files."""
+"""Validation and quoting of table identifiers that come from users, forms and files; their numbers."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def validate_name(name: object, kind: str = "name") -> str:
             f"not starting with a digit, at most {MAX_NAME_LENGTH} characters"
         )
     return name.lower()
+
+
+def is_whole_number(text: str, max_digits: int = 18) -> bool:
+    """Whether ``text`` is ASCII digits only, at most ``max_digits`` of them (a Java long).
+
+    ``str.isdigit`` and ``int`` also take fullwidth or Arabic-Indic digits, and isdigit a
+    superscript two, which int() then refuses; int() refuses more than 4300 digits.
+    """
+    return text.isascii() and text.isdigit() and len(text) <= max_digits
 
 
 def quote_name(name: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from airflow_provider_staged.materialized.partitions import PartitionError, java_to_strftime
 
@@ -44,7 +44,9 @@ NEXT_EXPIRY_KEY = "staged.partition.next-expiry"
 
 DEFAULT_CHECK_INTERVAL_SECONDS = 3600.0
 _DEFAULT_FORMATTERS = ("yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd")
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+# ASCII digits only (Python's \d and int() take any digit); 20 of them bound the float below.
+_DURATION = re.compile(r"^\s*([0-9]{1,20})\s*([a-zA-Z]*)\s*$")
+_MAX_SECONDS = timedelta.max.total_seconds()
 _UNITS = {
     **dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 0.001),
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
@@ -71,6 +73,8 @@ def parse_duration(text: str, option: str) -> float:
     seconds = int(match.group(1)) * _UNITS[unit]
     if seconds <= 0:
         raise TtlError(f"invalid {option} {text!r}: must be positive")
+    if seconds > _MAX_SECONDS:  # a check interval becomes a timedelta (the sweep's schedule)
+        raise TtlError(f"invalid {option} {text!r}: longer than {timedelta.max.days} days")
     return seconds
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NoReturn
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.identifiers import TableIdentifier, is_whole_number
 from airflow_provider_staged.materialized.failure_streak import (
     DEFAULT_SUSPEND_AFTER,
     SUSPEND_OPTION,
@@ -103,7 +103,7 @@ _INTERVAL_ONLY = ("MATERIALIZED TABLE only supports define interval type FRESHNE
                   "to the materialized table document")  # Flink's wording
 _TYPE_END = ("NOT", "NULL", "COMMENT", "PRIMARY", "CONSTRAINT", "METADATA")
 FORMATTER_KEY = re.compile(r"^partition\.fields\.(.+)\.date-formatter$")
-_START_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_START_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")  # \d, strptime: any digit
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 TAG_MAX_LENGTH = 100  # Airflow's limit of a DAG tag: a longer one fails the whole DAG file
 
@@ -180,7 +180,7 @@ def read_freshness(c: Cursor) -> Freshness:
     if c.at_keyword("TO"):
         c.fail("FRESHNESS", f"unsupported freshness unit {unit.text.upper()} TO ...: {UNITS_MESSAGE}")
     interval = f"INTERVAL {'-' if sign else ''}'{value.text}' {unit.text.upper()}"
-    if sign or not value.text.strip().isdigit():
+    if sign or not is_whole_number(value.text.strip()):
         shown = f"-{value.text}" if sign else value.text
         c.fail("FRESHNESS", f"invalid freshness {interval}: {POSITIVE_MESSAGE}{shown}", sign or value)
     try:
@@ -634,7 +634,7 @@ class _Options:
         value = self.get("retries")
         if value is None:
             return None
-        if not value.isdigit() or int(value) > 100:
+        if not is_whole_number(value) or int(value) > 100:
             self.fail("retries", f"option 'retries' must be an integer 0..100, not {value!r}")
         return int(value)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from airflow_provider_staged.identifiers import is_whole_number
+
 SUSPENDED_DUE_TO_ERRORS = "SUSPENDED_DUE_TO_ERRORS"
 SUSPEND_OPTION = "suspend-after-num-failures"
 DEFAULT_SUSPEND_AFTER = 5
@@ -32,7 +34,7 @@ def parse_suspend_after(value: str | None) -> int:
     if value is None:
         return DEFAULT_SUSPEND_AFTER
     text = value.strip()
-    if not text.isdigit() or int(text) > 10_000:
+    if not is_whole_number(text) or int(text) > 10_000:
         raise ValueError(f"option {SUSPEND_OPTION!r} must be an integer 0..10000 (0: never), not {value!r}")
     return int(text)
 

@@ -122,7 +122,8 @@ def derive_refresh_mode(
     return RefreshMode.CONTINUOUS if freshness.as_timedelta() < threshold else RefreshMode.FULL
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$", re.IGNORECASE)
+# ASCII digits only: Python's \d and int() also take fullwidth or Arabic-Indic digits.
+_DURATION = re.compile(r"^\s*([0-9]{1,20})\s*([a-z]+)\s*$", re.IGNORECASE)
 _DURATION_UNITS = {
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1),
     **dict.fromkeys(("min", "mins", "minute", "minutes"), 60),
@@ -140,4 +141,7 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: expected a positive number and a unit "
             "(s, min, h or d), e.g. '30 min'"
         )
-    return timedelta(seconds=int(match.group(1)) * factor)
+    seconds = int(match.group(1)) * factor
+    if seconds > _MAX_SECONDS:
+        raise FreshnessError(f"invalid duration {text!r}: longer than {timedelta.max.days} days")
+    return timedelta(seconds=seconds)

@@ -79,8 +79,9 @@ EXECUTION_CONFIG_KEYS = frozenset({
     "spark.sql.shuffle.partitions",
 })
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-# The look-ahead: Python's '$' (jsonschema) also matches before a final newline.
-_SCHEDULE_TIME_REGEX = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$(?!\n)"
+# The look-ahead: Python's '$' (jsonschema) also matches before a final newline. [0-9], not \d:
+# Python's \d (jsonschema) also matches fullwidth and other non-ASCII digits.
+_SCHEDULE_TIME_REGEX = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$(?!\n)"
 
 
 class RefreshRequestError(ValueError):

@@ -11,7 +11,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from airflow_provider_staged.materialized.freshness import Freshness
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
-_SCHEDULE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+# [0-9], not \d: Python's \d and strptime also take fullwidth and other non-ASCII digits.
+_SCHEDULE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}")
 _SCHEDULE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 # A periodic run refreshes the partition up to a week (the longest freshness) before its schedule
 # time, and zones are less than a day apart: a week and a day's margin keeps that math inside
@@ -30,7 +31,7 @@ _JAVA_PATTERN = re.compile("|".join([*JAVA_TOKENS, f"[{re.escape(_JAVA_LITERALS)
 # refuses a typo such as '2024-13-01' before any run exists. Day 31 of a short month passes the
 # pattern; the round trip in ``validate_static_partitions`` refuses it before any Spark work.
 _FIELD_REGEX = {
-    "%Y": r"\d{4}",
+    "%Y": "[0-9]{4}",  # not \d: Python's (jsonschema) also matches non-ASCII digits
     "%m": "(0[1-9]|1[0-2])",
     "%d": "(0[1-9]|[12][0-9]|3[01])",
     "%H": "([01][0-9]|2[0-3])",
@@ -78,7 +79,7 @@ def java_to_strftime(pattern: str) -> str:
 def formatter_regex(strftime_pattern: str) -> str:
     """JSON Schema ``pattern`` of the values a date-formatter writes.
 
-    ``'%Y-%m-%d'`` gives ``'^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\\n)'``: Python's
+    ``'%Y-%m-%d'`` gives ``'^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\\n)'``: Python's
     ``$`` (jsonschema) also matches before a final newline, the look-ahead refuses that. Not
     ``maxLength``: Airflow's form would cut a longer value while it is typed, and trigger the cut
     one instead of refusing what the user wrote.

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from sqlglot.tokens import Token, TokenType
 
+from airflow_provider_staged.identifiers import is_whole_number
+
 ATOMICITY = "table.ctas.atomicity-enabled"
 RESULT_MODE = "sql-client.execution.result-mode"
 MAX_ROWS = "sql-client.execution.max-table-result.rows"
@@ -60,7 +62,7 @@ def _one_of(key: str, choices: Sequence[str]) -> Callable[[str], str]:
 
 def _whole_number(key: str, minimum: int) -> Callable[[str], str]:
     def check(value: str) -> str:
-        if not value.strip().isdigit() or int(value) < minimum:
+        if not is_whole_number(value.strip()) or int(value) < minimum:
             raise PropertyError(f"invalid {key} {value!r}: expected a whole number >= {minimum}")
         return str(int(value))
 

@@ -161,6 +161,28 @@ def test_threshold_and_cron_override() -> None:
          "is DAY"),
         ("CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL 'one' DAY AS SELECT 1", 2,
          "FRESHNESS", "positive integer"),
+        # Non-ASCII digits (fullwidth, superscript): Python's isdigit and int() take them.
+        ("CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '\uff15' MINUTE AS SELECT 1", 2,
+         "FRESHNESS", "invalid freshness INTERVAL '\uff15' MINUTE: .*positive integer"),
+        ("CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '\u00b2' MINUTE AS SELECT 1", 2,
+         "FRESHNESS", "positive integer"),
+        (f"CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '{'9' * 5000}' MINUTE AS SELECT 1", 2,
+         "FRESHNESS", "positive integer"),
+        ("CREATE MATERIALIZED TABLE t\nWITH ('retries' = '\uff15')\nFRESHNESS = INTERVAL '1' DAY "
+         "AS SELECT 1", 2, "WITH", "'retries' must be an integer 0..100, not '\uff15'"),
+        ("CREATE MATERIALIZED TABLE t\nWITH ('retries' = '\u00b2')\nFRESHNESS = INTERVAL '1' DAY "
+         "AS SELECT 1", 2, "WITH", "'retries' must be an integer"),
+        ("CREATE MATERIALIZED TABLE t\nWITH ('start-date' = '\uff12\uff10\uff12\uff14-01-01')\n"
+         "FRESHNESS = INTERVAL '1' DAY AS SELECT 1", 2, "WITH", "'start-date' must be a date"),
+        ("CREATE MATERIALIZED TABLE t\nWITH ('refresh-mode.freshness-threshold' = '\uff13\uff10 min')"
+         "\nFRESHNESS = INTERVAL '1' DAY AS SELECT 1", 2, "WITH", "invalid duration '\uff13\uff10 min'"),
+        ("CREATE MATERIALIZED TABLE t\nWITH ('refresh-mode.freshness-threshold' = '99999999999 d')"
+         "\nFRESHNESS = INTERVAL '1' DAY AS SELECT 1", 2, "WITH", "longer than 999999999 days"),
+        ("CREATE MATERIALIZED TABLE t\nPARTITIONED BY (ds)\nWITH ('partition.expiration-time' = "
+         "'\uff15 d')\nFRESHNESS = INTERVAL '1' DAY AS SELECT 1", 3, "WITH",
+         "invalid partition.expiration-time '\uff15 d'"),
+        ("CREATE MATERIALIZED TABLE t\nPARTITIONED BY ()\nFRESHNESS = INTERVAL '1' DAY AS SELECT 1", 2,
+         "PARTITIONED BY", "expected a partition column name, found '\\)'"),
         ("CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '1' MONTH AS SELECT 1", 2,
          "FRESHNESS", r"unsupported freshness unit 'MONTH'.*SECOND, MINUTE, HOUR, DAY, WEEK"),
         ("CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '45' SECOND\nREFRESH_MODE = FULL\n"

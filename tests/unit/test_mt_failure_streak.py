@@ -53,7 +53,7 @@ def test_run_type_and_fallback_on_run_id() -> None:
 def test_option_parsing_and_definition() -> None:
     assert parse_suspend_after(None) == DEFAULT_SUSPEND_AFTER == 5
     assert parse_suspend_after(" 0 ") == 0
-    for bad in ("-1", "x", "2.5", "10001"):
+    for bad in ("-1", "x", "2.5", "10001", "\uff15", "\u00b2", "9" * 5000):
         with pytest.raises(ValueError, match="suspend-after-num-failures"):
             parse_suspend_after(bad)
     text = ("CREATE MATERIALIZED TABLE a.b {with} FRESHNESS = INTERVAL '1' DAY "

@@ -166,7 +166,11 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "30", "min", "0 min", "30 fortnights", "-1 h", "1.5 h"])
+@pytest.mark.parametrize("text", [
+    "", "30", "min", "0 min", "30 fortnights", "-1 h", "1.5 h",
+    "\uff13\uff10 min", "\u0663 h", "\u00b2 h",  # fullwidth, Arabic-Indic, superscript digits
+    "99999999999999999999 d", "9" * 5000 + " s",  # beyond a timedelta, beyond int()'s 4300 digits
+])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(FreshnessError, match="invalid duration"):
         parse_duration(text)

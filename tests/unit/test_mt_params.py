@@ -116,6 +116,10 @@ def test_one_time_refresh_without_partitions_is_a_full_refresh() -> None:
         ({"ds": "2024-02-30"}, "invalid value '2024-02-30' for partition column 'ds'"),
         ({"region": 7}, "invalid value 7 for partition column 'region'"),
         ({"scheduleTime": "2024-01-02 00:00:00\n"}, "invalid scheduleTime"),
+        ({"scheduleTime": "\uff12\uff10\uff12\uff14-01-01 00:00:00"},
+         "invalid scheduleTime '\uff12\uff10\uff12\uff14-01-01 00:00:00'"),
+        ({"ds": "\uff12\uff10\uff12\uff14-01-03"},
+         "invalid value '\uff12\uff10\uff12\uff14-01-03' for partition"),
         ({"dynamicOptions": {"bad key": "x"}}, "dynamicOptions key 'bad key' is not allowed"),
         ({"dynamicOptions": {"path": "/elsewhere"}}, "dynamicOptions key 'path' is not allowed"),
         ({"dynamicOptions": {"compression": {"nested": 1}}},
@@ -281,6 +285,8 @@ def test_form_order_and_optional_objects() -> None:
         ("isPeriodic", "false", False),
         ("isPeriodic", 0, False),
         ("scheduleTime", "2024-01-02 00:00:00\n", False),
+        ("scheduleTime", "\uff12\uff10\uff12\uff14-01-02 00:00:00", False),  # fullwidth digits
+        ("ds", "\uff12\uff10\uff12\uff14-01-03", False),
         ("staticPartitions", {"ds": "2024-01-03", "region": "eu"}, True),
         ("staticPartitions", None, True),
         ("staticPartitions", {"ds": "03/01/2024"}, False),
@@ -302,10 +308,10 @@ def test_date_formatter_patterns() -> None:
     from airflow_provider_staged.materialized.partitions import formatter_regex, java_to_strftime
 
     assert formatter_regex(java_to_strftime("yyyy-MM-dd")) == (
-        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\n)"
+        r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\n)"
     )
     pattern = formatter_regex(java_to_strftime("yyyy/MM/dd HH.mm:ss"))
-    assert pattern.startswith(r"^\d{4}\/") and r"\.[0-5][0-9]:[0-5][0-9]$" in pattern
+    assert pattern.startswith(r"^[0-9]{4}\/") and r"\.[0-5][0-9]:[0-5][0-9]$" in pattern
     # Every value strftime writes for the formatter matches its pattern; one more character does not.
     import re
 

@@ -57,6 +57,8 @@ def test_parse_schedule_time() -> None:
         "2024-01-02 24:00:00",
         " 2024-01-02 00:00:00",
         "2024-01-02 00:00:00\n",
+        "\uff12\uff10\uff12\uff14-01-02 00:00:00",  # fullwidth digits: strptime takes them
+        "2024-01-02 0\u0661:00:00",  # an Arabic-Indic one
         20240102,
         None,
     ],

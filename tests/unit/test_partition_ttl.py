@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import re
 import time
 
 import pytest
@@ -35,9 +36,13 @@ def test_durations_as_flink_writes_them(text, seconds):
     assert parse_duration(text, "x") == seconds
 
 
-@pytest.mark.parametrize("text", ["", "d", "-1 d", "0 h", "3 weeks", "1.5 d"])
+@pytest.mark.parametrize("text", [
+    "", "d", "-1 d", "0 h", "3 weeks", "1.5 d",
+    "\uff15 d", "\u00b2 d",  # non-ASCII digits: fullwidth, superscript
+    "99999999999 d", "9" * 400 + " d",  # beyond a timedelta (the sweep's schedule), beyond a float
+])
 def test_bad_durations_name_the_option_and_value(text):
-    with pytest.raises(TtlError, match=f"invalid partition.expiration-time {text!r}"):
+    with pytest.raises(TtlError, match=re.escape(f"invalid partition.expiration-time {text!r}")):
         parse_ttl({"partition.expiration-time": text}, ["ds"])
 
 
