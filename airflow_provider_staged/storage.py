@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -56,6 +57,16 @@ def delete_dir(location: str) -> None:
     filesystem, path = _resolve(location)
     with contextlib.suppress(FileNotFoundError):
         filesystem.delete_dir(path)
+
+
+def remove_empty_dir(location: str) -> None:
+    """Remove a local directory if it is empty; ``rmdir`` checks and removes in one step, so a
+    file written meanwhile is never lost. Elsewhere nothing is done (object stores keep no
+    empty directories; other filesystems have no such one-step call here)."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        with contextlib.suppress(OSError):  # not empty, gone already, or not a directory
+            os.rmdir(parsed.path)
 
 
 def exists(location: str) -> bool:

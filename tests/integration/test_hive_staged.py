@@ -206,6 +206,22 @@ def test_task_failing_mid_write_keeps_previous_version(spark, metastore, journal
     _assert_no_open_or_orphans(metastore, journal, target, failed=staged)
 
 
+@pytest.mark.parametrize("kind", ["table", "partitions"])
+def test_failed_first_build_leaves_no_table_and_no_directory(spark, metastore, journal, target, kind):
+    staged = staged_table(metastore, journal, target, "create")
+    if kind == "partitions":  # the first refresh of a partitioned materialized table
+        staged = HivePartitionStagedTable(staged.identifier, ["z"], {}, journal, metastore.uri)
+    root = table_root(metastore, target)
+    with PartFileWatcher(root) as watcher, pytest.raises(Exception, match="injected task failure"):
+        build(spark, staged, SQL_FAILS_MID_WRITE)
+    if kind == "table":  # a partitioned write sorts its input first: it fails before any file
+        assert watcher.seen.get(f"_v={staged.attempt_id}"), "the job must fail after writing part files"
+    assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
+    assert not spark.catalog.tableExists(target)
+    # An empty table directory would be an orphan no sweep removes (there is no table to sweep).
+    assert not root.exists(), sorted(p.name for p in root.iterdir())
+
+
 def test_failure_after_write_before_commit_then_abort(spark, metastore, journal, target):
     build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
     before = snapshot(spark, target)

@@ -60,7 +60,7 @@ from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import delete_dir, list_dir, normalize_location
+from airflow_provider_staged.storage import list_dir, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -293,7 +293,7 @@ class HivePartitionStagedTable(HiveStagedTable):
         Spark reads, or go when Spark reads none (a partition only this attempt wrote)."""
         if record.manifest:
             self._unregister(record, self._written(Manifest.from_dict(record.manifest)))
-        delete_dir(record.location)
+        super().discard(record)
 
     def _unregister(self, record: AttemptRecord, written: set[tuple[str, ...]]) -> None:
         placeholder = self._empty_location(record)

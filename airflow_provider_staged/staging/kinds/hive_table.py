@@ -46,7 +46,7 @@ from airflow_provider_staged.staging.versions import (
     parse_version_dir,
     version_dir_name,
 )
-from airflow_provider_staged.storage import Entry, delete_dir, list_dir, normalize_location
+from airflow_provider_staged.storage import Entry, delete_dir, list_dir, normalize_location, remove_empty_dir
 
 if TYPE_CHECKING:
     from airflow_provider_staged.settings import StagedSettings
@@ -226,6 +226,8 @@ class HiveStagedTable(JournaledStagedTable):
 
     def discard(self, record: AttemptRecord) -> None:
         delete_dir(record.location)
+        # The first build of a table that failed: no table, so no sweep would ever remove it.
+        remove_empty_dir(self.versions_root(record))
 
     def after_commit(self, record: AttemptRecord) -> None:
         # A create-only purpose supersedes nothing: skip the sweep's metastore read and listing.
