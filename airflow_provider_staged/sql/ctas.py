@@ -43,7 +43,17 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class CtasError(ValueError):
-    """A CTAS the staged path cannot run; nothing was changed."""
+    """A CTAS the staged path cannot run; nothing was changed.
+
+    ``line``/``column`` (1-based, in the statement) locate the clause at fault; the statement's
+    start when the error is about the whole statement.
+    """
+
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,7 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
     if not isinstance(create, exp.Create) or not isinstance(create.this, exp.Table):
         raise CtasError(f"cannot run this CTAS atomically: a column list or unknown form; {_FALLBACK}")
     target = _identifier(create.this, current_database)
-    partition_by: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] | None = None
     options: dict[str, str] = {}
     properties: dict[str, str] = {}
     for prop in (create.args.get("properties") or exp.Properties(expressions=[])).expressions:
@@ -106,8 +116,7 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
             continue
         if isinstance(prop, exp.PartitionedByProperty) and isinstance(prop.this, exp.Schema) \
                 and all(isinstance(column, exp.Identifier) for column in prop.this.expressions):
-            columns = prop.this.expressions
-            partition_by = tuple(validate_name(column.name, "partition column") for column in columns)
+            partition_by = _partition_columns(prop.this.expressions, partition_by, text, tokens)
             continue
         if isinstance(prop, exp.OptionsProperty):
             options = {_literal(item.this): _literal(item.args["value"]) for item in prop.expressions}
@@ -121,6 +130,7 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
             continue
         raise CtasError(f"unsupported clause {prop.sql(dialect='spark')!r} in an atomic CTAS of {target}: "
                         f"supported {SUPPORTED}; {_FALLBACK}")
+    partition_by = partition_by or ()
     try:  # partition TTL options (Paimon's names) are table properties too: checked as the operator does
         parse_ttl(properties, partition_by)
     except TtlError as err:
@@ -136,6 +146,30 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
     else:
         purpose = StagingPurpose.CREATE_TABLE_AS
     return CtasPlan(target, purpose, query, partition_by, options, properties)
+
+
+def _partition_columns(
+    columns: Sequence[exp.Identifier], earlier: tuple[str, ...] | None, text: str, tokens: Sequence[Token]
+) -> tuple[str, ...]:
+    """The columns of PARTITIONED BY; refused, at the clause, when there are none or one repeats,
+    or when the clause does (the last one would win without a word)."""
+    query = _top_level_as(tokens)
+    end = query.start if query else len(text)  # a window's PARTITION BY is the same token
+    clauses = [t for t in tokens if t.token_type == TokenType.PARTITION_BY and t.start < end] or [tokens[0]]
+    clause = clauses[min(len(clauses) - 1, 0 if earlier is None else 1)]
+    line = text.count("\n", 0, clause.start) + 1
+    column = clause.start - text.rfind("\n", 0, clause.start)
+    if earlier is not None:
+        raise CtasError("PARTITIONED BY is given twice: list all partition columns in one clause",
+                        line, column)
+    if not columns:
+        raise CtasError("PARTITIONED BY () names no column: list the partition columns, or leave "
+                        "the clause out for an unpartitioned table", line, column)
+    names = tuple(validate_name(c.name, "partition column") for c in columns)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise CtasError(f"duplicate partition column {repeated[0]!r} in PARTITIONED BY", line, column)
+    return names
 
 
 def _identifier(table: exp.Table, current_database: str) -> TableIdentifier:

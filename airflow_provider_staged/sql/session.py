@@ -27,7 +27,7 @@ from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
-from airflow_provider_staged.sql.ctas import CtasPlan, is_ctas, plan_ctas
+from airflow_provider_staged.sql.ctas import CtasError, CtasPlan, is_ctas, plan_ctas
 from airflow_provider_staged.sql.output import ResultSet
 from airflow_provider_staged.sql.properties import (
     WORKFLOW_PREFIX,
@@ -327,7 +327,7 @@ def _absolute(statement: Statement, line: int, offset: int) -> tuple[int, int]:
 
 def _statement_error(statement: Statement, err: Exception) -> StatementError:
     """``err`` as one line at the best position in the input."""
-    if isinstance(err, (SplitError, mts.MaterializedStatementError)):
+    if isinstance(err, (SplitError, mts.MaterializedStatementError, CtasError)):
         line, column = _absolute(statement, err.line, err.column - 1)
         return StatementError(getattr(err, "message", str(err)), line, column)
     # Spark, the metastore, Airflow: Spark puts the position after its hints ("SQLSTATE: 42P01;

@@ -131,6 +131,11 @@ def test_table_properties(sql: str, properties: dict[str, str]) -> None:
         ("CREATE TABLE other.db.t AS SELECT 1", "catalog 'other'"),
         ("CREATE TABLE `x-y` AS SELECT 1", "invalid table name 'x-y'"),
         ("CREATE TABLE t PARTITIONED BY (`a b`) AS SELECT 1", "invalid partition column 'a b'"),
+        # Not an unpartitioned table, nor the last clause's or a repeated column.
+        ("CREATE TABLE t PARTITIONED BY () AS SELECT 1", "PARTITIONED BY () names no column"),
+        ("CREATE TABLE t PARTITIONED BY (a, A) AS SELECT 1 AS a", "duplicate partition column 'a'"),
+        ("CREATE TABLE t PARTITIONED BY (a) PARTITIONED BY (b) AS SELECT 1 AS a, 2 AS b",
+         "PARTITIONED BY is given twice"),
     ],
 )
 def test_refused_with_a_reason(sql: str, message: str) -> None:

@@ -178,3 +178,26 @@ def test_a_create_that_fits_its_query_is_created() -> None:
     result = run(s, text)
     assert tables.created == [text]
     assert result.message == "Materialized table default.users_shops created: dag (ACTIVATED)"
+
+
+class CatalogSpark(FakeSpark):
+    catalog = type("Catalog", (), {"currentDatabase": lambda _: "default"})()
+
+
+@pytest.mark.parametrize(("clauses", "position", "message"), [
+    ("\n  PARTITIONED BY ()", (3, 3), "PARTITIONED BY () names no column"),
+    (" PARTITIONED BY ( )", (2, 16), "PARTITIONED BY () names no column"),
+    (" PARTITIONED BY (ds, DS)", (2, 16), "duplicate partition column 'ds' in PARTITIONED BY"),
+    (" PARTITIONED BY (ds)\n  PARTITIONED BY (x)", (3, 3), "PARTITIONED BY is given twice"),
+])
+def test_a_ctas_with_a_bad_partitioned_by_is_refused_at_the_clause(
+    clauses: str, position: tuple[int, int], message: str
+) -> None:
+    """Not an unpartitioned table, nor the last clause's columns: nothing is built."""
+    s = SqlSession(CatalogSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: pytest.fail("nothing is built"))
+    (_, statement) = split_statements(f"SELECT 1;\nCREATE TABLE t{clauses} AS SELECT 1 AS ds, 2 AS x")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert caught.value.message.startswith(message) and "\n" not in caught.value.message
+    assert (caught.value.line, caught.value.column) == position  # in the input: the statement's line 2
