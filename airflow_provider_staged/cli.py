@@ -83,7 +83,7 @@ class _UserErrorGroup(TyperGroup):
         except typer.TyperException as err:  # typer's click errors: usage (exit code 2) and others
             if ctx.params.get("debug"):
                 raise
-            message = err.format_message()  # type: ignore[attr-defined]
+            message = _with_bad_value(err.format_message(), err)  # type: ignore[attr-defined]
             usage_of = getattr(getattr(err, "ctx", None), "command_path", None)
             _fail(f"{message} (see `{usage_of} --help`)" if usage_of else message,
                   getattr(err, "exit_code", 1))
@@ -95,6 +95,13 @@ class _UserErrorGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             _fail(f"unexpected {type(err).__name__}: {err} (rerun with {DEBUG_FLAG} for the traceback)", 1)
+
+
+def _with_bad_value(message: str, err: Exception) -> str:
+    """``message`` naming the value typer refused: its pydantic check's words do not."""
+    errors = getattr(err.__cause__, "errors", None)  # a pydantic ValidationError
+    found = errors()[0].get("input") if callable(errors) and errors() else None
+    return f"{message}, not {found!r}" if isinstance(found, str) and repr(found) not in message else message
 
 
 def _fail(message: str, code: int) -> None:
@@ -125,6 +132,8 @@ app.add_typer(services, name="services")
 register_lifecycle(app)  # versions, rollback, expire, maintain (lifecycle_cli.py)
 
 ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
+# `staged show --limit`: Spark's LIMIT (a Java int); a larger one overflowed pyarrow's int64.
+MAX_SHOW_ROWS = 2**31 - 1
 
 
 @app.callback()
@@ -140,7 +149,8 @@ def up(
     dags_folder: Annotated[Path, typer.Option(
         envvar="STAGED_DAGS_FOLDER", help="the DAGs Airflow serves (holding materialized_tables.py)")
     ] = Path("dags"),
-    port: Annotated[int | None, typer.Option(help="the Airflow UI/API port [default: a free one]")] = None,
+    port: Annotated[int | None, typer.Option(
+        min=1, max=65535, help="the Airflow UI/API port [default: a free one]")] = None,
 ) -> None:
     """Start the local metastore and Airflow (UI, scheduler, DAG processor, triggerer) on 127.0.0.1."""
     from airflow_provider_staged.services.local_stack import stack_up
@@ -296,7 +306,7 @@ def attempts(conn: ConnOption = DEFAULT_CONN_ID, output: OutputOption = Output.t
 @app.command()
 def show(
     table_name: Annotated[str, typer.Argument(help="database.table")],
-    limit: Annotated[int, typer.Option(min=0, help="rows to print")] = 20,
+    limit: Annotated[int, typer.Option(min=0, max=MAX_SHOW_ROWS, help="rows to print")] = 20,
     conn: ConnOption = DEFAULT_CONN_ID,
     output: OutputOption = Output.text,
 ) -> None:

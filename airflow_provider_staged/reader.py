@@ -15,6 +15,9 @@ from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import VERSION_KEY, current_location, tracks_partitions
 from airflow_provider_staged.staging.errors import TableNotFoundError
 
+# The most rows read_table returns: Spark's LIMIT (a Java int), `staged show --limit`'s bound.
+MAX_LIMIT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class TableSnapshot:
@@ -31,6 +34,8 @@ def read_table(metastore_uri: str, identifier: TableIdentifier, limit: int = 20)
     import pyarrow as pa
     import pyarrow.dataset as ds
 
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
+        raise ValueError(f"invalid limit {limit!r}: expected a whole number of rows from 0 to {MAX_LIMIT}")
     with MetastoreClient(metastore_uri) as client:
         table = client.get_table(identifier.database, identifier.table)
         if table is None:

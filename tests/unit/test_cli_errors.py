@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from airflow_provider_staged.cli import app, one_line
-from airflow_provider_staged.identifiers import InvalidIdentifierError
+from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
 
 DEFINITION = """
 CREATE MATERIALIZED TABLE analytics.orders_daily
@@ -85,6 +85,8 @@ def mt_refresh(definitions: Path, *args: str) -> list[str]:
         (["--partition", "dt=2024-01-01"], "unknown partition column 'dt'"),
         (["--schedule-time", "0001-01-01 00:00:00"], "scheduleTime '0001-01-01 00:00:00' is out of range"),
         (["--schedule-time", "2024-01-02"], "invalid scheduleTime '2024-01-02'"),
+        (["--schedule-time", "\uff12\uff10\uff12\uff14-01-01 00:00:00"],  # fullwidth digits
+         "invalid scheduleTime '\uff12\uff10\uff12\uff14-01-01 00:00:00'"),
     ],
 )
 def test_mt_refresh_refuses_a_bad_request_before_contacting_airflow(
@@ -135,6 +137,35 @@ def test_usage_errors_keep_exit_code_2(definitions: Path, partitions: list[str],
 def test_a_partition_column_in_upper_case_is_the_column(definitions: Path) -> None:
     fails_with(mt_refresh(definitions, "analytics.orders_daily", "--partition", "DS=2024-01-01"),
                f"cannot authenticate to Airflow at {UNREACHABLE_AIRFLOW}")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["show", "db.t", "--limit", "99999999999999999999999"],
+         "'--limit': Input should be less than or equal to 2147483647, not '99999999999999999999999'"),
+        (["show", "db.t", "--limit", "1e23"], "'--limit': Input should be a valid integer"),
+        (["show", "db.t", "--limit", "-1"], "greater than or equal to 0, not '-1'"),
+        (["up", "--port", "99999999999999999999"], "'--port': Input should be less than or equal to 65535"),
+    ],
+)
+def test_huge_numbers_are_refused_by_name_before_any_server(args: list[str], expected: str) -> None:
+    """Not an OverflowError from pyarrow or the socket once the metastore was read or bound."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, (result.output, result.exception)  # a usage error, in one line
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: Invalid value for ") and expected in line, line
+    assert args[-1] in line and "Traceback" not in result.output
+
+
+def test_read_table_refuses_a_limit_beyond_a_java_int() -> None:
+    from airflow_provider_staged.cli import MAX_SHOW_ROWS
+    from airflow_provider_staged.reader import MAX_LIMIT, read_table
+
+    assert MAX_SHOW_ROWS == MAX_LIMIT
+    for limit in (MAX_LIMIT + 1, 10**23, -1):
+        with pytest.raises(ValueError, match=f"invalid limit {limit}: expected a whole number"):
+            read_table("thrift://127.0.0.1:9", TableIdentifier("db", "t"), limit)  # before connecting
 
 
 @pytest.mark.parametrize(("args", "env"), [(["--debug"], {}), ([], {"STAGED_DEBUG": "1"})])
