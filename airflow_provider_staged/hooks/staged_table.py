@@ -15,8 +15,9 @@ from airflow_provider_staged.settings import StagedSettings
 class StagedTableHook(BaseHook):
     """Resolve :class:`StagedSettings` from a ``staged_hive`` connection.
 
-    Without a connection of that id, the embedded default is used: the local metastore
-    started by ``staged services up`` under ``STAGED_HOME``.
+    Without a connection named :attr:`default_conn_name`, the embedded default is used: the
+    local metastore started by ``staged services up`` under ``STAGED_HOME``. Any other id must
+    name a connection: a typo would otherwise build into the local catalog without a word.
     """
 
     conn_name_attr = "staged_conn_id"
@@ -49,6 +50,12 @@ class StagedTableHook(BaseHook):
         try:
             conn = self.get_connection(self.staged_conn_id)
         except AirflowNotFoundException:
+            if self.staged_conn_id != self.default_conn_name:
+                raise RuntimeError(
+                    f"no Airflow connection {self.staged_conn_id!r} (conn type {self.conn_type}): "
+                    f"define it, or use {self.default_conn_name!r}, which falls back to the local "
+                    "metastore when it is not defined"
+                ) from None
             return embedded_settings(self.staged_conn_id)
         return StagedSettings.from_fields(conn.host, conn.port, conn.extra, staged_home())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -63,7 +64,21 @@ def test_show_names_the_bad_table(name: str) -> None:
 
 
 def test_bad_conn_names_the_connection() -> None:
-    fails_with(["show", "db.t", "--conn", "no_such_conn"], "no connection 'no_such_conn'")
+    fails_with(["show", "db.t", "--conn", "no_such_conn"],
+               "no Airflow connection 'no_such_conn' (conn type staged_hive)")
+
+
+def test_a_missing_conn_never_falls_back_to_the_local_metastore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the default id means the local metastore; a typo would build into the wrong catalog."""
+    from airflow_provider_staged.hooks import staged_table
+
+    monkeypatch.delenv("AIRFLOW_CONN_STAGED_DEFAULT", raising=False)
+    local = SimpleNamespace(host="127.0.0.1", port=9, warehouse="file:/nowhere/warehouse")
+    monkeypatch.setattr(staged_table, "metastore_status", lambda: local)
+    with pytest.raises(RuntimeError, match=r"^no Airflow connection 'other' \(conn type staged_hive\)"):
+        staged_table.StagedTableHook("other").get_settings()
+    fails_with(["show", "db.t", "--conn", "other"], "no Airflow connection 'other'")
+    assert staged_table.StagedTableHook().get_settings().metastore_uri == "thrift://127.0.0.1:9"
 
 
 def test_mt_without_configuration_names_the_flags_and_env_vars() -> None:
