@@ -133,10 +133,13 @@ def metastore_command(
     ``loopback=False`` listens on every interface (Hive's own main, e.g. in a container);
     ``lock_timeout_seconds``: how long a table lock outlives its dead holder."""
     java = _jdk_tool("java") or "java"
-    database_args = [
-        arg for key, value in (derby_conf(home) if database is None else database).items()
-        for arg in ("--hiveconf", f"{key}={value}")
-    ]
+    launcher = loopback or database is None
+    settings = {
+        # One batched read of the old partitions in alter_partitions (java/BatchedAlterHandler.java).
+        **({"hive.metastore.alter.impl": f"{JAVA_PACKAGE}.BatchedAlterHandler"} if launcher else {}),
+        **(derby_conf(home) if database is None else database),
+    }
+    database_args = [arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")]
     return [
         java,
         "-Xmx512m",
@@ -145,7 +148,7 @@ def metastore_command(
         f"-Dderby.system.home={home}",
         "-cp",
         os.pathsep.join([
-            *([str(launcher_classes())] if loopback or database is None else []),
+            *([str(launcher_classes())] if launcher else []),
             f"{spark_home() / 'jars'}/*",
             *map(str, classpath),
         ]),

@@ -5,6 +5,8 @@ import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
@@ -37,12 +39,14 @@ public final class LoopbackMetaStore {
 
   public static void main(String[] args) throws Throwable {
     int port = -1;
+    Map<String, String> settings = new LinkedHashMap<>();
     for (int i = 0; i < args.length; i++) {
       if (args[i].equals("-p") && i + 1 < args.length) {
         port = Integer.parseInt(args[++i]);
       } else if (args[i].equals("--hiveconf") && i + 1 < args.length) {
         String[] pair = args[++i].split("=", 2);
-        System.setProperty(pair[0], pair.length > 1 ? pair[1] : "");  // as HiveMetastoreCli does
+        settings.put(pair[0], pair.length > 1 ? pair[1] : "");
+        System.setProperty(pair[0], settings.get(pair[0]));  // as HiveMetastoreCli does
       } else {
         throw new IllegalArgumentException("unknown argument " + args[i]);
       }
@@ -52,6 +56,8 @@ public final class LoopbackMetaStore {
     }
     HiveConf.setLoadMetastoreConfig(true);
     HiveConf conf = new HiveConf(HiveMetaStore.HMSHandler.class);
+    // As HiveMetaStore.main: the system properties reach only Hive's named settings.
+    settings.forEach(conf::set);
     for (ConfVars unsupported : new ConfVars[] {ConfVars.METASTORE_USE_THRIFT_SASL,
         ConfVars.HIVE_METASTORE_USE_SSL, ConfVars.METASTORE_USE_THRIFT_FRAMED_TRANSPORT,
         ConfVars.METASTORE_USE_THRIFT_COMPACT_PROTOCOL}) {
