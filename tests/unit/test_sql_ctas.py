@@ -132,7 +132,7 @@ def test_table_properties(sql: str, properties: dict[str, str]) -> None:
         ("CREATE TABLE `x-y` AS SELECT 1", "invalid table name 'x-y'"),
         ("CREATE TABLE t PARTITIONED BY (`a b`) AS SELECT 1", "invalid partition column 'a b'"),
         # Not an unpartitioned table, nor the last clause's or a repeated column.
-        ("CREATE TABLE t PARTITIONED BY () AS SELECT 1", "PARTITIONED BY () names no column"),
+        ("CREATE TABLE t PARTITIONED BY () AS SELECT 1", "names no column: list the partition columns"),
         ("CREATE TABLE t PARTITIONED BY (a, A) AS SELECT 1 AS a", "duplicate partition column 'a'"),
         ("CREATE TABLE t PARTITIONED BY (a) PARTITIONED BY (b) AS SELECT 1 AS a, 2 AS b",
          "PARTITIONED BY is given twice"),
