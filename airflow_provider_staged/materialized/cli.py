@@ -243,16 +243,21 @@ def create(
     """Create the refresh workflow: install the definition and wait for its DAG."""
     text = definition.read_text(encoding="utf-8")
     options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
+    scheduler = configured_scheduler(ctx.obj)
     if check:
-        _check_definition(text, definition, ctx.obj.metastore_uri)
-    with open_tables(ctx.obj) as tables:
+        _check_definition(text, definition, ctx.obj.metastore_uri, scheduler)
+    with open_tables(ctx.obj, scheduler) as tables:
         handler = tables.create(text, cron, options, sql_conf)
         console.print(f"created {handler.as_summary_string()} (ACTIVATED)")
 
 
-def _check_definition(text: str, path: Path, metastore_uri: str | None) -> None:
+def _check_definition(
+    text: str, path: Path, metastore_uri: str | None, scheduler: AirflowWorkflowScheduler
+) -> None:
     """Flink's CREATE checks (columns, key, partitions, formatters) against Spark's analysis of
-    the query, in a Spark session of this process: refused before anything exists."""
+    the query, in a Spark session of this process: refused before anything exists. A name taken
+    by a table that is not a materialized one is refused first, before Spark starts (``create``
+    refuses it again, whatever the check)."""
     if metastore_uri is None:  # the refresh tasks know theirs (an Airflow connection); the CLI does not
         typer.echo("not checked against its query: no metastore configured (--metastore-uri); "
                    "the first refresh checks it", err=True)
@@ -271,6 +276,9 @@ def _check_definition(text: str, path: Path, metastore_uri: str | None) -> None:
         raise WorkflowException(str(err)) from None
     with MetastoreClient(metastore_uri):  # an unreachable one, named in one line before Spark starts
         pass
+    from airflow_provider_staged.materialized.manager import MaterializedTables
+
+    MaterializedTables(scheduler, metastore_uri).check_name_free(definition.identifier)
     quiet_spark_errors()
     started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
     spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})

@@ -19,7 +19,11 @@ from airflow_provider_staged.materialized.airflow_scheduler import (
     AirflowRefreshHandler,
     AirflowWorkflowScheduler,
 )
-from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
+from airflow_provider_staged.materialized.catalog_status import (
+    REFRESH_STATUS_KEY,
+    CatalogStatus,
+    CatalogStatusStore,
+)
 from airflow_provider_staged.materialized.continuous import one_time_refresh_refused
 from airflow_provider_staged.materialized.continuous_run import (
     Progress,
@@ -105,6 +109,7 @@ class MaterializedTables:
             identifier = parse_definition(definition_text).identifier
         except DefinitionError as err:
             raise WorkflowException(str(err)) from None
+        self.check_name_free(identifier)
         path = self.scheduler.definition_path_for(identifier)
         handler = self.scheduler.create_refresh_workflow(
             CreatePeriodicRefreshWorkflow(
@@ -122,6 +127,32 @@ class MaterializedTables:
 
         self.store.update(identifier, path, activated)
         return handler
+
+    def check_name_free(self, identifier: TableIdentifier) -> None:
+        """Refuse to create ``identifier`` over a table or view that is not a materialized table.
+
+        Flink refuses a CREATE whose identifier exists ("Table (or view) ... already exists");
+        here adopting it would write the status into the user's table and let the first refresh
+        replace its data. A materialized table is one whose parameters hold the refresh status
+        (a table ``drop`` left behind has none: its data is the user's now), or one whose
+        definition is in the folder (its status may still wait in the state file; the scheduler
+        then reports the existing workflow). Without a metastore there is no catalog to ask.
+        """
+        if self.metastore_uri is None:
+            return
+        with MetastoreClient(self.metastore_uri) as client:
+            table = client.get_table(identifier.database, identifier.table)
+        if table is None:
+            return
+        view = (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW")
+        if not view and REFRESH_STATUS_KEY in (table.parameters or {}):
+            return
+        if not view and self.scheduler.definition_file(dag_id_for(identifier)) is not None:
+            return
+        raise WorkflowException(
+            f"{identifier} not created: {'view' if view else 'table'} {identifier} already exists in the "
+            "catalog and is not a materialized table (drop it first or choose another name)"
+        )
 
     def alter(
         self,
