@@ -16,6 +16,11 @@ from types import MappingProxyType
 from typing import Any
 
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.option_values import (
+    EXECUTION_CONFIG_CHECKS,
+    WRITER_OPTION_CHECKS,
+    Check,
+)
 from airflow_provider_staged.materialized.partitions import (
     JAVA_TOKENS,
     SCHEDULE_TIME_PATTERN,
@@ -37,47 +42,15 @@ EXECUTION_CONFIG = "executionConfig"
 PARAM_NAMES = (IS_PERIODIC, SCHEDULE_TIME, STATIC_PARTITIONS, DYNAMIC_OPTIONS, EXECUTION_CONFIG)
 
 # Parquet writer options a refresh may set through dynamicOptions.
-WRITER_OPTIONS = frozenset({
-    "compression",
-    "maxRecordsPerFile",
-    "parquet.block.size",
-    "parquet.page.size",
-    "parquet.enable.dictionary",
-})
+WRITER_OPTIONS = frozenset(WRITER_OPTION_CHECKS)
 # Spark SQL settings a refresh may set through executionConfig: runtime settings (Spark 4's
 # ``spark.conf.isModifiable``) that tune how the one query runs, or how it reads times and
 # handles errors. Left out on purpose: catalog, extension and commit-protocol settings (the
 # staged commit decides where and how data lands), spark.sql.caseSensitive (columns that differ
 # only by case collide in the metastore) and settings that change the bytes other readers see
-# (datetime rebase modes, timestamp types).
-EXECUTION_CONFIG_KEYS = frozenset({
-    "spark.sql.adaptive.advisoryPartitionSizeInBytes",
-    "spark.sql.adaptive.autoBroadcastJoinThreshold",
-    "spark.sql.adaptive.coalescePartitions.enabled",
-    "spark.sql.adaptive.coalescePartitions.minPartitionSize",
-    "spark.sql.adaptive.enabled",
-    "spark.sql.adaptive.localShuffleReader.enabled",
-    "spark.sql.adaptive.skewJoin.enabled",
-    "spark.sql.adaptive.skewJoin.skewedPartitionFactor",
-    "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes",
-    "spark.sql.ansi.enabled",
-    "spark.sql.autoBroadcastJoinThreshold",
-    "spark.sql.broadcastTimeout",
-    "spark.sql.cbo.enabled",
-    "spark.sql.cbo.joinReorder.enabled",
-    "spark.sql.codegen.wholeStage",
-    "spark.sql.files.maxPartitionBytes",
-    "spark.sql.files.maxRecordsPerFile",
-    "spark.sql.files.minPartitionNum",
-    "spark.sql.files.openCostInBytes",
-    "spark.sql.join.preferSortMergeJoin",
-    "spark.sql.legacy.timeParserPolicy",
-    "spark.sql.optimizer.excludedRules",
-    "spark.sql.parquet.compression.codec",
-    "spark.sql.parquet.filterPushdown",
-    "spark.sql.session.timeZone",
-    "spark.sql.shuffle.partitions",
-})
+# (datetime rebase modes, timestamp types). The keys and the checks of their values:
+# :mod:`.option_values`.
+EXECUTION_CONFIG_KEYS = frozenset(EXECUTION_CONFIG_CHECKS)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # The look-ahead: Python's '$' (jsonschema) also matches before a final newline. [0-9], not \d:
 # Python's \d (jsonschema) also matches fullwidth and other non-ASCII digits.
@@ -304,12 +277,12 @@ def parse_refresh_request(
 
 def writer_options(dynamic_options: Mapping[str, Any]) -> dict[str, str]:
     """``dynamicOptions`` as the writer's options; a key outside ``WRITER_OPTIONS`` raises."""
-    return _options(dynamic_options, DYNAMIC_OPTIONS, WRITER_OPTIONS)
+    return _options(dynamic_options, DYNAMIC_OPTIONS, WRITER_OPTION_CHECKS)
 
 
 def execution_conf(execution_config: Mapping[str, Any]) -> dict[str, str]:
     """``executionConfig`` as Spark SQL conf; a key outside ``EXECUTION_CONFIG_KEYS`` raises."""
-    return _options(execution_config, EXECUTION_CONFIG, EXECUTION_CONFIG_KEYS)
+    return _options(execution_config, EXECUTION_CONFIG, EXECUTION_CONFIG_CHECKS)
 
 
 def _object(conf: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -321,8 +294,9 @@ def _object(conf: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value
 
 
-def _options(options: Mapping[str, Any], name: str, allowed: frozenset[str]) -> dict[str, str]:
-    """Flat key -> string map; values reach Spark as strings (booleans as true/false)."""
+def _options(options: Mapping[str, Any], name: str, allowed: Mapping[str, Check | None]) -> dict[str, str]:
+    """Flat key -> string map; values reach Spark as strings (booleans as true/false), checked as
+    Spark reads them where their type is plain (:mod:`.option_values`)."""
     checked = {}
     for key, value in options.items():
         if key not in allowed:
@@ -343,5 +317,8 @@ def _options(options: Mapping[str, Any], name: str, allowed: frozenset[str]) -> 
                 f"invalid value {value!r} for {name} key {key!r}: expected a non-empty string "
                 "without control characters"
             )
+        expected = allowed[key](text) if allowed[key] else None
+        if expected:
+            raise RefreshRequestError(f"invalid value {value!r} for {name} key {key!r}: expected {expected}")
         checked[key] = text
     return checked

@@ -125,6 +125,27 @@ def test_mt_options_outside_the_allowlist_are_refused(definitions: Path, flag: s
                f"{flag}: ", f"key {key!r} is not allowed", "allowed keys: ")
 
 
+@pytest.mark.parametrize("command", ["resume", "refresh", "create"])
+@pytest.mark.parametrize(
+    ("flag", "pair", "expected"),
+    [
+        ("--execution-config", "spark.sql.shuffle.partitions=abc",
+         "invalid value 'abc' for executionConfig key 'spark.sql.shuffle.partitions': expected a whole "),
+        ("--execution-config", "spark.sql.adaptive.enabled=yes", "expected true or false"),
+        ("--dynamic-option", "compression=zip", "invalid value 'zip' for dynamicOptions key 'compression'"),
+    ],
+)
+def test_mt_option_values_spark_would_refuse_are_refused_before_airflow(
+    definitions: Path, command: str, flag: str, pair: str, expected: str
+) -> None:
+    """Not stored as a default (resume, create) that would fail every later refresh."""
+    table = "analytics.orders_daily"
+    if command == "create":
+        table = str(definitions / "analytics__orders_daily.sql")
+    args = ["mt", "--endpoint", UNREACHABLE_AIRFLOW, "--definitions-dir", str(definitions), command, table]
+    fails_with([*args, flag, pair], f"{flag}: ", expected)
+
+
 def test_mt_bad_table_name(definitions: Path) -> None:
     fails_with(mt_refresh(definitions, "analytics.orders\n"), "invalid table name 'analytics.orders\\n'")
 

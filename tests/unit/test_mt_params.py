@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.option_values import EXECUTION_CONFIG_CHECKS
 from airflow_provider_staged.materialized.params import (
     EXECUTION_CONFIG_KEYS,
     PARAM_NAMES,
@@ -159,10 +160,59 @@ def test_execution_config_allowlist_names_the_key_and_the_allowed_ones(key: str)
 
 
 def test_every_allowed_execution_config_key_is_a_spark_sql_setting() -> None:
-    conf = {key: "1" for key in EXECUTION_CONFIG_KEYS}
+    samples = ("1", "true", "snappy", "legacy")  # one of them is good for each key
+    checks = EXECUTION_CONFIG_CHECKS
+    conf = {key: next(v for v in samples if not checks[key] or not checks[key](v)) for key in checks}
     request = parse_refresh_request({"executionConfig": conf}, PARTITIONED, FIRED)
     assert dict(request.execution_config) == conf
     assert all(key.startswith("spark.sql.") for key in EXECUTION_CONFIG_KEYS)
+
+
+# What a Spark 4.2 session takes (spark.conf.set; a Parquet write for the writer options) and
+# refuses, per kind of value; Spark refuses a bad one only once the stored setting is used.
+GOOD_AND_BAD_VALUES = [
+    ("executionConfig", "spark.sql.shuffle.partitions", ["8", " 8 ", "+8", 8, "2147483647"],
+     ["abc", "0", "-1", "8.0", 8.5, "2147483648", "\uff18", "0x10"], "a whole number from 1 to 2147483647"),
+    ("executionConfig", "spark.sql.files.maxRecordsPerFile", ["0", "-1", "9223372036854775807"],
+     ["9223372036854775808", "1e6"], "a whole number"),
+    ("executionConfig", "spark.sql.adaptive.enabled", ["true", " FALSE ", True, False], ["yes", "1", 1],
+     "true or false"),
+    ("executionConfig", "spark.sql.autoBroadcastJoinThreshold",
+     ["-1", "10485760", "10m", "10MB", "1p", "-5m"],
+     ["10 mb", "1.5g", "10x", "-", "9223372036854775808", "8192p"], "a size such as 64m"),
+    ("executionConfig", "spark.sql.adaptive.advisoryPartitionSizeInBytes", ["64MB", "1"], ["0", "-1"],
+     "a size of at least 1 bytes"),
+    ("executionConfig", "spark.sql.broadcastTimeout", ["300", "300s", "5min", " 5MIN ", "-1", " -5m"],
+     ["5 min", "- 5m", "10MB", "1.5h", "9223372036854775808"], "a duration such as 300"),
+    ("executionConfig", "spark.sql.adaptive.skewJoin.skewedPartitionFactor", ["5", "5.5", ".5", "1e3", 2.5],
+     ["-0.5", "nan", "Infinity", "five"], "a number >= 0"),
+    ("executionConfig", "spark.sql.legacy.timeParserPolicy", ["CORRECTED", "legacy", " Exception"],
+     ["lenient"], "one of exception, legacy, corrected"),
+    ("executionConfig", "spark.sql.parquet.compression.codec", ["zstd", "SNAPPY", "lz4_raw"],
+     ["zip", " zstd"], "one of none, uncompressed, snappy"),
+    ("executionConfig", "spark.sql.session.timeZone", ["UTC", "+08:00", "America/Los_Angeles"], [], ""),
+    ("dynamicOptions", "compression", ["zstd", "GZIP"], ["zip", "zstd "], "one of none, uncompressed"),
+    ("dynamicOptions", "maxRecordsPerFile", ["1000", "+5", "-1"], [" 5", "5.5", "1e3"], "a whole number"),
+    ("dynamicOptions", "parquet.block.size", ["134217728", " 0 ", "-1"], ["128m", "0x100000"],
+     "a whole number"),
+    ("dynamicOptions", "parquet.page.size", ["1048576", "64"], ["63", "0", "1m", "2147483648"],
+     "a whole number from 64 to 2147483647"),
+    ("dynamicOptions", "parquet.enable.dictionary", ["true", " False "], ["yes", "1"], "true or false"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "good", "bad", "expected"), GOOD_AND_BAD_VALUES)
+def test_option_values_are_checked_as_spark_reads_them(
+    name: str, key: str, good: list[object], bad: list[object], expected: str
+) -> None:
+    """A value Spark would refuse is refused when the request (or a stored default) is made."""
+    for value in good:
+        parse_refresh_request({name: {key: value}}, PARTITIONED, FIRED)
+    for value in bad:
+        with pytest.raises(RefreshRequestError) as info:
+            parse_refresh_request({name: {key: value}}, PARTITIONED, FIRED)
+        message = str(info.value)
+        assert message.startswith(f"invalid value {value!r} for {name} key {key!r}: expected {expected}")
 
 
 @pytest.mark.parametrize("name", ["dynamicOptions", "executionConfig"])
