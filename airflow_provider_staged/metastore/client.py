@@ -56,10 +56,18 @@ def enforces_compare_and_set(uri: str) -> bool:
 
 
 def parse_metastore_uri(uri: str) -> tuple[str, int]:
-    parsed = urlparse(uri)
-    if parsed.scheme != "thrift" or not parsed.hostname or not parsed.port:
-        raise ValueError(f"invalid metastore URI {uri!r}: expected thrift://host:port")
-    return parsed.hostname, parsed.port
+    """``(host, port)`` of ``thrift://host:port``; a ValueError naming ``uri`` otherwise (also for a
+    port of letters, non-ASCII digits or beyond 65535: urlparse's own error does not name the URI)."""
+    bad = ValueError(f"invalid metastore URI {uri!r}: expected thrift://host:port, port 1..65535")
+    try:
+        parsed = urlparse(uri)
+        port = parsed.port
+    except ValueError as err:
+        raise bad from err
+    port_text = parsed.netloc.rpartition(":")[2]
+    if parsed.scheme != "thrift" or not parsed.hostname or not port or not port_text.isascii():
+        raise bad
+    return parsed.hostname, port
 
 
 class ThriftConnections(IdleConnections[hmsclient.HMSClient]):

@@ -206,11 +206,13 @@ def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
 
 def catalog_settings(metastore_uri: str, warehouse: str | None) -> StagedSettings:
     """Settings of the metastore at ``thrift://host:port`` (journal under $STAGED_HOME)."""
+    from airflow_provider_staged.metastore.client import parse_metastore_uri
     from airflow_provider_staged.settings import StagedSettings
 
-    host, _, port = metastore_uri.removeprefix("thrift://").rpartition(":")
+    host, port = parse_metastore_uri(metastore_uri)  # a bad port is an error naming the URI, not no port
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address keeps its brackets in the URI
     extras = {"warehouse": warehouse} if warehouse else {}
-    return StagedSettings.from_fields(host, int(port) if port.isdigit() else None, extras, staged_home())
+    return StagedSettings.from_fields(host, port, extras, staged_home())
 
 
 def quiet_spark_errors() -> None:

@@ -213,3 +213,20 @@ def test_debug_raises_the_error(args: list[str], env: dict[str, str]) -> None:
 
 def test_one_line_joins_a_multi_line_message() -> None:
     assert one_line("cannot parse:\n  line 1\n\n  line 2 ") == "cannot parse: line 1 line 2"
+
+
+@pytest.mark.parametrize("uri", ["thrift://127.0.0.1:abc", "thrift://127.0.0.1:\u00b9", "thrift://127.0.0.1:99999",
+                                 "thrift://127.0.0.1:0", "thrift://127.0.0.1:"])
+def test_sql_client_names_a_metastore_uri_with_a_bad_port(uri: str) -> None:
+    """Not a catalog without a port (letters) nor a traceback (a superscript digit)."""
+    result = CliRunner().invoke(app, ["sql", "-e", "SELECT 1"], env={"STAGED_METASTORE_URI": uri})
+    assert result.exit_code == 1, (result.output, result.exception)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: invalid metastore URI {uri!r}: expected thrift://host:port"), line
+
+
+def test_catalog_settings_keeps_the_metastore_uri() -> None:
+    from airflow_provider_staged.sql.client import catalog_settings
+
+    assert catalog_settings("thrift://127.0.0.1:9083", None).metastore_uri == "thrift://127.0.0.1:9083"
+    assert catalog_settings("thrift://[::1]:9083", None).metastore_uri == "thrift://[::1]:9083"
