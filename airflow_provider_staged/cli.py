@@ -22,7 +22,14 @@ import typer.core
 from typer.core import TyperGroup
 
 from airflow_provider_staged.assets import DEFAULT_CONN_ID
-from airflow_provider_staged.cli_output import Output, OutputOption, console, print_json, print_rows
+from airflow_provider_staged.cli_output import (
+    MAX_WAIT_SECONDS,
+    Output,
+    OutputOption,
+    console,
+    print_json,
+    print_rows,
+)
 from airflow_provider_staged.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.lifecycle_cli import register as register_lifecycle
 from airflow_provider_staged.materialized.scheduler import WorkflowException
@@ -181,7 +188,8 @@ def status(output: OutputOption = Output.text) -> None:
 @app.command("run-dag")
 def run_dag(
     dag_id: Annotated[str, typer.Argument(help="a DAG without schedule, e.g. example_staged_ctas")],
-    wait: Annotated[float, typer.Option(min=1, help="seconds to wait for the run to end")] = 900,
+    wait: Annotated[float, typer.Option(
+        min=1, max=MAX_WAIT_SECONDS, help="seconds to wait for the run to end")] = 900,
 ) -> None:
     """Unpause a DAG of the local Airflow (`staged up`), trigger a run and wait for it to end."""
     from airflow_provider_staged.services.airflow_local import run_dag as trigger_and_wait

@@ -24,6 +24,11 @@ def make_console() -> Console:
 console = make_console()
 
 
+# The longest --wait of a command (seconds): a week. A larger or non-finite one (inf, nan) is
+# refused by name: inf waited forever and nan made `staged mt refresh` return at once.
+MAX_WAIT_SECONDS = 7 * 24 * 3600
+
+
 class Output(str, Enum):
     text = "text"
     json = "json"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from airflow_provider_staged.cli_output import (
+    MAX_WAIT_SECONDS,
     Output,
     OutputOption,
     console,
@@ -338,7 +339,8 @@ def refresh(
         help="'yyyy-MM-dd HH:mm:ss': refresh the partition this periodic time is responsible for")] = None,
     dynamic_option: DynamicOptions = None,
     execution_config: ExecutionConfig = None,
-    wait: Annotated[float, typer.Option(help="seconds to wait for the run; 0 returns at once")] = 0,
+    wait: Annotated[float, typer.Option(
+        min=0, max=MAX_WAIT_SECONDS, help="seconds to wait for the run; 0 returns at once")] = 0,
 ) -> None:
     """Trigger a refresh now (a DAG run with the FLIP-448 refresh conf); print the run id."""
     identifier = TableIdentifier.parse(table)

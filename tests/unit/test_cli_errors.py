@@ -230,3 +230,18 @@ def test_catalog_settings_keeps_the_metastore_uri() -> None:
 
     assert catalog_settings("thrift://127.0.0.1:9083", None).metastore_uri == "thrift://127.0.0.1:9083"
     assert catalog_settings("thrift://[::1]:9083", None).metastore_uri == "thrift://[::1]:9083"
+
+
+@pytest.mark.parametrize("command", [["run-dag", "example_staged_ctas"], ["mt", "refresh", "db.t"]])
+@pytest.mark.parametrize(("value", "expected"), [
+    ("nan", "less than or equal to 604800"), ("inf", "less than or equal to 604800"),
+    ("1e300", "less than or equal to 604800"), ("-inf", "greater than or equal to"),
+    ("-1", "greater than or equal to"),
+])
+def test_wait_is_finite_and_bounded(command: list[str], value: str, expected: str) -> None:
+    """--wait inf waited forever; nan or a negative made `mt refresh` return at once, unsaid."""
+    result = CliRunner().invoke(app, [*command, "--wait", value])
+    assert result.exit_code == 2, (result.output, result.exception)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: Invalid value for '--wait': ") and expected in line, line
+    assert line.endswith(f", not {value!r} (see `root {' '.join(command[:-1])} --help`)"), line
