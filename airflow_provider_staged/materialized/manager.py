@@ -59,6 +59,7 @@ from airflow_provider_staged.materialized.scheduler import (
     WorkflowException,
 )
 from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.staging.errors import TableNotFoundError
 
 
 def _is_continuous(path: Path) -> bool:
@@ -136,12 +137,21 @@ class MaterializedTables:
         replace its data. A materialized table is one whose parameters hold the refresh status
         (a table ``drop`` left behind has none: its data is the user's now), or one whose
         definition is in the folder (its status may still wait in the state file; the scheduler
-        then reports the existing workflow). Without a metastore there is no catalog to ask.
+        then reports the existing workflow). A database the catalog lacks is refused too, as
+        Flink does: every refresh would fail on it. Without a metastore there is no catalog to ask.
         """
         if self.metastore_uri is None:
             return
         with MetastoreClient(self.metastore_uri) as client:
             table = client.get_table(identifier.database, identifier.table)
+            if table is None:
+                try:
+                    client.database_location(identifier.database)
+                except TableNotFoundError:
+                    raise WorkflowException(
+                        f"{identifier} not created: database {identifier.database!r} does not exist "
+                        f"(create it first: `staged create-database {identifier.database}`)"
+                    ) from None
         if table is None:
             return
         view = (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.airflow_scheduler import (
     AirflowRefreshHandler,
@@ -13,7 +15,11 @@ from airflow_provider_staged.materialized.airflow_scheduler import (
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
 from airflow_provider_staged.materialized.failure_streak import FailureStreak
 from airflow_provider_staged.materialized.manager import MaterializedTables
-from airflow_provider_staged.materialized.scheduler import CreateRefreshWorkflow, RefreshStatus
+from airflow_provider_staged.materialized.scheduler import (
+    CreateRefreshWorkflow,
+    RefreshStatus,
+    WorkflowException,
+)
 
 DEFINITION = """CREATE MATERIALIZED TABLE e2e.t
 FRESHNESS = INTERVAL '1' DAY
@@ -57,3 +63,40 @@ def test_create_keeps_a_failure_the_first_run_counted(tmp_path: Path) -> None:
     assert status.refresh_status is RefreshStatus.ACTIVATED
     assert status.failures == FailureStreak(1, "scheduled__2026-11-19: source missing")
     assert status.refresh_handler is not None and "mt__e2e__t" in status.refresh_handler
+
+
+class _CatalogWithoutDatabase:
+    """A metastore client of a catalog that holds no database ``e2e``."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def __enter__(self) -> _CatalogWithoutDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def get_table(self, database: str, table: str) -> None:
+        return None
+
+    def database_location(self, database: str) -> str:
+        from airflow_provider_staged.staging.errors import TableNotFoundError
+
+        raise TableNotFoundError(f"database {database!r} does not exist")
+
+
+def test_create_in_a_database_the_catalog_lacks_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flink refuses it (the database does not exist); here every refresh failed instead,
+    after the workflow, its definition and its status were installed."""
+    from airflow_provider_staged.materialized import manager
+
+    monkeypatch.setattr(manager, "MetastoreClient", _CatalogWithoutDatabase)
+    scheduler = _FirstRunFailsDuringCreate(tmp_path)
+    tables = MaterializedTables(scheduler, "thrift://127.0.0.1:9")  # type: ignore[arg-type]
+
+    with pytest.raises(WorkflowException, match=r"e2e\.t not created: database 'e2e' does not exist"):
+        tables.create(DEFINITION)
+    assert list(tmp_path.iterdir()) == []  # no definition, no state file
