@@ -303,6 +303,13 @@ def _options(options: Mapping[str, Any], name: str, allowed: Mapping[str, Check 
             raise RefreshRequestError(
                 f"{name} key {key!r} is not allowed; allowed keys: {', '.join(sorted(allowed))}"
             )
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 64:
+            # A JSON conf's integer past a float (math.isfinite overflows) or Python's int-to-text
+            # limit (repr fails): named by its length, as no option takes more than a Java long.
+            raise RefreshRequestError(
+                f"invalid value for {name} key {key!r}: a whole number of {_digit_count(value)} digits, "
+                "beyond a Java long (at most 19 digits)"
+            )
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, str) or (isinstance(value, (int, float)) and math.isfinite(value)):
@@ -322,3 +329,14 @@ def _options(options: Mapping[str, Any], name: str, allowed: Mapping[str, Check 
             raise RefreshRequestError(f"invalid value {value!r} for {name} key {key!r}: expected {expected}")
         checked[key] = text
     return checked
+
+
+def _digit_count(number: int) -> int:
+    """How many decimal digits ``number`` has, without ``str`` (refused past 4300 digits)."""
+    number = abs(number)
+    digits = max(1, int((number.bit_length() - 1) * 0.30102999566398120))  # log10(2)
+    while 10**digits <= number:
+        digits += 1
+    while digits > 1 and 10 ** (digits - 1) > number:
+        digits -= 1
+    return digits

@@ -372,3 +372,14 @@ def test_date_formatter_patterns() -> None:
             text = moment.strftime(directive)
             assert re.search(pattern, text), (java, text)
             assert not re.search(pattern, text + "\n") and not re.search(pattern, text + "0"), (java, text)
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+@pytest.mark.parametrize("conf_key", ["executionConfig", "dynamicOptions"])
+def test_a_whole_number_beyond_a_float_is_refused_by_name(conf_key: str, digits: int) -> None:
+    """A JSON conf's integer of 400 digits raised OverflowError (math.isfinite), one past
+    Python's int-to-text limit ValueError: neither named the option."""
+    key = "spark.sql.shuffle.partitions" if conf_key == "executionConfig" else "maxRecordsPerFile"
+    with pytest.raises(RefreshRequestError) as info:
+        parse_refresh_request({conf_key: {key: 10**digits}}, PARTITIONED, FIRED)
+    assert f"for {conf_key} key {key!r}" in str(info.value) and f"{digits + 1} digits" in str(info.value)
