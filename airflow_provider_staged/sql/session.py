@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING, Any
 from sqlglot.tokens import TokenType
 
 from airflow_provider_staged.engine.spark_job import query_frame
-from airflow_provider_staged.materialized.definition import DefinitionError, MaterializedTableDefinition
+from airflow_provider_staged.materialized.definition import (
+    CREATE,
+    DefinitionError,
+    MaterializedTableDefinition,
+)
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
@@ -198,6 +202,26 @@ class SqlSession:
             return _MATERIALIZED[type(statement)](tables, statement)
 
     def _create(self, tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
+        """CREATE [OR ALTER], its query analysed in database ``default``: the refreshes read the
+        definition there (its file has no USE), so after ``USE p`` an unqualified name would
+        be ``default.name`` (past the check of ``p.name``) and ``FROM src`` ``default.src``."""
+        current = self.spark.catalog.currentDatabase()
+        table = statement.definition.identifier
+        if current != "default" and table.database == "default":
+            line, column = statement.definition.position(CREATE, "")
+            raise mts.MaterializedStatementError(line, column, (
+                f"{table} not created: after USE {current}, a materialized table's definition is still read "
+                f"in database default, as its file is; write {current}.{table.table} and qualify the "
+                "query's tables, or USE default first"))
+        self.spark.catalog.setCurrentDatabase("default")
+        try:
+            return self._create_in_default(tables, statement)
+        finally:
+            self.spark.catalog.setCurrentDatabase(current)
+
+    def _create_in_default(
+        self, tables: MaterializedTables, statement: mts.CreateMaterializedTable
+    ) -> ResultSet:
         definition = statement.definition
         identifier = definition.identifier
         if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:

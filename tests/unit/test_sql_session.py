@@ -118,15 +118,31 @@ def test_show_create_materialized_table_as_flinks_script(or_alter: str) -> None:
     )]
 
 
+class FakeCatalog:
+    """Spark's catalog: its current database (``USE``)."""
+
+    def __init__(self, database: str = "default") -> None:
+        self.database = database
+
+    def currentDatabase(self) -> str:
+        return self.database
+
+    def setCurrentDatabase(self, name: str) -> None:
+        self.database = name
+
+
 class SchemaSpark(FakeSpark):
     """Analyses every query to ``SELECT 1 AS shop_id, 2 AS user_id``'s schema."""
 
-    def __init__(self) -> None:
+    def __init__(self, database: str = "default") -> None:
         super().__init__()
         self.queries: list[str] = []
+        self.catalog = FakeCatalog(database)
+        self.analysed_in: list[str] = []  # the current database of each query's analysis
 
     def sql(self, text: str) -> Any:
         self.queries.append(text)
+        self.analysed_in.append(self.catalog.currentDatabase())
         fields = [{"name": name, "type": "integer", "nullable": False, "metadata": {}}
                   for name in ("shop_id", "user_id")]
         schema = type("Schema", (), {"json": lambda _: json.dumps({"type": "struct", "fields": fields})})()
@@ -145,8 +161,8 @@ class CreatingTables:
         return type("Handler", (), {"as_summary_string": lambda _: "dag"})()
 
 
-def creating_session() -> tuple[SqlSession, CreatingTables, SchemaSpark]:
-    tables, spark = CreatingTables(), SchemaSpark()
+def creating_session(database: str = "default") -> tuple[SqlSession, CreatingTables, SchemaSpark]:
+    tables, spark = CreatingTables(), SchemaSpark(database)
     s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
                    lambda options: contextlib.nullcontext(tables))
     return s, tables, spark
@@ -178,6 +194,25 @@ def test_a_create_that_fits_its_query_is_created() -> None:
     result = run(s, text)
     assert tables.created == [text]
     assert result.message == "Materialized table default.users_shops created: dag (ACTIVATED)"
+
+
+def test_after_use_an_unqualified_materialized_table_is_refused() -> None:
+    """`USE p; CREATE MATERIALIZED TABLE plain ... FROM src` made default.plain (past the check of
+    an ordinary p.plain), its query analysed in p but refreshed in default: every refresh failed."""
+    s, tables, spark = creating_session("p")
+    with pytest.raises(StatementError) as caught:
+        run(s, "CREATE MATERIALIZED TABLE plain AS SELECT 1 as shop_id, 2 as user_id")
+    assert caught.value.message.startswith("default.plain not created: after USE p, ")
+    assert "write p.plain" in caught.value.message
+    assert tables.created == [] and spark.queries == [] and spark.catalog.database == "p"
+
+
+def test_after_use_the_query_is_analysed_as_its_refreshes_read_it() -> None:
+    s, tables, spark = creating_session("p")
+    text = "CREATE MATERIALIZED TABLE p.users_shops AS SELECT 1 as shop_id, 2 as user_id"
+    assert run(s, text).message.startswith("Materialized table p.users_shops created")
+    assert tables.created == [text]
+    assert spark.analysed_in == ["default"] and spark.catalog.database == "p"  # USE p holds again
 
 
 class CatalogSpark(FakeSpark):
