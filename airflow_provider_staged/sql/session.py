@@ -196,6 +196,15 @@ class SqlSession:
     # -- materialized tables --------------------------------------------------------------
 
     def _materialized(self, statement: mts.MaterializedTableStatement) -> ResultSet:
+        table = getattr(statement, "table", None)
+        current = self.spark.catalog.currentDatabase() if table is not None else "default"
+        if current != "default" and table.database == "default" and not isinstance(
+                statement, mts.CreateMaterializedTable):  # CREATE says it at its name
+            # The grammar reads an unqualified name in default (as a definition file is read):
+            # after USE p, DROP MATERIALIZED TABLE t would act on default.t.
+            raise mts.MaterializedStatementError(1, 1, (
+                f"{table}: after USE {current}, a materialized table's name is still read in database "
+                f"default; write {current}.{table.table}, or USE default first"))
         with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
             if isinstance(statement, mts.CreateMaterializedTable):
                 return self._create(tables, statement)

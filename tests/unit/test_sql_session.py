@@ -34,6 +34,7 @@ class FakeConf:
 class FakeSpark:
     def __init__(self) -> None:
         self.conf = FakeConf()
+        self.catalog = FakeCatalog()
 
     def sql(self, text: str) -> Any:
         raise RuntimeError("[PARSE_SYNTAX_ERROR] Syntax error at or near SELEC. (line 2, pos 3)")
@@ -213,6 +214,21 @@ def test_after_use_the_query_is_analysed_as_its_refreshes_read_it() -> None:
     assert run(s, text).message.startswith("Materialized table p.users_shops created")
     assert tables.created == [text]
     assert spark.analysed_in == ["default"] and spark.catalog.database == "p"  # USE p holds again
+
+
+@pytest.mark.parametrize("text", [
+    "DROP MATERIALIZED TABLE t", "ALTER MATERIALIZED TABLE t SUSPEND", "DESCRIBE MATERIALIZED TABLE t",
+    "SHOW CREATE MATERIALIZED TABLE t", "ALTER MATERIALIZED TABLE t REFRESH",
+])
+def test_after_use_an_unqualified_name_is_refused(text: str) -> None:
+    """It was read as default.t: after USE p, DROP MATERIALIZED TABLE t dropped default.t's workflow."""
+    spark = FakeSpark()
+    spark.catalog.setCurrentDatabase("p")
+    s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: pytest.fail("no materialized table is touched"))
+    with pytest.raises(StatementError) as caught:
+        run(s, text)
+    assert caught.value.message.startswith("default.t: after USE p, ") and "write p.t" in caught.value.message
 
 
 class CatalogSpark(FakeSpark):
