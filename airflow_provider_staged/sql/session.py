@@ -198,30 +198,18 @@ class SqlSession:
     def _materialized(self, statement: mts.MaterializedTableStatement) -> ResultSet:
         table = getattr(statement, "table", None)
         current = self.spark.catalog.currentDatabase() if table is not None else "default"
-        if current != "default" and table.database == "default" and not isinstance(
-                statement, mts.CreateMaterializedTable):  # CREATE says it at its name
-            # The grammar reads an unqualified name in default (as a definition file is read):
-            # after USE p, DROP MATERIALIZED TABLE t would act on default.t.
-            raise mts.MaterializedStatementError(1, 1, (
-                f"{table}: after USE {current}, a materialized table's name is still read in database "
-                f"default; write {current}.{table.table}, or USE default first"))
+        if current != "default" and table.database == "default":
+            raise _read_in_default(statement, table, current)
         with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
             if isinstance(statement, mts.CreateMaterializedTable):
-                return self._create(tables, statement)
+                return self._create(tables, statement, current)
             return _MATERIALIZED[type(statement)](tables, statement)
 
-    def _create(self, tables: MaterializedTables, statement: mts.CreateMaterializedTable) -> ResultSet:
-        """CREATE [OR ALTER], its query analysed in database ``default``: the refreshes read the
-        definition there (its file has no USE), so after ``USE p`` an unqualified name would
-        be ``default.name`` (past the check of ``p.name``) and ``FROM src`` ``default.src``."""
-        current = self.spark.catalog.currentDatabase()
-        table = statement.definition.identifier
-        if current != "default" and table.database == "default":
-            line, column = statement.definition.position(CREATE, "")
-            raise mts.MaterializedStatementError(line, column, (
-                f"{table} not created: after USE {current}, a materialized table's definition is still read "
-                f"in database default, as its file is; write {current}.{table.table} and qualify the "
-                "query's tables, or USE default first"))
+    def _create(
+        self, tables: MaterializedTables, statement: mts.CreateMaterializedTable, current: str
+    ) -> ResultSet:
+        """CREATE [OR ALTER], its query analysed in database ``default``, where the refreshes read
+        the definition (its file has no USE); ``current`` is the session's database, restored after."""
         self.spark.catalog.setCurrentDatabase("default")
         try:
             return self._create_in_default(tables, statement)
@@ -262,6 +250,24 @@ class SqlSession:
             return refresh_query(definition, self.spark)
         except DefinitionError as err:
             raise mts.MaterializedStatementError(err.line, err.column, err.message) from None
+
+
+def _read_in_default(
+    statement: mts.MaterializedTableStatement, table: TableIdentifier, current: str
+) -> mts.MaterializedStatementError:
+    """The error for an unqualified materialized-table name after ``USE current``: the grammar
+    reads it in ``default``, as a definition file is read, so after ``USE p`` DROP of ``t`` would
+    act on ``default.t``, and CREATE would make ``default.name`` (past the check of ``p.name``)
+    whose ``FROM src`` its refreshes read as ``default.src``. CREATE says it at its name."""
+    if isinstance(statement, mts.CreateMaterializedTable):
+        line, column = statement.definition.position(CREATE, "")
+        return mts.MaterializedStatementError(line, column, (
+            f"{table} not created: after USE {current}, a materialized table's definition is still read "
+            f"in database default, as its file is; write {current}.{table.table} and qualify the "
+            "query's tables, or USE default first"))
+    return mts.MaterializedStatementError(1, 1, (
+        f"{table}: after USE {current}, a materialized table's name is still read in database "
+        f"default; write {current}.{table.table}, or USE default first"))
 
 
 def _suspend(tables: MaterializedTables, statement: mts.SuspendMaterializedTable) -> ResultSet:
