@@ -30,7 +30,7 @@ from airflow_provider_staged.cli_output import (
     print_json,
     print_rows,
 )
-from airflow_provider_staged.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.identifiers import JAVA_INT_MAX, TableIdentifier, validate_name
 from airflow_provider_staged.lifecycle_cli import register as register_lifecycle
 from airflow_provider_staged.materialized.scheduler import WorkflowException
 from airflow_provider_staged.services.metastore import (
@@ -139,8 +139,6 @@ app.add_typer(services, name="services")
 register_lifecycle(app)  # versions, rollback, expire, maintain (lifecycle_cli.py)
 
 ConnOption = Annotated[str, typer.Option("--conn", help="staged_hive connection id")]
-# `staged show --limit`: Spark's LIMIT (a Java int); a larger one overflowed pyarrow's int64.
-MAX_SHOW_ROWS = 2**31 - 1
 
 
 @app.callback()
@@ -314,7 +312,7 @@ def attempts(conn: ConnOption = DEFAULT_CONN_ID, output: OutputOption = Output.t
 @app.command()
 def show(
     table_name: Annotated[str, typer.Argument(help="database.table")],
-    limit: Annotated[int, typer.Option(min=0, max=MAX_SHOW_ROWS, help="rows to print")] = 20,
+    limit: Annotated[int, typer.Option(min=0, max=JAVA_INT_MAX, help="rows to print")] = 20,  # Spark's LIMIT
     conn: ConnOption = DEFAULT_CONN_ID,
     output: OutputOption = Output.text,
 ) -> None:

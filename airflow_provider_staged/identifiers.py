@@ -29,6 +29,10 @@ def validate_name(name: object, kind: str = "name") -> str:
     return name.lower()
 
 
+# Java's int: the largest LIMIT Spark takes (`staged show --limit`) and many Spark settings' bound.
+JAVA_INT_MAX = 2**31 - 1
+
+
 def is_whole_number(text: str, max_digits: int = 18) -> bool:
     """Whether ``text`` is ASCII digits only, at most ``max_digits`` of them (a Java long).
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.identifiers import JAVA_INT_MAX, TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.metastore.tables import VERSION_KEY, current_location, tracks_partitions
 from airflow_provider_staged.staging.errors import TableNotFoundError
-
-# The most rows read_table returns: Spark's LIMIT (a Java int), `staged show --limit`'s bound.
-MAX_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -34,8 +31,8 @@ def read_table(metastore_uri: str, identifier: TableIdentifier, limit: int = 20)
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
-        raise ValueError(f"invalid limit {limit!r}: expected a whole number of rows from 0 to {MAX_LIMIT}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= JAVA_INT_MAX:
+        raise ValueError(f"invalid limit {limit!r}: expected a whole number of rows from 0 to {JAVA_INT_MAX}")
     with MetastoreClient(metastore_uri) as client:
         table = client.get_table(identifier.database, identifier.table)
         if table is None:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from airflow_provider_staged.identifiers import JAVA_INT_MAX
+
 # A check returns None for a value Spark takes, else what it expects ("a boolean", ...).
 Check = Callable[[str], "str | None"]
 
 _LONG = 2**63 - 1  # Java's long: Spark's sizes, durations and long settings
-_INT = 2**31 - 1  # Java's int
 _WHOLE = re.compile(r"[+-]?[0-9]{1,19}")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 _SUFFIXED = re.compile(r"([0-9]{1,19})([a-z]*)")
@@ -115,7 +116,7 @@ WRITER_OPTION_CHECKS: dict[str, Check | None] = {
     "compression": one_of(PARQUET_CODECS, trim=False),
     "maxRecordsPerFile": whole(trim=False),  # Scala's toLong, untrimmed
     "parquet.block.size": whole(),
-    "parquet.page.size": whole(64, _INT),  # Parquet: at least its first slab (64 bytes)
+    "parquet.page.size": whole(64, JAVA_INT_MAX),  # Parquet: at least its first slab (64 bytes)
     "parquet.enable.dictionary": boolean,
 }
 EXECUTION_CONFIG_CHECKS: dict[str, Check | None] = {
@@ -136,7 +137,7 @@ EXECUTION_CONFIG_CHECKS: dict[str, Check | None] = {
     "spark.sql.codegen.wholeStage": boolean,
     "spark.sql.files.maxPartitionBytes": size(),
     "spark.sql.files.maxRecordsPerFile": whole(),
-    "spark.sql.files.minPartitionNum": whole(1, _INT),
+    "spark.sql.files.minPartitionNum": whole(1, JAVA_INT_MAX),
     "spark.sql.files.openCostInBytes": size(),
     "spark.sql.join.preferSortMergeJoin": boolean,
     "spark.sql.legacy.timeParserPolicy": one_of(("exception", "legacy", "corrected"), trim=True),
@@ -144,5 +145,5 @@ EXECUTION_CONFIG_CHECKS: dict[str, Check | None] = {
     "spark.sql.parquet.compression.codec": one_of(PARQUET_CODECS, trim=False),
     "spark.sql.parquet.filterPushdown": boolean,
     "spark.sql.session.timeZone": None,  # Java's zone ids and offsets, not Python's
-    "spark.sql.shuffle.partitions": whole(1, _INT),
+    "spark.sql.shuffle.partitions": whole(1, JAVA_INT_MAX),
 }

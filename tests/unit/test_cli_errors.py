@@ -195,11 +195,10 @@ def test_huge_numbers_are_refused_by_name_before_any_server(args: list[str], exp
 
 
 def test_read_table_refuses_a_limit_beyond_a_java_int() -> None:
-    from airflow_provider_staged.cli import MAX_SHOW_ROWS
-    from airflow_provider_staged.reader import MAX_LIMIT, read_table
+    from airflow_provider_staged.identifiers import JAVA_INT_MAX
+    from airflow_provider_staged.reader import read_table
 
-    assert MAX_SHOW_ROWS == MAX_LIMIT
-    for limit in (MAX_LIMIT + 1, 10**23, -1):
+    for limit in (JAVA_INT_MAX + 1, 10**23, -1):
         with pytest.raises(ValueError, match=f"invalid limit {limit}: expected a whole number"):
             read_table("thrift://127.0.0.1:9", TableIdentifier("db", "t"), limit)  # before connecting
 
