@@ -95,7 +95,7 @@ class DescribeMaterializedTable:
 class ShowMaterializedTables:
     """``SHOW MATERIALIZED TABLES [FROM|IN db] [[NOT] LIKE 'pattern']`` (Flink 2.2)."""
 
-    database: str | None = None  # None: every database
+    database: str | None = None  # None: the session's current database
     like: str | None = None  # SQL LIKE pattern on the table name
     not_like: bool = False
 

@@ -197,9 +197,12 @@ class SqlSession:
 
     def _materialized(self, statement: mts.MaterializedTableStatement) -> ResultSet:
         table = getattr(statement, "table", None)
-        current = self.spark.catalog.currentDatabase() if table is not None else "default"
-        if current != "default" and table.database == "default":
+        current = self.spark.catalog.currentDatabase()
+        if table is not None and current != "default" and table.database == "default":
             raise _read_in_default(statement, table, current)
+        if isinstance(statement, mts.ShowMaterializedTables) and statement.database is None:
+            # Flink's and Spark's SHOW ... TABLES without FROM: the current database's.
+            statement = replace(statement, database=current)
         with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
             if isinstance(statement, mts.CreateMaterializedTable):
                 return self._create(tables, statement, current)

@@ -252,3 +252,30 @@ def test_a_ctas_with_a_bad_partitioned_by_is_refused_at_the_clause(
         s.execute(statement)
     assert caught.value.message.startswith(message) and "\n" not in caught.value.message
     assert (caught.value.line, caught.value.column) == position  # in the input: the statement's line 2
+
+
+class ListingTables:
+    """MaterializedTables holding ``default.daily`` and ``p.daily``, ``p.hourly``."""
+
+    def list(self) -> list[tuple[Any, Any]]:
+        from pathlib import Path
+
+        from airflow_provider_staged.identifiers import TableIdentifier
+
+        names = [("default", "daily"), ("p", "daily"), ("p", "hourly")]
+        return [(TableIdentifier(d, t), Path(f"{d}__{t}.sql")) for d, t in names]
+
+
+@pytest.mark.parametrize(("database", "text", "expected"), [
+    ("default", "SHOW MATERIALIZED TABLES", ["default.daily"]),
+    ("p", "SHOW MATERIALIZED TABLES", ["p.daily", "p.hourly"]),
+    ("p", "SHOW MATERIALIZED TABLES LIKE 'h%'", ["p.hourly"]),
+    ("p", "SHOW MATERIALIZED TABLES FROM default", ["default.daily"]),
+])
+def test_show_without_from_lists_the_current_database(database: str, text: str, expected: list[str]) -> None:
+    """As Flink's (and Spark's SHOW TABLES): after USE p it listed every database's tables."""
+    spark = FakeSpark()
+    spark.catalog.setCurrentDatabase(database)
+    s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: contextlib.nullcontext(ListingTables()))
+    assert [name for name, _ in run(s, text).rows] == expected
