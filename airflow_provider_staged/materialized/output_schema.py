@@ -250,7 +250,8 @@ def _merged(definition: MaterializedTableDefinition, declared: Sequence[Column],
             columns: Sequence[QueryColumn], by_name: Mapping[str, QueryColumn]) -> list[OutputColumn]:
     """Typed columns (or none): Flink's ``mergeSchemas``, the query's order with declared types."""
     types: dict[str, SqlType] = {}
-    for position, column in enumerate(declared):
+    # 1-based, as Flink's newest converter counts (its CREATE OR ALTER test: 'b' at position 2).
+    for position, column in enumerate(declared, start=1):
         assert column.data_type is not None  # a list is names alone or typed (the parser's rule)
         kind = declared_type(column.data_type)
         place = definition.position("columns", column.name)
@@ -269,8 +270,9 @@ def _merged(definition: MaterializedTableDefinition, declared: Sequence[Column],
         types[column.name] = kind
     for column in declared:
         if column.name not in by_name:
-            raise _fail(definition, "columns", f"Invalid as physical column '{column.name}' is defined in "
-                        "the DDL, but is not used in a query column.",
+            raise _fail(definition, "columns", "Invalid schema. All persisted (physical and metadata) "
+                        "columns in the schema part need to be present in the query part.\nHowever, "
+                        f"physical column `{column.name}` could not be found in the query.",
                         definition.position("columns", column.name))
     nullable = {column.name: column.nullable for column in declared}
     table = []
@@ -313,7 +315,7 @@ def _check_partitions(definition: MaterializedTableDefinition, table: Sequence[O
     for name in definition.partition_by:
         if name not in by_name:
             available = ", ".join(f"'{column.name}'" for column in table)
-            raise _fail(definition, "PARTITIONED BY", f"Partition column '{name}' not defined in the query "
+            raise _fail(definition, "PARTITIONED BY", f"Partition column '{name}' not defined in the query's "
                         f"schema. Available columns: [{available}].",
                         definition.position("PARTITIONED BY", name))
     for key in definition.options:
@@ -321,7 +323,7 @@ def _check_partitions(definition: MaterializedTableDefinition, table: Sequence[O
         column = by_name.get(match.group(1).lower()) if match else None
         if column is not None and column.type.root not in _STRINGS:
             raise _fail(definition, "WITH", f"Materialized table option '{key}' only supports referring to "
-                        f"char, varchar and string type partition column. Column {column.name} type is "
+                        f"char, varchar and string type partition column. Column `{column.name}` type is "
                         f"{column.type}.", definition.position("WITH", key))
 
 

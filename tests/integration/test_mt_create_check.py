@@ -45,7 +45,7 @@ def test_create_checks_the_definition_against_sparks_analysis(spark, metastore, 
     bad_partition = create(f"SELECT id, ds FROM {db}.src", "day")
     assert bad_partition.returncode == 1, bad_partition.stdout + bad_partition.stderr
     assert (f"{db}.t not created: " in bad_partition.stderr
-            and "Partition column 'day' not defined in the query schema. Available columns: ['id', 'ds']"
+            and "Partition column 'day' not defined in the query's schema. Available columns: ['id', 'ds']"
             in bad_partition.stderr), bad_partition.stderr
     assert "Traceback" not in bad_partition.stderr
 

@@ -367,7 +367,7 @@ def test_column_lists_shape_the_refreshed_table(request: pytest.FixtureRequest, 
     created = ["reordered", "typed", "coalesced"]
     failed = {
         "unknown": ("(id, name, amount)", "Column 'id' not found in the source schema."),
-        "narrowed": ("(shop_id INT)", "Incompatible types for sink column 'shop_id' at position 0. The "
+        "narrowed": ("(shop_id INT)", "Incompatible types for sink column 'shop_id' at position 1. The "
                      "source column has type 'BIGINT', while the target column has type 'INT'."),
         # Hive's columns are nullable in Spark, filtered or not: the key needs the hint's
         # declaration (see 'typed') or coalesce (see 'coalesced')

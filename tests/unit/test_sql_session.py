@@ -172,7 +172,7 @@ def creating_session(database: str = "default") -> tuple[SqlSession, CreatingTab
 @pytest.mark.parametrize(("columns", "position", "message"), [
     ("(shop_id)", (2, 1), "The number of columns in the column list must match the number of columns"),
     ("(shop_id STRING, user_id STRING)", (2, 40),
-     "Incompatible types for sink column 'shop_id' at position 0"),
+     "Incompatible types for sink column 'shop_id' at position 1"),
     ("(shop_id INT, user_id INT, PRIMARY KEY(id) NOT ENFORCED)", (2, 78),
      "Primary key column 'id' is not defined in the schema at line 1, column 78"),
 ])
