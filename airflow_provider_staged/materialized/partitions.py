@@ -181,10 +181,10 @@ def periodic_partition(
     existed), and of the two runs at 01:00 on 2024-11-03 the second (01:00 PST) raises
     :class:`PartitionNotEndedError`: hour 01 is still being written, the 02:00 run refreshes it.
     """
-    if isinstance(schedule_time, str):
-        local = parse_schedule_time(schedule_time)
-    else:
+    if isinstance(schedule_time, datetime):
         local = local_schedule_time(schedule_time, zone)
+    else:  # None or another non-string is refused by name, not an AttributeError
+        local = parse_schedule_time(schedule_time)
     if schedule is None:
         start = local - freshness.as_timedelta()
     else:

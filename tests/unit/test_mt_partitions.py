@@ -148,3 +148,63 @@ def test_bad_static_partitions(partitions: object, match: str) -> None:
 def test_static_partitions_on_unpartitioned_table() -> None:
     with pytest.raises(PartitionError, match="not partitioned"):
         validate_static_partitions({"ds": "2024-01-01"}, (), {})
+
+
+# DefaultMaterializedTableExecutorTest.testGetPeriodRefreshPartition (MaterializedTableManagerTest
+# before Flink 2.x): the partition a periodic refresh at scheduleTime owns, by freshness and
+# date-formatters; with the table's cron (Airflow's previous fire time) and without it.
+_DAY, _HOUR, _MINUTE = {"day": "yyyy-MM-dd"}, {"hour": "HH"}, {"minute": "mm"}
+FLINK_PERIOD_PARTITIONS = [
+    # the freshness matches the finest date-formatter
+    ("2024-01-01 00:00:00", (1, "DAY"), _DAY, ("2023-12-31",)),
+    ("2024-01-02 00:00:00", (1, "DAY"), _DAY, ("2024-01-01",)),
+    ("2024-01-02 00:00:00", (1, "HOUR"), _DAY | _HOUR, ("2024-01-01", "23")),
+    ("2024-01-02 01:00:00", (1, "HOUR"), _DAY | _HOUR, ("2024-01-02", "00")),
+    ("2024-01-01 00:00:00", (2, "HOUR"), _DAY | _HOUR, ("2023-12-31", "22")),
+    ("2024-01-01 00:00:00", (4, "HOUR"), _DAY | _HOUR, ("2023-12-31", "20")),
+    ("2024-01-01 00:00:00", (8, "HOUR"), _DAY | _HOUR, ("2023-12-31", "16")),
+    ("2024-01-01 00:00:00", (12, "HOUR"), _DAY | _HOUR, ("2023-12-31", "12")),
+    ("2024-01-01 12:00:00", (12, "HOUR"), _DAY | _HOUR, ("2024-01-01", "00")),
+    *(("2024-01-01 00:00:00", (n, "MINUTE"), _DAY | _HOUR | _MINUTE, ("2023-12-31", "23", f"{60 - n:02d}"))
+      for n in (1, 2, 4, 5, 6, 10, 12, 15, 30)),
+    ("2024-01-01 00:30:00", (30, "MINUTE"), _DAY | _HOUR | _MINUTE, ("2024-01-01", "00", "00")),
+    # the freshness is longer than the finest date-formatter
+    ("2024-01-01 00:00:00", (1, "DAY"), _DAY | _HOUR, ("2023-12-31", "00")),
+    ("2024-01-01 00:00:00", (1, "DAY"), _DAY | _HOUR | _MINUTE, ("2023-12-31", "00", "00")),
+    ("2024-01-01 00:00:00", (1, "HOUR"), _DAY | _HOUR | _MINUTE, ("2023-12-31", "23", "00")),
+    ("2024-01-01 01:00:00", (1, "HOUR"), _DAY | _HOUR | _MINUTE, ("2024-01-01", "00", "00")),
+    # the freshness is shorter than the finest date-formatter
+    ("2024-01-01 00:00:00", (1, "HOUR"), _DAY, ("2023-12-31",)),
+    ("2024-01-01 01:00:00", (1, "HOUR"), _DAY, ("2024-01-01",)),
+    ("2024-01-01 00:00:00", (2, "HOUR"), _DAY, ("2023-12-31",)),
+    ("2024-01-01 02:00:00", (2, "HOUR"), _DAY, ("2024-01-01",)),
+    ("2024-01-01 00:00:00", (4, "HOUR"), _DAY, ("2023-12-31",)),
+    ("2024-01-01 04:00:00", (4, "HOUR"), _DAY, ("2024-01-01",)),
+    *(("2024-01-01 00:00:00", (n, "MINUTE"), _DAY | _HOUR, ("2023-12-31", "23")) for n in (1, 2, 4, 15)),
+    ("2024-01-01 00:00:00", (1, "MINUTE"), _DAY, ("2023-12-31",)),
+    ("2024-01-01 00:01:00", (1, "MINUTE"), _DAY, ("2024-01-01",)),
+]
+
+
+@pytest.mark.parametrize("with_cron", [False, True])
+@pytest.mark.parametrize(("schedule_time", "freshness", "patterns", "values"), FLINK_PERIOD_PARTITIONS)
+def test_flink_period_refresh_partitions(
+    schedule_time: str, freshness: tuple[int, str], patterns: dict[str, str], values: tuple[str, ...],
+    with_cron: bool,
+) -> None:
+    fresh = Freshness(*freshness)
+    formatters = {column: java_to_strftime(pattern) for column, pattern in patterns.items()}
+    partition = periodic_partition(schedule_time, fresh, formatters,
+                                   schedule=fresh.to_cron() if with_cron else None)
+    assert partition == dict(zip(patterns, values, strict=True))
+
+
+@pytest.mark.parametrize("schedule_time", [None, "2024-01-01"])
+def test_flink_period_refresh_partition_needs_a_full_schedule_time(schedule_time: object) -> None:
+    """testGetPeriodRefreshPartition's invalid cases: Flink says "The scheduler time must not be
+    null ..." and "Failed to parse a valid partition value for the field 'day' ... using the
+    scheduler time '2024-01-01' based on the date format 'yyyy-MM-dd HH:mm:ss'"; here both name
+    the value and the format (None raised an AttributeError before)."""
+    with pytest.raises(PartitionError, match=rf"^invalid scheduleTime {schedule_time!r}: expected a string "
+                       "'yyyy-MM-dd HH:mm:ss'"):
+        periodic_partition(schedule_time, DAY, {"day": "%Y-%m-%d", "hour": "%H"})  # type: ignore[arg-type]
