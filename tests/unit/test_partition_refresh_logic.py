@@ -38,6 +38,24 @@ def test_partition_query_quotes_names_and_values():
         partition_query("SELECT 1", {"ds`; drop": "x"})
 
 
+def test_flink_manually_refresh_statement():
+    """DefaultMaterializedTableExecutorTest.testGetManuallyRefreshStatement (Flink's
+    MaterializedTableManagerTest before 2.x): the whole query without partitions, else the
+    query filtered by each partition value. Flink writes ``INSERT OVERWRITE t SELECT * FROM
+    (query) WHERE k1 = 'v1' AND k2 = 'v2'``; here the staged table writes, the names are quoted,
+    and the query stands on its own lines so a trailing ``--`` comment cannot swallow the ``)``
+    (Flink's one-line form would)."""
+    query = "SELECT * FROM my_source_table"
+    assert partition_query(query, {}) == query
+    assert partition_query(query, {"k1": "v1", "k2": "v2"}) == (
+        "SELECT * FROM (\nSELECT * FROM my_source_table\n) AS _materialized_source "
+        "WHERE `k1` = 'v1' AND `k2` = 'v2'"
+    )
+    commented = partition_query(query + " -- the source", {"k1": "v1"})
+    assert commented.splitlines()[1:] == [
+        query + " -- the source", ") AS _materialized_source WHERE `k1` = 'v1'"]
+
+
 def test_writer_options_allowlist():
     assert writer_options({"compression": "zstd"}) == {"compression": "zstd"}
     with pytest.raises(RefreshRequestError, match="path"):
