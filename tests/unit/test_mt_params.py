@@ -383,3 +383,62 @@ def test_a_whole_number_beyond_a_float_is_refused_by_name(conf_key: str, digits:
     with pytest.raises(RefreshRequestError) as info:
         parse_refresh_request({conf_key: {key: 10**digits}}, PARTITIONED, FIRED)
     assert f"for {conf_key} key {key!r}" in str(info.value) and f"{digits + 1} digits" in str(info.value)
+
+
+# Flink's MaterializedTableStatementITCase refresh vectors (gateway refreshMaterializedTable and
+# ALTER ... REFRESH PARTITION), on a table like its users_shops.
+USERS_SHOPS = "CREATE MATERIALIZED TABLE users_shops\nPARTITIONED BY ({partitions})\n{options}" \
+    "FRESHNESS = INTERVAL '1' DAY\nAS SELECT user_id, shop_id, {partitions}, count(*) AS n FROM my_source " \
+    "GROUP BY user_id, shop_id, {partitions}"
+FORMATTED = parse_definition(USERS_SHOPS.format(
+    partitions="ds", options="WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')\n"))
+NOT_FORMATTED = parse_definition(USERS_SHOPS.format(partitions="ds", options=""))
+TWO_KEYS = parse_definition(USERS_SHOPS.format(partitions="ds1, ds2", options=""))
+
+
+def test_flink_periodic_refresh_with_and_without_partition_options() -> None:
+    """testPeriodicRefreshMaterializedTable{With,Without}PartitionOptions: a periodic refresh at
+    2024-01-03 00:00:00 replaces partition ds=2024-01-02 of a table whose ds has a date-formatter,
+    and the whole table of one without."""
+    conf = {"isPeriodic": True, "scheduleTime": "2024-01-03 00:00:00"}
+    assert dict(parse_refresh_request(conf, FORMATTED, FIRED).partition_spec) == {"ds": "2024-01-02"}
+    conf = {"isPeriodic": True, "scheduleTime": "2024-01-02 00:00:00"}
+    assert dict(parse_refresh_request(conf, NOT_FORMATTED, FIRED).partition_spec) == {}
+
+
+def test_flink_refresh_with_a_static_partition() -> None:
+    """testRefreshMaterializedTableWithStaticPartitionInContinuousMode (and the REST API's
+    testStaticPartitionRefreshMaterializedTableViaRestAPI): isPeriodic false, one partition."""
+    conf = {"isPeriodic": False, "staticPartitions": {"ds": "2024-01-02"}}
+    request = parse_refresh_request(conf, FORMATTED, FIRED)
+    assert not request.is_periodic and dict(request.partition_spec) == {"ds": "2024-01-02"}
+
+
+@pytest.mark.parametrize(("definition", "conf", "match"), [
+    # testRefreshMaterializedTableWithInvalidParameterInContinuousMode: Flink says "Failed to parse
+    # a valid partition value for the field 'ds' ... using the scheduler time '20240103
+    # 00:00:00.000' based on the date format 'yyyy-MM-dd HH:mm:ss'."
+    (FORMATTED, {"isPeriodic": True, "scheduleTime": "20240103 00:00:00.000"},
+     r"^invalid scheduleTime '20240103 00:00:00.000': expected a string 'yyyy-MM-dd HH:mm:ss'"),
+    # testAlterMaterializedTableRefreshWithInvalidPartitionSpec: "The partition spec contains
+    # unknown partition keys: ds3 ... All known partition keys are: ds2 ds1".
+    (TWO_KEYS, {"isPeriodic": False, "staticPartitions": {"ds3": "2024-01-01"}},
+     r"^unknown partition column 'ds3' in staticPartitions \(partition columns: ds1, ds2\)"),
+    # ...and "refreshing materialized table only supports referring to char, varchar and string
+    # type partition keys ... ds2": a value must be a string (Hive's partition values are).
+    (TWO_KEYS, {"isPeriodic": False, "staticPartitions": {"ds2": 5}},
+     r"^invalid value 5 for partition column 'ds2': expected a non-empty string"),
+])
+def test_flink_invalid_refresh_parameters(definition, conf: dict, match: str) -> None:
+    with pytest.raises(RefreshRequestError, match=match):
+        parse_refresh_request(conf, definition, FIRED)
+
+
+def test_flink_periodic_refresh_without_schedule_time_uses_the_run_time() -> None:
+    """testRefreshMaterializedTableWithInvalidParameterInContinuousMode refuses a periodic refresh
+    without scheduleTime ("The scheduler time must not be null ..."). Here every run has a time:
+    Airflow's logical date, the time the schedule fired, so the request stays valid and refreshes
+    the partition that time ends (as a scheduled run does); a deliberate difference."""
+    request = parse_refresh_request({"isPeriodic": True, "scheduleTime": None}, FORMATTED, FIRED)
+    assert request.schedule_time_text == "2024-01-02 00:00:00"
+    assert dict(request.partition_spec) == {"ds": "2024-01-01"}
