@@ -47,7 +47,8 @@ USING parquet, PARTITIONED BY, COMMENT, OPTIONS, TBLPROPERTIES) builds the table
 through the staged tables. Materialized-table statements (CREATE [OR ALTER] MATERIALIZED TABLE, \
 ALTER MATERIALIZED TABLE t SUSPEND | RESUME | REFRESH [PARTITION (k = 'v')], DROP, DESCRIBE, \
 SHOW MATERIALIZED TABLES) drive their refresh DAGs in Airflow; CREATE OR ALTER of an existing \
-table keeps its data and may only append columns. Everything else is Spark SQL.
+table keeps its data and may only append columns; EXPLAIN CREATE MATERIALIZED TABLE shows the \
+plan of its query. Everything else is Spark SQL.
 
 \b
 Examples:

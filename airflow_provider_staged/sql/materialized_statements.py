@@ -108,8 +108,23 @@ class ShowCreateMaterializedTable:
     or_alter: bool = False
 
 
+@dataclass(frozen=True)
+class ExplainMaterializedTable:
+    """``EXPLAIN [EXTENDED | CODEGEN | COST | FORMATTED | PLAN FOR] CREATE [OR ALTER] MATERIALIZED TABLE``
+    (Flink's testExplainCreate[OrAlter]MaterializedTable): Spark's plan of the query the
+    refreshes would run; nothing is created."""
+
+    create: CreateMaterializedTable
+    mode: str = ""  # Spark's EXPLAIN mode, upper case; "" for the physical plan
+
+    @property
+    def table(self) -> TableIdentifier:
+        return self.create.table
+
+
 MaterializedTableStatement = (
     CreateMaterializedTable
+    | ExplainMaterializedTable
     | SuspendMaterializedTable
     | ResumeMaterializedTable
     | RefreshMaterializedTable
@@ -132,6 +147,12 @@ _DETECT = re.compile(
     )MATERIALIZED{_GAP}TABLES?\b""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
+# EXPLAIN with one of Spark's modes, or Flink's PLAN FOR, before a statement of ours: without
+# this, Spark would get the text and fail on MATERIALIZED.
+_EXPLAIN = re.compile(
+    rf"(?:{_GAP})?EXPLAIN(?:{_GAP}(?:(?P<mode>EXTENDED|CODEGEN|COST|FORMATTED)|PLAN{_GAP}FOR))?(?={_GAP})",
+    re.IGNORECASE | re.DOTALL,
+)
 _ALTER = "ALTER MATERIALIZED TABLE"
 _SUPPORTED_ALTER = "SUSPEND, RESUME [WITH (...)] or REFRESH [PARTITION (...)]"
 # Flink's other ALTER forms: the definition (file or CREATE OR ALTER) is where they belong here.
@@ -150,12 +171,27 @@ def parse_materialized_statement(text: str) -> MaterializedTableStatement | None
     """
     if not isinstance(text, str):
         raise TypeError(f"expected the statement text as str, not {type(text).__name__}")
+    explain = _EXPLAIN.match(text)
+    if explain is not None and _DETECT.match(text, explain.end()):
+        return _explain(text, explain)
     match = _DETECT.match(text)
     if match is None:
         return None
     if match.group("create"):
         return CreateMaterializedTable(*parse_create_statement(text, _error))
     return _Statements(Cursor(text, _error)).parse()
+
+
+def _explain(text: str, explain: re.Match[str]) -> ExplainMaterializedTable:
+    """The statement after EXPLAIN, parsed where it stands: the EXPLAIN part becomes blanks (its
+    line breaks kept), so every position is still one of ``text``."""
+    blanked = re.sub(r"[^\n]", " ", text[:explain.end()]) + text[explain.end():]
+    inner = parse_materialized_statement(blanked)
+    if not isinstance(inner, CreateMaterializedTable):
+        cursor = Cursor(blanked, _error)
+        cursor.fail("EXPLAIN", "only CREATE [OR ALTER] MATERIALIZED TABLE can be explained (its query's "
+                    f"plan), found {cursor.describe(cursor.current)}")
+    return ExplainMaterializedTable(inner, (explain.group("mode") or "").upper())
 
 
 class _Statements:

@@ -199,7 +199,10 @@ class SqlSession:
         table = getattr(statement, "table", None)
         current = self.spark.catalog.currentDatabase()
         if table is not None and current != "default" and table.database == "default":
-            raise _read_in_default(statement, table, current)
+            explained = statement.create if isinstance(statement, mts.ExplainMaterializedTable) else statement
+            raise _read_in_default(explained, table, current)
+        if isinstance(statement, mts.ExplainMaterializedTable):
+            return self._explain(statement, current)  # the query's plan: no workflow is reached
         if isinstance(statement, mts.ShowMaterializedTables) and statement.database is None:
             # Flink's and Spark's SHOW ... TABLES without FROM: the current database's.
             statement = replace(statement, database=current)
@@ -235,6 +238,16 @@ class SqlSession:
         return ResultSet.info(f"Materialized table {identifier} created: "
                               f"{handler.as_summary_string()} (ACTIVATED)")
 
+    def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
+        """Spark's plan of the query the refreshes would run (the column list applied), analysed
+        in ``default`` as CREATE does; the definition is checked against it as CREATE checks it."""
+        self.spark.catalog.setCurrentDatabase("default")
+        try:
+            query = self._checked_query(statement.create.definition)
+            return self._collect(self.spark.sql(" ".join(filter(None, ("EXPLAIN", statement.mode, query)))))
+        finally:
+            self.spark.catalog.setCurrentDatabase(current)
+
     def _table_columns(self, identifier: TableIdentifier) -> list[Column] | None:
         """The columns the catalog has for ``identifier`` (None: no such table yet)."""
         if not self.spark.catalog.tableExists(identifier.name):
@@ -253,6 +266,15 @@ class SqlSession:
             return refresh_query(definition, self.spark)
         except DefinitionError as err:
             raise mts.MaterializedStatementError(err.line, err.column, err.message) from None
+        except Exception as err:
+            found = _spark_position(err)
+            if found is None:
+                raise
+            # Spark counts from the query's start; the error points into the definition.
+            line, column = definition.position("AS", "query")
+            if found[0] > 1:
+                line, column = line + found[0] - 1, 1
+            raise mts.MaterializedStatementError(line, column + found[1], _first_line(err)) from err
 
 
 def _read_in_default(
@@ -372,12 +394,17 @@ def _statement_error(statement: Statement, err: Exception) -> StatementError:
     if isinstance(err, (SplitError, mts.MaterializedStatementError, CtasError)):
         line, column = _absolute(statement, err.line, err.column - 1)
         return StatementError(getattr(err, "message", str(err)), line, column)
-    # Spark, the metastore, Airflow: Spark puts the position after its hints ("SQLSTATE: 42P01;
-    # line 2 pos 7"), before any plan or JVM stack trace.
-    found = _SPARK_POSITION.search(str(err).split("JVM stacktrace", 1)[0])
-    line, column = (_absolute(statement, int(found.group(1)), int(found.group(2)))
-                    if found else (statement.line, statement.column))
+    found = _spark_position(err)
+    line, column = _absolute(statement, *found) if found else (statement.line, statement.column)
     return StatementError(_first_line(err), line, column)
+
+
+def _spark_position(err: Exception) -> tuple[int, int] | None:
+    """Spark's 1-based line and 0-based position in an error of the metastore, Spark or Airflow:
+    Spark puts it after its hints ("SQLSTATE: 42P01; line 2 pos 7"), before any plan or JVM
+    stack trace."""
+    found = _SPARK_POSITION.search(str(err).split("JVM stacktrace", 1)[0])
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def _located(statement: Statement, changes: Iterator[ResultSet]) -> Iterator[ResultSet]:

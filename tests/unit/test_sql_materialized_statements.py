@@ -25,6 +25,7 @@ from airflow_provider_staged.sql.materialized_statements import (
     CreateMaterializedTable,
     DescribeMaterializedTable,
     DropMaterializedTable,
+    ExplainMaterializedTable,
     MaterializedStatementError,
     RefreshMaterializedTable,
     ResumeMaterializedTable,
@@ -500,6 +501,36 @@ def test_original_query(text: str, query: str) -> None:
     assert create(text).definition.query == query
 
 
+@pytest.mark.parametrize(("text", "mode", "or_alter"), [
+    ("EXPLAIN CREATE MATERIALIZED TABLE myTable123 AS SELECT 123", "", False),
+    ("EXPLAIN CREATE OR ALTER MATERIALIZED TABLE myTable123 AS SELECT 123", "", True),
+    ("explain plan for create materialized table myTable123 as select 123", "", False),
+    ("-- why\nEXPLAIN\n  codegen /* c */ CREATE MATERIALIZED TABLE myTable123 AS SELECT 123;", "CODEGEN",
+     False),
+])
+def test_flink_explain_create(text: str, mode: str, or_alter: bool) -> None:
+    """SqlMaterializedTableNodeToOperationConverterTest.testExplainCreate[OrAlter]MaterializedTable:
+    the CREATE inside, as it parses alone (Spark's EXPLAIN modes, Flink's PLAN FOR)."""
+    statement = parse(text)
+    assert isinstance(statement, ExplainMaterializedTable) and statement.mode == mode
+    assert statement.create.or_alter is or_alter and statement.table == T("default", "mytable123")
+    assert statement.create.definition.query.upper() == "SELECT 123"
+
+
+@pytest.mark.parametrize(("text", "line", "column", "match"), [
+    # testExplainAlterMaterializedTable: Flink explains ALTER ... AS; here it is not an ALTER form.
+    ("EXPLAIN ALTER MATERIALIZED TABLE base_mtbl AS SELECT 123", 1, 44, "AS is not supported here"),
+    ("EXPLAIN ALTER MATERIALIZED TABLE t SUSPEND", 1, 9,
+     re.escape("only CREATE [OR ALTER] MATERIALIZED TABLE can be explained (its query's plan), found "
+               "'ALTER'")),
+    ("EXPLAIN\nSHOW MATERIALIZED TABLES", 2, 1, "can be explained .*, found 'SHOW'"),
+    ("EXPLAIN CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '30' YEAR AS SELECT 1", 1, 63,
+     "'YEAR': Materialized table freshness only supports"),
+])
+def test_explain_errors_at_their_place(text: str, line: int, column: int, match: str) -> None:
+    assert_error(text, line, column, match)
+
+
 # -- not ours: passed on to Spark -----------------------------------------------------------
 @pytest.mark.parametrize(
     "text",
@@ -517,6 +548,9 @@ def test_original_query(text: str, query: str) -> None:
         "-- ALTER MATERIALIZED TABLE t SUSPEND\nSELECT 1",
         "ALTER TABLE materialized SET TBLPROPERTIES ('a' = 'b')",
         "EXPLAIN SELECT 1",
+        "EXPLAIN CREATE MATERIALIZED VIEW mv AS SELECT 1",
+        "EXPLAIN EXTENDED SELECT 'CREATE MATERIALIZED TABLE t AS SELECT 1'",
+        "EXPLAINCREATE MATERIALIZED TABLE t AS SELECT 1",
         "SHOW CREATE TABLE t",
         "SHOW CREATE MATERIALIZED VIEW mv",
         "",
@@ -611,6 +645,7 @@ def test_mutated_statements_fail_only_with_positioned_errors() -> None:
         "ALTER MATERIALIZED TABLE t RESUME WITH ('k' = 'v')",
         "DROP MATERIALIZED TABLE IF EXISTS db.t -- c",
         "SHOW MATERIALIZED TABLES IN db NOT LIKE 'x%'",
+        "EXPLAIN /* plan */ FORMATTED CREATE OR ALTER MATERIALIZED TABLE t (a INT) AS SELECT 1 AS a",
         "CREATE MATERIALIZED TABLE t (a, b) DISTRIBUTED BY HASH(a) INTO 4 BUCKETS AS SELECT 1",
     ]
     pieces = ["(", ")", ",", "'", "`", ";", "=", ".", "<", "--", "/*", "\n", "NOT", "AS", "1", "-"]

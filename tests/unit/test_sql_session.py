@@ -279,3 +279,113 @@ def test_show_without_from_lists_the_current_database(database: str, text: str, 
     s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
                    lambda options: contextlib.nullcontext(ListingTables()))
     assert [name for name, _ in run(s, text).rows] == expected
+
+
+class PlanRow(tuple):
+    __fields__ = ["plan"]
+
+
+class ExplainingSpark(SchemaSpark):
+    """SchemaSpark whose EXPLAIN returns one plan row naming what it explained."""
+
+    def sql(self, text: str) -> Any:
+        if not text.startswith("EXPLAIN"):
+            return super().sql(text)
+        self.queries.append(text)
+        rows = [PlanRow([f"plan of: {text}"])]
+        return type("Frame", (), {"limit": lambda frame, n: frame, "collect": lambda _: rows})()
+
+
+def explaining_session(database: str = "default") -> tuple[SqlSession, ExplainingSpark]:
+    spark = ExplainingSpark(database)
+    s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: pytest.fail("EXPLAIN reaches no workflow"))
+    return s, spark
+
+
+@pytest.mark.parametrize(("text", "explain"), [
+    # SqlMaterializedTableNodeToOperationConverterTest.testExplainCreateMaterializedTable and
+    # testExplainCreateOrAlterMaterializedTable: the plan of the query, nothing created.
+    ("EXPLAIN CREATE MATERIALIZED TABLE myTable123 AS SELECT 123", "EXPLAIN SELECT 123"),
+    ("EXPLAIN CREATE OR ALTER MATERIALIZED TABLE myTable123 AS SELECT 123", "EXPLAIN SELECT 123"),
+    # Spark's modes, and Flink's PLAN FOR.
+    ("explain formatted create materialized table t as select 1 as shop_id, 2 as user_id",
+     "EXPLAIN FORMATTED select 1 as shop_id, 2 as user_id"),
+    ("EXPLAIN PLAN FOR CREATE MATERIALIZED TABLE t AS SELECT 1", "EXPLAIN SELECT 1"),
+    # The refreshes' query: the column list's order and casts applied.
+    ("EXPLAIN CREATE MATERIALIZED TABLE t (user_id, shop_id) AS SELECT 1 AS shop_id, 2 AS user_id",
+     "EXPLAIN SELECT `user_id`, `shop_id` FROM (\nSELECT 1 AS shop_id, 2 AS user_id\n) AS "
+     "_materialized_columns"),
+])
+def test_explain_create_materialized_table_shows_the_query_plan(text: str, explain: str) -> None:
+    s, spark = explaining_session("p")
+    text = text.replace("TABLE t", "TABLE p.t").replace("table t", "table p.t").replace(
+        "myTable123", "p.myTable123")
+    result = run(s, text)
+    assert result.columns == ["plan"] and result.rows == [(f"plan of: {explain}",)]
+    assert spark.queries[-1] == explain
+    assert spark.analysed_in[-1] == "default" and spark.catalog.database == "p"  # as CREATE, USE kept
+
+
+@pytest.mark.parametrize(("text", "position", "message"), [
+    # testExplainAlterMaterializedTable: ALTER ... AS is not supported here (the definition is).
+    ("EXPLAIN ALTER MATERIALIZED TABLE base_mtbl AS SELECT 123", (2, 44), "ALTER MATERIALIZED TABLE: AS is "
+     "not supported here"),
+    ("EXPLAIN ALTER MATERIALIZED TABLE t SUSPEND", (2, 9), "EXPLAIN: only CREATE [OR ALTER] MATERIALIZED "
+     "TABLE can be explained (its query's plan), found 'ALTER'"),
+    ("EXPLAIN\n  DROP MATERIALIZED TABLE t", (3, 3), "EXPLAIN: only CREATE [OR ALTER] MATERIALIZED TABLE"),
+    # The definition is checked as CREATE checks it, at its place.
+    # (the column count at the statement's start, as for CREATE)
+    ("EXPLAIN CREATE MATERIALIZED TABLE t (shop_id) AS SELECT 1 as shop_id, 2 as user_id", (2, 1),
+     "The number of columns in the column list must match"),
+    ("EXPLAIN CREATE MATERIALIZED TABLE t\nFRESHNESS = INTERVAL '40' MINUTE\nREFRESH_MODE = FULL\n"
+     "AS SELECT 1", (3, 1), "FRESHNESS: invalid freshness INTERVAL '40' MINUTE"),
+])
+def test_explain_of_what_is_not_a_create_is_refused_at_its_place(
+    text: str, position: tuple[int, int], message: str
+) -> None:
+    s, spark = explaining_session()
+    (_, statement) = split_statements(f"SET 'a' = 'b';\n{text}")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert caught.value.message.startswith(message), caught.value.message
+    assert (caught.value.line, caught.value.column) == position
+    assert not any(query.startswith("EXPLAIN") for query in spark.queries)
+
+
+def test_explain_after_use_of_an_unqualified_name_is_refused_as_create() -> None:
+    s, spark = explaining_session("p")
+    with pytest.raises(StatementError, match=r"default\.t not created: after USE p, .*write p\.t"):
+        run(s, "EXPLAIN CREATE MATERIALIZED TABLE t AS SELECT 1")
+    assert spark.queries == []
+
+
+class MissingTableSpark(FakeSpark):
+    """Spark's analysis of a query that reads a table it does not have: its position is the
+    query's own (line 1-based, pos 0-based)."""
+
+    def __init__(self, line: int, pos: int) -> None:
+        super().__init__()
+        self.where = line, pos
+
+    def sql(self, text: str) -> Any:
+        raise RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nosuch` cannot be found. "
+                           f"SQLSTATE: 42P01; line {self.where[0]} pos {self.where[1]};\n'Project [*]")
+
+
+@pytest.mark.parametrize(("query", "spark_position", "position"), [
+    (" SELECT * FROM nosuch", (1, 14), (2, 46)),
+    ("\n  SELECT *\n  FROM nosuch", (2, 7), (4, 8)),
+])
+def test_a_missing_source_table_is_reported_where_the_query_names_it(
+    query: str, spark_position: tuple[int, int], position: tuple[int, int]
+) -> None:
+    """Spark's position counts from the query; it was read from the statement's start (column 20)."""
+    tables = CreatingTables()
+    s = SqlSession(MissingTableSpark(*spark_position), SessionProperties(),
+                   lambda: pytest.fail("no settings needed"), lambda options: contextlib.nullcontext(tables))
+    (_, statement) = split_statements(f"SET 'a' = 'b';\nCREATE MATERIALIZED TABLE t AS{query}")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert caught.value.message.startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nosuch`")
+    assert (caught.value.line, caught.value.column) == position and tables.created == []
