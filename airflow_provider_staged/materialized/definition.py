@@ -292,7 +292,8 @@ class _Parser:
         lines["AS"] = self.line_of(as_token)
         # The query is Spark SQL: read from the text, never through the DDL tokenizer.
         query = c.query(as_token.end, "AS")
-        lines["query"] = c.line_of(self.text.index(query, as_token.end))
+        query_start = self.text.index(query, as_token.end)
+        lines["query"] = c.line_of(query_start)
         elements.check_names({"PARTITIONED BY": partitions})
         if self.deferred:
             self.fail(*self.deferred[0])
@@ -333,10 +334,10 @@ class _Parser:
             columns=tuple(elements.columns),
             primary_key=tuple(elements.key),
             primary_key_name=elements.key_name,
-            positions=MappingProxyType(self.positions({
+            positions=MappingProxyType({**self.positions({
                 "columns": elements.tokens, "PRIMARY KEY": elements.key,
                 "PARTITIONED BY": partitions, "WITH": option_tokens,
-            })),
+            }), ("AS", "query"): (c.line_of(query_start), c.column_of(query_start))}),
         )
         return definition, or_alter
 
