@@ -389,3 +389,17 @@ def test_a_missing_source_table_is_reported_where_the_query_names_it(
         s.execute(statement)
     assert caught.value.message.startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nosuch`")
     assert (caught.value.line, caught.value.column) == position and tables.created == []
+
+
+def test_show_create_keeps_an_explicit_freshness_as_flinks_script() -> None:
+    """materialized_table.q, users_shops_explicit: FRESHNESS = INTERVAL '10' SECOND is shown as
+    written, with the given REFRESH_MODE (the unpartitioned users_shops_continuous too)."""
+    tables = FakeTables("CREATE MATERIALIZED TABLE users_shops\nPARTITIONED BY (ds)\n"
+                        "FRESHNESS = INTERVAL '10' SECOND\nREFRESH_MODE = CONTINUOUS\n"
+                        "AS SELECT user_id, ds FROM orders")
+    s = SqlSession(FakeSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: contextlib.nullcontext(tables))
+    assert run(s, "SHOW CREATE MATERIALIZED TABLE users_shops").rows == [(
+        "CREATE MATERIALIZED TABLE `default`.`users_shops`\nPARTITIONED BY (`ds`)\n"
+        "FRESHNESS = INTERVAL '10' SECOND\nREFRESH_MODE = CONTINUOUS\nAS SELECT user_id, ds FROM orders",
+    )]
