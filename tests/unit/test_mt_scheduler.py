@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -24,6 +25,8 @@ from airflow_provider_staged.materialized.catalog_status import (
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.scheduler import (
     CreatePeriodicRefreshWorkflow,
+    CreateRefreshWorkflow,
+    ModifyRefreshWorkflow,
     RefreshStatus,
     RefreshTrigger,
     SuspendRefreshWorkflow,
@@ -251,3 +254,40 @@ def test_long_table_parameters_are_split_like_spark_schemas() -> None:
     assert all(len(value) <= 4000 for value in params.values())
     assert _join(params, DEFINITION_KEY) == text
     assert _join(_split(DEFINITION_KEY, "short"), DEFINITION_KEY) == "short"
+
+
+class UnsupportedCreateRefreshWorkflow(CreateRefreshWorkflow):
+    """Flink's test double: a create operation no scheduler knows."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsupportedModifyRefreshWorkflow(ModifyRefreshWorkflow[AirflowRefreshHandler]):
+    """Flink's test double: a modify operation no scheduler knows."""
+
+
+def test_flink_unsupported_workflow_operations_name_their_type(tmp_path: Path) -> None:
+    """EmbeddedSchedulerRelatedITCase.test{Create,Modify}WorkflowWithUnsupportedTypeByWorkflow
+    SchedulerInterface: Flink says "Unsupported create/modify refresh workflow type X."; here the
+    type is named too, before anything is read or written."""
+    scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
+    with pytest.raises(WorkflowException) as create:
+        scheduler.create_refresh_workflow(UnsupportedCreateRefreshWorkflow())
+    assert str(create.value) == "unsupported create operation UnsupportedCreateRefreshWorkflow"
+    with pytest.raises(WorkflowException) as modify:
+        scheduler.modify_refresh_workflow(UnsupportedModifyRefreshWorkflow(AirflowRefreshHandler("a", "b")))
+    assert str(modify.value) == "unsupported modify operation UnsupportedModifyRefreshWorkflow"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_flink_create_workflow_repeatedly_is_refused(tmp_path: Path) -> None:
+    """EmbeddedSchedulerRelatedITCase.testCreateWorkflow(ByWorkflowSchedulerInterface): a second
+    create of the same table fails (Flink: "... quartz schedule job already exist ..."), naming
+    the table and its workflow; the first workflow's definition is left as it was."""
+    scheduler = AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path)  # never opened: no I/O
+    identifier = TableIdentifier("analytics", "orders_daily")
+    existing = scheduler.definition_path_for(identifier)
+    existing.write_text(DEFINITION)
+    with pytest.raises(WorkflowException, match=re.escape(
+            f"a refresh workflow for analytics.orders_daily already exists ({existing})")):
+        scheduler.create_refresh_workflow(CreatePeriodicRefreshWorkflow(identifier, DEFINITION.lower()))
+    assert existing.read_text() == DEFINITION and [p.name for p in tmp_path.iterdir()] == [existing.name]
