@@ -209,6 +209,7 @@ def output_columns(
 ) -> list[OutputColumn]:
     """The table's columns; :class:`DefinitionError` with Flink's message when the definition
     does not fit the query's ``columns``."""
+    _check_distinct(definition, columns)
     by_name = {column.name.lower(): column for column in columns}
     declared = definition.columns
     if declared and all(column.data_type is None for column in declared):
@@ -218,6 +219,21 @@ def output_columns(
     table = _keyed(definition, table)
     _check_partitions(definition, table)
     return table
+
+
+def _check_distinct(definition: MaterializedTableDefinition, columns: Sequence[QueryColumn]) -> None:
+    """A table's columns need distinct names, as Spark compares them (case-insensitively): Spark's
+    analysis accepts ``SELECT a, c AS a``, its write of the table does not, so every refresh would
+    fail. Flink's validator renames the second one (``a0``, its converter test
+    testAlterMaterializedTableAsQueryWithConflictColumnName); a name nobody chose is refused here."""
+    first: dict[str, tuple[int, str]] = {}
+    for position, column in enumerate(columns, start=1):
+        earlier, name = first.setdefault(column.name.lower(), (position, column.name))
+        if earlier != position:
+            names = f"'{name}'" if name == column.name else f"'{name}' and '{column.name}'"
+            raise _fail(definition, "AS", f"the query's columns {earlier} and {position} are both named "
+                        f"{names}: a table's columns need distinct names; name one apart with AS",
+                        definition.position("AS", "query"))
 
 
 def _fail(definition: MaterializedTableDefinition, clause: str, message: str,

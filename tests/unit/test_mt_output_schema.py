@@ -308,3 +308,29 @@ def test_a_refresh_without_a_spark_session_refuses_a_column_list() -> None:
     assert table_query(plain, engine, plain.query) == plain.query
     with pytest.raises(ValueError, match="needs the embedded or connect engine"):
         table_query(definition("CREATE MATERIALIZED TABLE m (user_id, shop_id)" + AS_SHOPS), engine, "q")
+
+
+@pytest.mark.parametrize(("text", "query", "message", "place"), [
+    # testAlterMaterializedTableAsQueryWithConflictColumnName's query: Flink adds column `a0`.
+    ("CREATE OR ALTER MATERIALIZED TABLE base_mtbl\nPARTITIONED BY (a, d)\n"
+     "AS SELECT a, b, c, d, c as a FROM t3",
+     [*T1, QueryColumn("a", "integer", True)], "the query's columns 1 and 5 are both named 'a'", (3, 4)),
+    ("CREATE MATERIALIZED TABLE t AS SELECT x AS A, y AS a FROM s",
+     [QueryColumn("A", "integer", True), QueryColumn("a", "integer", True)],
+     "the query's columns 1 and 2 are both named 'A' and 'a'", (1, 32)),
+    ("CREATE MATERIALIZED TABLE t (a, b) AS SELECT 1 AS a, 2 AS a, 3 AS b",
+     [QueryColumn("a", "integer", False), QueryColumn("a", "integer", False),
+      QueryColumn("b", "integer", False)],
+     "the query's columns 1 and 2 are both named 'a'", (1, 39)),
+])
+def test_query_columns_of_one_name_are_refused_at_the_query(
+    text: str, query: list[QueryColumn], message: str, place: tuple[int, int]
+) -> None:
+    """Spark's analysis accepts two output columns of one name, its write of the table does not:
+    every refresh failed after CREATE (or CREATE OR ALTER) succeeded. Flink's validator renames the
+    second (`a0`, SqlMaterializedTableNodeToOperationConverterTest
+    .testAlterMaterializedTableAsQueryWithConflictColumnName); a column name nobody chose would
+    then appear in the table, so here the query is refused and the user names the column."""
+    err = failure(text, query)
+    assert err.message.startswith(message + ": a table's columns need distinct names; name one apart with AS")
+    assert (err.line, err.column) == place
