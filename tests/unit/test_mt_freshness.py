@@ -174,3 +174,14 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(FreshnessError, match="invalid duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(("value", "unit", "duration"), [
+    (20, "SECOND", timedelta(seconds=20)),
+    (3, "MINUTE", timedelta(minutes=3)),
+    (3, "HOUR", timedelta(hours=3)),
+    (3, "DAY", timedelta(days=3)),
+])
+def test_flink_freshness_to_duration(value: int, unit: str, duration: timedelta) -> None:
+    """IntervalFreshnessTest.testConvertFreshnessToDuration."""
+    assert Freshness(value, unit).as_timedelta() == duration

@@ -7,6 +7,7 @@ import pytest
 from airflow_provider_staged.materialized.freshness import Freshness
 from airflow_provider_staged.materialized.partitions import (
     PartitionError,
+    format_schedule_time,
     java_to_strftime,
     local_schedule_time,
     parse_schedule_time,
@@ -208,3 +209,11 @@ def test_flink_period_refresh_partition_needs_a_full_schedule_time(schedule_time
     with pytest.raises(PartitionError, match=rf"^invalid scheduleTime {schedule_time!r}: expected a string "
                        "'yyyy-MM-dd HH:mm:ss'"):
         periodic_partition(schedule_time, DAY, {"day": "%Y-%m-%d", "hour": "%H"})  # type: ignore[arg-type]
+
+
+def test_flink_schedule_time_text() -> None:
+    """QuartzSchedulerUtilsTest.testConvertDateToString: a fire time as the scheduleTime text
+    ('yyyy-MM-dd HH:mm:ss'), which parses back to the same wall-clock time."""
+    fired = datetime(2024, 5, 22, 12, 30, 15)
+    assert format_schedule_time(fired) == "2024-05-22 12:30:15"
+    assert parse_schedule_time(format_schedule_time(fired)) == fired
