@@ -199,6 +199,8 @@ class MaterializedTables:
         checkpoint stays for RESUME) and ends its run: this waits for that.
         """
         handler, path = self._locate(identifier)
+        if reason is None:  # a person's SUSPEND; auto-suspend records its reason regardless
+            self._refuse_repeated(identifier, path, handler, RefreshStatus.SUSPENDED)
         self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
         self.store.save(identifier, path, RefreshStatus.SUSPENDED, self._serialize(handler), reason)
         if _is_continuous(path):
@@ -211,6 +213,7 @@ class MaterializedTables:
         execution_config: Mapping[str, str] | None = None,
     ) -> None:
         handler, path = self._locate(identifier)
+        self._refuse_repeated(identifier, path, handler, RefreshStatus.ACTIVATED)
         self.scheduler.modify_refresh_workflow(
             ResumeRefreshWorkflow(handler, dict(dynamic_options or {}), dict(execution_config or {}))
         )
@@ -219,6 +222,33 @@ class MaterializedTables:
                         failures=FailureStreak())
         if _is_continuous(path):
             self._restart_stream(handler)
+
+    def _refuse_repeated(
+        self, identifier: TableIdentifier, path: Path, handler: AirflowRefreshHandler, wanted: RefreshStatus
+    ) -> None:
+        """Flink refuses a SUSPEND of a suspended table and a RESUME of an active one, naming the
+        table (MaterializedTableStatementITCase.testAlterMaterializedTableWithRepeatedSuspendAnd
+        ResumeIn{Full,Continuous}Mode): a repeated one would say it did what was already so, and a
+        RESUME WITH (...) would change the options of a running table. The stored status decides
+        when the DAG agrees (a DAG unpaused in Airflow's own UI is not suspended, whatever the
+        status says); a CONTINUOUS table without a queued or running run may be resumed again,
+        which restarts its stream from the checkpoint."""
+        if self.store.load(identifier, path).refresh_status is not wanted:
+            return
+        dag = self.scheduler.get_dag(handler)
+        suspended = wanted is RefreshStatus.SUSPENDED
+        if dag is None or bool(dag.is_paused) is not suspended:
+            return
+        if not _is_continuous(path):
+            what = "refresh workflow"
+        elif suspended or any(run.state.value in ("queued", "running")
+                              for run in self.scheduler.last_runs(handler, 5)):
+            what = "continuous refresh job"
+        else:
+            return
+        raise WorkflowException(
+            f"Materialized table {identifier} {what} has been {'suspended' if suspended else 'resumed'}."
+        )
 
     def reschedule(self, identifier: TableIdentifier, cron: str) -> None:
         handler, _ = self._locate(identifier)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -100,3 +101,87 @@ def test_create_in_a_database_the_catalog_lacks_is_refused(
     with pytest.raises(WorkflowException, match=r"e2e\.t not created: database 'e2e' does not exist"):
         tables.create(DEFINITION)
     assert list(tmp_path.iterdir()) == []  # no definition, no state file
+
+
+class _PausingScheduler:
+    """A workflow scheduler whose DAG pauses and unpauses, with the runs it is given."""
+
+    def __init__(self, folder: Path, definition: str) -> None:
+        self.folder, self.paused, self.runs, self.modified = folder, False, [], []
+        self.path = folder / "e2e__t.sql"
+        self.path.write_text(definition)
+        self.endpoint = "http://127.0.0.1:9"
+        self.poll_interval = 0.0
+
+    def definition_file(self, dag_id: str) -> Path | None:
+        return self.path if dag_id == "mt__e2e__t" else None
+
+    def get_refresh_handler_serializer(self) -> AirflowRefreshHandlerSerializer:
+        return AirflowRefreshHandlerSerializer()
+
+    def get_dag(self, handler: AirflowRefreshHandler) -> object:
+        return SimpleNamespace(is_paused=self.paused)
+
+    def last_runs(self, handler: AirflowRefreshHandler, limit: int = 5) -> list[object]:
+        return [SimpleNamespace(state=SimpleNamespace(value=state)) for state in self.runs]
+
+    def modify_refresh_workflow(self, workflow: object) -> None:
+        self.modified.append(type(workflow).__name__)
+        self.paused = type(workflow).__name__ == "SuspendRefreshWorkflow"
+
+
+FULL = ("CREATE MATERIALIZED TABLE e2e.t\nFRESHNESS = INTERVAL '1' DAY\nREFRESH_MODE = FULL\n"
+        "AS SELECT 1 AS n;\n")
+CONTINUOUS = FULL.replace("REFRESH_MODE = FULL", "REFRESH_MODE = CONTINUOUS")
+T = TableIdentifier("e2e", "t")
+
+
+def test_flink_repeated_suspend_and_resume_in_full_mode(tmp_path: Path) -> None:
+    """MaterializedTableStatementITCase.testAlterMaterializedTableWithRepeatedSuspendAndResumeInFullMode:
+    a second SUSPEND and a second RESUME are refused, naming the table; before, both did again
+    what was already so (and RESUME WITH (...) changed a running table's options)."""
+    scheduler = _PausingScheduler(tmp_path, FULL)
+    tables = MaterializedTables(scheduler, None)  # type: ignore[arg-type]
+    tables.suspend(T)
+    with pytest.raises(WorkflowException, match=r"^Materialized table e2e\.t refresh workflow has been "
+                       r"suspended\.$"):
+        tables.suspend(T)
+    tables.resume(T)
+    with pytest.raises(WorkflowException, match=r"^Materialized table e2e\.t refresh workflow has been "
+                       r"resumed\.$"):
+        tables.resume(T, {"compression": "zstd"})
+    assert scheduler.modified == ["SuspendRefreshWorkflow", "ResumeRefreshWorkflow"]
+    # Auto-suspend records its reason even over a person's suspension.
+    tables.suspend(T)
+    tables.suspend(T, "SUSPENDED_DUE_TO_ERRORS")
+    assert tables.store.load(T, scheduler.path).suspend_reason == "SUSPENDED_DUE_TO_ERRORS"
+
+
+def test_the_dag_decides_when_it_disagrees_with_the_status(tmp_path: Path) -> None:
+    """A DAG unpaused in Airflow's own UI is not suspended, whatever the stored status says."""
+    scheduler = _PausingScheduler(tmp_path, FULL)
+    tables = MaterializedTables(scheduler, None)  # type: ignore[arg-type]
+    tables.suspend(T)
+    scheduler.paused = False  # unpaused behind the workflow scheduler's back
+    tables.suspend(T)
+    assert scheduler.modified == ["SuspendRefreshWorkflow", "SuspendRefreshWorkflow"]
+
+
+def test_flink_repeated_suspend_and_resume_in_continuous_mode(tmp_path: Path) -> None:
+    """...InContinuousMode: "continuous refresh job has been suspended/resumed". A RESUME of an
+    active table whose stream has no queued or running run restarts it, as before."""
+    scheduler = _PausingScheduler(tmp_path, CONTINUOUS)
+    tables = MaterializedTables(scheduler, None)  # type: ignore[arg-type]
+    tables._wait_until_stopped = lambda handler: None  # type: ignore[method-assign]
+    tables._restart_stream = lambda handler: None  # type: ignore[method-assign]
+    tables.suspend(T)
+    with pytest.raises(WorkflowException, match=r"^Materialized table e2e\.t continuous refresh job has "
+                       r"been suspended\.$"):
+        tables.suspend(T)
+    tables.resume(T)
+    scheduler.runs = ["running"]
+    with pytest.raises(WorkflowException, match=r"continuous refresh job has been resumed\.$"):
+        tables.resume(T)
+    scheduler.runs = ["failed"]
+    tables.resume(T)  # the stream died: RESUME starts it again from its checkpoint
+    assert scheduler.modified == ["SuspendRefreshWorkflow", "ResumeRefreshWorkflow", "ResumeRefreshWorkflow"]
