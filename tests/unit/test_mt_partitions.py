@@ -153,7 +153,10 @@ def test_static_partitions_on_unpartitioned_table() -> None:
 
 # DefaultMaterializedTableExecutorTest.testGetPeriodRefreshPartition (MaterializedTableManagerTest
 # before Flink 2.x): the partition a periodic refresh at scheduleTime owns, by freshness and
-# date-formatters; with the table's cron (Airflow's previous fire time) and without it.
+# date-formatters; with the table's cron (Airflow's previous fire time) and without it. Flink's
+# docs (materialized-table/statements.md) say a scheduling time of 2024-01-01 00:00:00 refreshes
+# ds = '2024-01-01'; its code and this test refresh '2023-12-31', the day that has ended: the
+# docs are wrong, the tests are followed here.
 _DAY, _HOUR, _MINUTE = {"day": "yyyy-MM-dd"}, {"hour": "HH"}, {"minute": "mm"}
 FLINK_PERIOD_PARTITIONS = [
     # the freshness matches the finest date-formatter
