@@ -263,7 +263,7 @@ class SqlSession:
         """The query the refreshes run (the column list applied), once Spark's analysis of the
         definition's query fits the definition (Flink's checks, at the definition's positions)."""
         try:
-            return refresh_query(definition, self.spark)
+            query = refresh_query(definition, self.spark)
         except DefinitionError as err:
             raise mts.MaterializedStatementError(err.line, err.column, err.message) from None
         except Exception as err:
@@ -275,6 +275,43 @@ class SqlSession:
             if found[0] > 1:
                 line, column = line + found[0] - 1, 1
             raise mts.MaterializedStatementError(line, column + found[1], _first_line(err)) from err
+        self._check_catalog_sources(definition)
+        return query
+
+    def _check_catalog_sources(self, definition: MaterializedTableDefinition) -> None:
+        """Refuse a query that reads a temporary view of this session: the refreshes run in their
+        own Spark session, where it does not exist, so CREATE succeeded and every refresh failed
+        (Flink's docs list temporary tables and views in the query as unsupported). Spark resolves
+        an unqualified name to a temporary view first; a name the lineage qualifies with a
+        database of the catalog that holds no such table is one, and ``global_temp`` is Spark's
+        database of application-wide temporary views."""
+        from airflow_provider_staged.lineage import source_tables
+
+        catalog = self.spark.catalog
+        for name in source_tables(definition.query, "default"):
+            database, table = name.split(".", 1)
+            if database == "global_temp" or (
+                    catalog.databaseExists(database) and not catalog.tableExists(table, database)):
+                where = "global_temp." + table if database == "global_temp" else table
+                line, column = _query_place(definition, where)
+                raise mts.MaterializedStatementError(line, column, (
+                    f"AS: the query reads {where}, a temporary view of this session: the refreshes run in "
+                    "their own Spark session, where it does not exist; read a table or a view of the "
+                    "catalog (CREATE VIEW) instead"))
+
+
+def _query_place(definition: MaterializedTableDefinition, name: str) -> tuple[int, int]:
+    """Where the query reads ``name`` (after FROM or JOIN), else where the query starts."""
+    line, column = definition.position("AS", "query")
+    written = r"\.".join(f"`?{re.escape(part)}`?" for part in name.split("."))
+    pattern = rf"\b(?:FROM|JOIN)\s+({written})(?![\w.`])"
+    found = re.search(pattern, definition.query, re.IGNORECASE)
+    if found is None:
+        return line, column
+    before = definition.query[:found.start(1)]
+    if "\n" in before:
+        return line + before.count("\n"), len(before) - before.rfind("\n")
+    return line, column + len(before)
 
 
 def _read_in_default(

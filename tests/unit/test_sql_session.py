@@ -403,3 +403,50 @@ def test_show_create_keeps_an_explicit_freshness_as_flinks_script() -> None:
         "CREATE MATERIALIZED TABLE `default`.`users_shops`\nPARTITIONED BY (`ds`)\n"
         "FRESHNESS = INTERVAL '10' SECOND\nREFRESH_MODE = CONTINUOUS\nAS SELECT user_id, ds FROM orders",
     )]
+
+
+class TempViewCatalog(FakeCatalog):
+    """The catalog holds databases default and sales, table sales.orders and view default.shops;
+    the session also has a temporary view (Spark finds it first for an unqualified name)."""
+
+    tables = {("sales", "orders"), ("default", "shops")}
+
+    def databaseExists(self, name: str) -> bool:
+        return name in ("default", "sales", "global_temp")
+
+    def tableExists(self, table: str, database: str) -> bool:
+        return (database, table) in self.tables
+
+
+@pytest.mark.parametrize(("query", "position", "name"), [
+    ("SELECT shop_id, user_id FROM recent", (2, 71), "recent"),
+    ("SELECT o.shop_id, r.user_id FROM sales.orders o\n  JOIN `recent` r ON o.shop_id = r.shop_id", (3, 8),
+     "recent"),
+    ("SELECT shop_id, user_id FROM global_temp.recent", (2, 71), "global_temp.recent"),
+])
+def test_a_query_of_a_temporary_view_is_refused_where_it_reads_it(
+    query: str, position: tuple[int, int], name: str
+) -> None:
+    """Flink's docs: the AS query may not use temporary tables or views. The refreshes run in
+    their own Spark session, where the view does not exist: CREATE succeeded, every refresh failed."""
+    s, tables, spark = creating_session()
+    spark.catalog = TempViewCatalog()
+    (_, statement) = split_statements(f"SET 'a' = 'b';\nCREATE MATERIALIZED TABLE users_shops AS {query}")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert caught.value.message.startswith(f"AS: the query reads {name}, a temporary view of this session")
+    assert (caught.value.line, caught.value.column) == position
+    assert tables.created == []
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT shop_id, user_id FROM sales.orders",
+    "SELECT shop_id, user_id FROM shops",  # a view of the catalog
+    "WITH recent AS (SELECT * FROM sales.orders) SELECT shop_id, user_id FROM recent",
+    "SELECT shop_id, user_id FROM parquet.`/data/orders`",  # a path, not a catalog table
+])
+def test_a_query_of_catalog_tables_is_created(query: str) -> None:
+    s, _, spark = creating_session()
+    spark.catalog = TempViewCatalog()
+    assert run(s, f"CREATE MATERIALIZED TABLE users_shops AS {query}").message.startswith(
+        "Materialized table default.users_shops created")
