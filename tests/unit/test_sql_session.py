@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -450,3 +451,74 @@ def test_a_query_of_catalog_tables_is_created(query: str) -> None:
     spark.catalog = TempViewCatalog()
     assert run(s, f"CREATE MATERIALIZED TABLE users_shops AS {query}").message.startswith(
         "Materialized table default.users_shops created")
+
+
+class _Catalog:
+    """A metastore client of a catalog with one materialized table (mt.daily) and an ordinary one."""
+
+    def __init__(self, uri: str) -> None:
+        assert uri == "thrift://127.0.0.1:9083"
+
+    def __enter__(self) -> _Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def get_table(self, database: str, table: str) -> Any:
+        parameters = {("mt", "daily"): {"materialized.refresh-status": "ACTIVATED"},
+                      ("mt", "plain"): {"spark.sql.sources.provider": "parquet"}}.get((database, table))
+        return None if parameters is None else type("Table", (), {"parameters": parameters})()
+
+
+class DroppingSpark(FakeSpark):
+    def __init__(self) -> None:
+        super().__init__()
+        self.catalog = FakeCatalog("mt")
+        self.queries: list[str] = []
+
+    def sql(self, text: str) -> Any:
+        self.queries.append(text)
+        return type("Frame", (), {"limit": lambda frame, n: frame, "collect": lambda _: [],
+                                  "columns": []})()
+
+
+@pytest.mark.parametrize(("text", "position"), [
+    ("DROP TABLE daily", (2, 12)),
+    ("drop table if exists mt.daily", (2, 22)),
+    ("DROP TABLE\n  spark_catalog.`mt`.`daily` PURGE", (3, 3)),
+])
+def test_drop_table_of_a_materialized_table_is_refused(
+    text: str, position: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MaterializedTableStatementITCase.testDropMaterializedTableIn{Full,Continuous}Mode: DROP TABLE
+    of a materialized table fails (Flink: "Table with identifier ... does not exist."). Here it
+    dropped the data and left the workflow, whose next refresh wrote the table again."""
+    from airflow_provider_staged.metastore import client
+
+    monkeypatch.setattr(client, "MetastoreClient", _Catalog)
+    spark = DroppingSpark()
+    s = SqlSession(spark, SessionProperties(), lambda: SimpleNamespace(metastore_uri="thrift://127.0.0.1:9083"),
+                   lambda options: pytest.fail("no workflow is reached"))
+    (_, statement) = split_statements(f"SET 'a' = 'b';\n{text}")
+    with pytest.raises(StatementError) as caught:
+        s.execute(statement)
+    assert caught.value.message.startswith(
+        "DROP TABLE: mt.daily is a materialized table: DROP MATERIALIZED TABLE mt.daily deletes its refresh "
+        "workflow")
+    assert (caught.value.line, caught.value.column) == position and spark.queries == []
+
+
+@pytest.mark.parametrize("text", [
+    "DROP TABLE plain", "DROP TABLE IF EXISTS mt.nothing", "DROP TABLE other_catalog.mt.daily",
+    "DROP VIEW daily",
+])
+def test_drop_table_of_other_tables_goes_to_spark(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_staged.metastore import client
+
+    monkeypatch.setattr(client, "MetastoreClient", _Catalog)
+    spark = DroppingSpark()
+    s = SqlSession(spark, SessionProperties(), lambda: SimpleNamespace(metastore_uri="thrift://127.0.0.1:9083"),
+                   lambda options: pytest.fail("no workflow is reached"))
+    run(s, text)
+    assert spark.queries == [text]
