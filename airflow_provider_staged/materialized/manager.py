@@ -371,15 +371,30 @@ class MaterializedTables:
         dag_id = dag_id_for(identifier)
         path = self.scheduler.definition_file(dag_id)
         if path is None:
-            raise WorkflowException(
-                f"no materialized table {identifier}: no definition in {self.scheduler.definitions_dir}"
-            )
+            raise WorkflowException(f"no materialized table {identifier}: {self._why_missing(identifier)}")
         stored = self.store.load(identifier, path).refresh_handler
         if stored is not None:
             handler = self.scheduler.get_refresh_handler_serializer().deserialize(stored)
         else:  # a definition dropped into the folder by hand: its DAG is still ours to manage
             handler = AirflowRefreshHandler(dag_id, self.scheduler.endpoint)
         return handler, path
+
+    def _why_missing(self, identifier: TableIdentifier) -> str:
+        """Why ``identifier`` has no workflow; an ordinary table or view of that name is named, as
+        Flink names it ("Table ... is not a materialized table, does not support materialized table
+        related operation", MaterializedTableStatementITCase.testDropMaterializedTableInContinuousMode)."""
+        where = f"no definition in {self.scheduler.definitions_dir}"
+        if self.metastore_uri is None:
+            return where
+        try:
+            with MetastoreClient(self.metastore_uri) as client:
+                table = client.get_table(identifier.database, identifier.table)
+        except Exception:  # the error being reported is the missing definition, not the catalog
+            return where
+        if table is None:
+            return where
+        kind = "view" if (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW") else "table"
+        return f"{kind} {identifier} of the catalog is not a materialized table ({where})"
 
     def _serialize(self, handler: AirflowRefreshHandler) -> str:
         return self.scheduler.get_refresh_handler_serializer().serialize(handler).decode("utf-8")

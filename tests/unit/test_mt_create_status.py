@@ -185,3 +185,45 @@ def test_flink_repeated_suspend_and_resume_in_continuous_mode(tmp_path: Path) ->
     scheduler.runs = ["failed"]
     tables.resume(T)  # the stream died: RESUME starts it again from its checkpoint
     assert scheduler.modified == ["SuspendRefreshWorkflow", "ResumeRefreshWorkflow", "ResumeRefreshWorkflow"]
+
+
+class _CatalogWithTables:
+    """A metastore client of a catalog with an ordinary table e2e.plain and a view e2e.v."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def __enter__(self) -> _CatalogWithTables:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def get_table(self, database: str, table: str) -> object | None:
+        kinds = {"plain": "MANAGED_TABLE", "v": "VIRTUAL_VIEW"}
+        return SimpleNamespace(tableType=kinds[table], parameters={}) if table in kinds else None
+
+
+@pytest.mark.parametrize(("table", "why"), [
+    ("plain", "table e2e.plain of the catalog is not a materialized table (no definition in "),
+    ("v", "view e2e.v of the catalog is not a materialized table (no definition in "),
+    ("nothing", "no definition in "),
+])
+def test_flink_an_ordinary_table_is_named_as_not_materialized(
+    table: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MaterializedTableStatementITCase.testDropMaterializedTableInContinuousMode: DROP MATERIALIZED
+    TABLE of an ordinary table says it is not a materialized table (Flink: "Table ... is not a
+    materialized table, does not support materialized table related operation."); a name the
+    catalog lacks keeps "no definition"."""
+    from airflow_provider_staged.materialized import manager
+
+    monkeypatch.setattr(manager, "MetastoreClient", _CatalogWithTables)
+    scheduler = _PausingScheduler(tmp_path, FULL)
+    scheduler.definitions_dir = tmp_path
+    tables = MaterializedTables(scheduler, "thrift://127.0.0.1:9")  # type: ignore[arg-type]
+    for act in (tables.drop, tables.suspend, tables.resume):
+        with pytest.raises(WorkflowException) as caught:
+            act(TableIdentifier("e2e", table))
+        closing = ")" if table != "nothing" else ""
+        assert str(caught.value) == f"no materialized table e2e.{table}: {why}{tmp_path}{closing}"
