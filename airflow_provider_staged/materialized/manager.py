@@ -384,17 +384,22 @@ class MaterializedTables:
         Flink names it ("Table ... is not a materialized table, does not support materialized table
         related operation", MaterializedTableStatementITCase.testDropMaterializedTableInContinuousMode)."""
         where = f"no definition in {self.scheduler.definitions_dir}"
+        kind = self.ordinary_kind(identifier)
+        return f"{kind} {identifier} of the catalog is not a materialized table ({where})" if kind else where
+
+    def ordinary_kind(self, identifier: TableIdentifier) -> str | None:
+        """``"table"`` or ``"view"`` when the catalog holds ``identifier`` without a materialized
+        table's status; None otherwise, or when the catalog cannot be asked (this only words errors)."""
         if self.metastore_uri is None:
-            return where
+            return None
         try:
             with MetastoreClient(self.metastore_uri) as client:
                 table = client.get_table(identifier.database, identifier.table)
-        except Exception:  # the error being reported is the missing definition, not the catalog
-            return where
-        if table is None:
-            return where
-        kind = "view" if (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW") else "table"
-        return f"{kind} {identifier} of the catalog is not a materialized table ({where})"
+        except Exception:
+            return None
+        if table is None or REFRESH_STATUS_KEY in (table.parameters or {}):
+            return None
+        return "view" if (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW") else "table"
 
     def _serialize(self, handler: AirflowRefreshHandler) -> str:
         return self.scheduler.get_refresh_handler_serializer().serialize(handler).decode("utf-8")

@@ -522,3 +522,27 @@ def test_drop_table_of_other_tables_goes_to_spark(text: str, monkeypatch: pytest
                    lambda options: pytest.fail("no workflow is reached"))
     run(s, text)
     assert spark.queries == [text]
+
+
+class _NoWorkflows:
+    """MaterializedTables without workflows; the catalog holds an ordinary table mt.plain."""
+
+    scheduler = SimpleNamespace(definition_file=lambda dag_id: None)
+
+    def ordinary_kind(self, identifier: Any) -> str | None:
+        return "table" if identifier.table == "plain" else None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("DROP MATERIALIZED TABLE IF EXISTS mt.plain", "No materialized table mt.plain (table mt.plain of the "
+     "catalog is not one; DROP TABLE drops it): nothing dropped."),
+    ("DROP MATERIALIZED TABLE IF EXISTS mt.gone", "No materialized table mt.gone: nothing dropped."),
+])
+def test_drop_materialized_table_if_exists_names_an_ordinary_table(text: str, message: str) -> None:
+    """MaterializedTableStatementITCase.testDropMaterializedTableInContinuousMode: Flink refuses
+    "DROP MATERIALIZED TABLE IF EXISTS datagenSource", an ordinary table. Here DROP MATERIALIZED
+    TABLE keeps the data as an ordinary table, so a teardown script run twice met one: it is named
+    and nothing is dropped (an error would fail the second run of the script)."""
+    s = SqlSession(FakeSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: contextlib.nullcontext(_NoWorkflows()))
+    assert run(s, text).message == message
