@@ -270,9 +270,18 @@ def materialized_cases(db: str, alter: bool) -> list[Case]:
         Case(f"SHOW MATERIALIZED TABLES FROM {db}", rows([(table, f"{db}__daily.sql")])),
         Case(f"SHOW MATERIALIZED TABLES FROM {db} LIKE 'dai%'", rows([(table, f"{db}__daily.sql")])),
         Case(f"SHOW MATERIALIZED TABLES FROM {db} NOT LIKE 'dai%'", rows([])),
+        # EXPLAIN shows the plan of the query the refreshes run; nothing is created
+        Case(f"EXPLAIN CREATE MATERIALIZED TABLE {db}.explained AS SELECT ds, count(*) AS n FROM {db}.orders "
+             "GROUP BY ds", lambda r: r.columns == ["plan"] and "== Physical Plan ==" in r.rows[0][0]),
+        # a temporary view does not exist in the refreshes' Spark session
+        Case(f"CREATE TEMPORARY VIEW recent_orders AS SELECT * FROM {db}.orders", info("succeeded")),
+        Case(f"CREATE MATERIALIZED TABLE {db}.from_view AS SELECT ds FROM recent_orders",
+             error="reads recent_orders, a temporary view of this session"),
         Case(f"ALTER MATERIALIZED TABLE {table} SUSPEND", info("suspended")),
+        Case(f"ALTER MATERIALIZED TABLE {table} SUSPEND", error="refresh workflow has been suspended"),
         Case(f"ALTER MATERIALIZED TABLE {table} RESUME WITH ('bad.option' = 'x')", error="bad.option"),
         Case(f"ALTER MATERIALIZED TABLE {table} RESUME WITH ('compression' = 'zstd')", info("resumed")),
+        Case(f"ALTER MATERIALIZED TABLE {table} RESUME", error="refresh workflow has been resumed"),
         Case(f"ALTER MATERIALIZED TABLE {table} SUSPEND", info("suspended")),
         # a paused DAG's run waits in the queue: nothing runs while the statements go on
         Case(f"ALTER MATERIALIZED TABLE {table} REFRESH PARTITION (ds = '2024-01-02')",
@@ -299,6 +308,7 @@ def materialized_cases(db: str, alter: bool) -> list[Case]:
              error="cannot change PARTITIONED BY (ds) to ()"),
         Case(f"DESCRIBE MATERIALIZED TABLE {table}",
              lambda r: ("amount > 0" in dict(r.rows)["query"]) == alter),  # the refused ones changed nothing
+        Case(f"DROP TABLE {table}", error="is a materialized table: DROP MATERIALIZED TABLE"),
         Case(f"DROP MATERIALIZED TABLE {table}", info("dropped")),
         Case(f"SHOW MATERIALIZED TABLES FROM {db}", rows([])),
         Case(f"DROP MATERIALIZED TABLE IF EXISTS {table}", info("nothing dropped")),
