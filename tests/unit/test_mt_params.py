@@ -442,3 +442,16 @@ def test_flink_periodic_refresh_without_schedule_time_uses_the_run_time() -> Non
     request = parse_refresh_request({"isPeriodic": True, "scheduleTime": None}, FORMATTED, FIRED)
     assert request.schedule_time_text == "2024-01-02 00:00:00"
     assert dict(request.partition_spec) == {"ds": "2024-01-01"}
+
+
+def test_flink_dynamic_options_are_the_writers_own() -> None:
+    """DefaultMaterializedTableExecutorTest.testGetRefreshStatementWithDynamicOptions renders any
+    'option1' = 'value1' as an OPTIONS hint on the sink. Here dynamicOptions are the Parquet
+    writer's options: an unknown key is refused before any run, naming it and the allowed ones
+    (a hint Spark does not know would be ignored silently), and a known one reaches the writer."""
+    flinks = {"dynamicOptions": {"option1": "value1", "option2": "value2"}}
+    with pytest.raises(RefreshRequestError, match=r"^dynamicOptions key 'option1' is not allowed; "
+                       r"allowed keys: compression, maxRecordsPerFile, "):
+        parse_refresh_request(flinks, PARTITIONED, FIRED)
+    request = parse_refresh_request({"dynamicOptions": {"compression": "zstd"}}, PARTITIONED, FIRED)
+    assert dict(request.dynamic_options) == {"compression": "zstd"}
