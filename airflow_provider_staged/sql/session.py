@@ -328,8 +328,10 @@ class SqlSession:
         catalog = self.spark.catalog
         for name in source_tables(definition.query, "default"):
             database, table = name.split(".", 1)
+            # A qualified name never resolves to a temporary view (and Spark 3.4 deprecates dbName).
+            qualified = ".".join("`" + part.replace("`", "``") + "`" for part in (database, table))
             if database == "global_temp" or (
-                    catalog.databaseExists(database) and not catalog.tableExists(table, database)):
+                    catalog.databaseExists(database) and not catalog.tableExists(qualified)):
                 where = "global_temp." + table if database == "global_temp" else table
                 line, column = _query_place(definition, where)
                 raise mts.MaterializedStatementError(line, column, (

@@ -415,7 +415,8 @@ class TempViewCatalog(FakeCatalog):
     def databaseExists(self, name: str) -> bool:
         return name in ("default", "sales", "global_temp")
 
-    def tableExists(self, table: str, database: str) -> bool:
+    def tableExists(self, name: str) -> bool:
+        database, table = (part.strip("`") for part in name.split("`.`"))
         return (database, table) in self.tables
 
 
