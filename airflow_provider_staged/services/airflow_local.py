@@ -186,6 +186,9 @@ def airflow_env(
         AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL="1",
         AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
         AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD="10",
+        # A dropped table's DAG vanishes from the factory file's parse, and only the stale scan
+        # (default every 60 s) retires it: `staged mt drop` waited ~50 s for it.
+        AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL="5",
         AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES="1",
         AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL="0",
         # A triggered refresh waits for the scheduler's next loop; an idle scheduler sleeps this
