@@ -1,13 +1,21 @@
-"""Hive's ``HiveAlterHandler`` against ``BatchedAlterHandler`` (the embedded default), side by side.
+"""Two metastore set-ups (alter handler + store) side by side on a partition commit's catalog calls.
 
-Two Derby metastores, one per handler, each with one table of 10 partitions. Per round, on
-each metastore in alternating order (what a multi-partition refresh commit does to the
-catalog): ``add_partitions`` of 10 partitions at a placeholder, ``alter_partitions`` switching
-all 20 to a new version directory, then (untimed) the 10 added ones dropped again. Every round
-checks that all 20 partitions point at the new version. Metadata only: no Spark, no files.
+Arms (``--arms FIRST,SECOND``):
 
-Prints each handler's p50 per call and the paired ratio of ``alter_partitions`` (batched/Hive).
-Run: ``.venv/bin/python benchmarks/probe_alter_handler.py --rounds 60``.
+- ``hive``: Hive's ``HiveAlterHandler`` and ``ObjectStore``;
+- ``batched``: ``BatchedAlterHandler`` (old partitions read in one batch) on Hive's ``ObjectStore``;
+- ``embedded``: ``BatchedAlterHandler`` on ``SnapshotReadsStore``, whose ``alterPartitions``
+  writes a switch that only moves partitions directly (the embedded default).
+
+Two Derby metastores, one per arm, each with one table of 10 partitions. Per round, on each
+metastore in alternating order (what a multi-partition refresh commit does to the catalog):
+``add_partitions`` of 10 partitions at a placeholder, ``alter_partitions`` switching all 20 to a
+new version directory, then (untimed) the 10 added ones dropped again. Every round checks that
+all 20 partitions point at the new version. Metadata only: no Spark, no files.
+
+Prints each arm's p50 per call and the paired ratio of ``alter_partitions`` (second/first).
+Run: ``.venv/bin/python benchmarks/probe_alter_handler.py --rounds 60`` (default arms
+``batched,embedded``).
 """
 
 from __future__ import annotations
@@ -25,7 +33,11 @@ from airflow_provider_staged.services.metastore import JAVA_PACKAGE, derby_conf,
 from airflow_provider_staged.services.processes import stop_pid
 
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
-HANDLERS = {"hive": "HiveAlterHandler", "batched": "BatchedAlterHandler"}
+ARMS = {  # arm -> (hive.metastore.alter.impl, hive.metastore.rawstore.impl), classes of JAVA_PACKAGE
+    "hive": ("HiveAlterHandler", "ObjectStore"),
+    "batched": ("BatchedAlterHandler", "ObjectStore"),
+    "embedded": ("BatchedAlterHandler", "SnapshotReadsStore"),
+}
 WARM_UP_ROUNDS = 3
 
 
@@ -58,7 +70,8 @@ def _round(client: MetastoreClient, root: str, version: int) -> tuple[float, flo
     client.alter_partitions("b", "t", parts)
     switched = time.perf_counter()
     after = client.partitions("b", "t")
-    wrong = [p.values for p in after if p.sd.location != f"{root}/v{version}/ds={p.values[0]}"]
+    wrong = [p.values for p in after
+             if p.sd.location != f"{root}/v{version}/ds={p.values[0]}" or p.parameters["numFiles"] != "2"]
     if len(after) != 20 or wrong:
         raise AssertionError(f"round {version}: {len(after)} partitions, not switched: {wrong}")
     client.drop_partitions("b", "t", [f"ds=b{i}" for i in range(10)])
@@ -67,13 +80,22 @@ def _round(client: MetastoreClient, root: str, version: int) -> tuple[float, flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=60, help="measured rounds per handler")
-    rounds = parser.parse_args().rounds
-    homes = {arm: Path(tempfile.mkdtemp(prefix=f"alter-{arm}-")) for arm in HANDLERS}
+    parser.add_argument("--rounds", type=int, default=60, help="measured rounds per arm")
+    parser.add_argument("--arms", default="batched,embedded", help=f"two of {', '.join(ARMS)}")
+    args = parser.parse_args()
+    arms = args.arms.split(",")
+    if len(arms) != 2 or len(set(arms)) != 2 or not set(arms) <= set(ARMS):
+        parser.error(f"--arms: two different arms of {', '.join(ARMS)}")
+    homes = {arm: Path(tempfile.mkdtemp(prefix=f"alter-{arm}-")) for arm in arms}
     servers = {}
     try:
-        for arm, handler in HANDLERS.items():
-            conf = {**derby_conf(homes[arm]), "hive.metastore.alter.impl": f"{JAVA_PACKAGE}.{handler}"}
+        for arm in arms:
+            handler, store = ARMS[arm]
+            conf = {
+                **derby_conf(homes[arm]),
+                "hive.metastore.alter.impl": f"{JAVA_PACKAGE}.{handler}",
+                "hive.metastore.rawstore.impl": f"{JAVA_PACKAGE}.{store}",
+            }
             servers[arm] = start_metastore(homes[arm], database=conf)
         clients = {arm: MetastoreClient(info.uri).__enter__() for arm, info in servers.items()}
         for arm, client in clients.items():
@@ -84,9 +106,9 @@ def main() -> None:
                 partitionKeys=[ttypes.FieldSchema("ds", "string", None)], tableType="EXTERNAL_TABLE",
             ))
             client.add_partitions([_partition(f"a{i}", f"{root}/v0/ds=a{i}", 1) for i in range(10)])
-        times: dict[str, dict[str, list[float]]] = {arm: {"add": [], "alter": []} for arm in HANDLERS}
-        for number in range(WARM_UP_ROUNDS + rounds):
-            order = list(HANDLERS) if number % 2 else list(reversed(HANDLERS))
+        times: dict[str, dict[str, list[float]]] = {arm: {"add": [], "alter": []} for arm in arms}
+        for number in range(WARM_UP_ROUNDS + args.rounds):
+            order = arms if number % 2 else list(reversed(arms))
             for arm in order:
                 add, alter = _round(clients[arm], f"file:{homes[arm]}/t", number + 1)
                 if number >= WARM_UP_ROUNDS:
@@ -95,9 +117,10 @@ def main() -> None:
         for arm, calls in times.items():
             medians = ", ".join(f"{call} p50 {statistics.median(ms):.1f} ms" for call, ms in calls.items())
             print(f"{arm:8} {medians}")
-        ratios = sorted(b / h for b, h in zip(times["batched"]["alter"], times["hive"]["alter"], strict=True))
+        first, second = arms
+        ratios = sorted(b / a for a, b in zip(times[first]["alter"], times[second]["alter"], strict=True))
         tenth = len(ratios) // 10
-        print(f"alter_partitions(20) batched/hive paired median {statistics.median(ratios):.3f} "
+        print(f"alter_partitions(20) {second}/{first} paired median {statistics.median(ratios):.3f} "
               f"(p10 {ratios[tenth]:.3f}, p90 {ratios[-tenth - 1]:.3f}, {len(ratios)} pairs)")
     finally:
         for info in servers.values():
