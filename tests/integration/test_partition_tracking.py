@@ -94,6 +94,8 @@ def test_a_full_partition_replace_switches_a_discovered_table(
     assert _read(spark, target) == {"b0": [2], "b1": [2], "n1": [2], "n2": [2]}
     assert _tracked(metastore, target)
     assert staged.is_published(journal.require(staged.attempt_id))
+    with MetastoreClient(metastore.uri) as client:  # registered ones too, not only Hive's adds
+        assert all(p.createTime > 0 for p in client.partitions(*target.split("."))), "create time 0"
 
 
 def test_a_partition_refresh_of_a_discovered_table_keeps_the_others(

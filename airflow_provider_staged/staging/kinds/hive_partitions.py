@@ -356,6 +356,8 @@ class HivePartitionStagedTable(HiveStagedTable):
             tableName=table.tableName,
             sd=storage,
             parameters=commit_parameters(stats),
+            # Hive's add sets it, but the switch writes back what it is sent: 0 shows as 1970.
+            createTime=int(time.time()),
         )
 
     def _location(self, record: AttemptRecord, values: tuple[str, ...]) -> str:
