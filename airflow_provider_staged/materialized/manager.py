@@ -62,6 +62,11 @@ from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.errors import TableNotFoundError
 
 
+def _is_view(table: Any) -> bool:
+    """Whether the catalog's ``table`` is a view (Hive's or a materialized view of another engine)."""
+    return (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW")
+
+
 def _is_continuous(path: Path) -> bool:
     try:
         return load_definition(path).refresh_mode is RefreshMode.CONTINUOUS
@@ -154,7 +159,7 @@ class MaterializedTables:
                     ) from None
         if table is None:
             return
-        view = (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW")
+        view = _is_view(table)
         if not view and REFRESH_STATUS_KEY in (table.parameters or {}):
             return
         if not view and self.scheduler.definition_file(dag_id_for(identifier)) is not None:
@@ -399,7 +404,7 @@ class MaterializedTables:
             return None
         if table is None or REFRESH_STATUS_KEY in (table.parameters or {}):
             return None
-        return "view" if (table.tableType or "").upper() in ("VIRTUAL_VIEW", "MATERIALIZED_VIEW") else "table"
+        return "view" if _is_view(table) else "table"
 
     def _serialize(self, handler: AirflowRefreshHandler) -> str:
         return self.scheduler.get_refresh_handler_serializer().serialize(handler).decode("utf-8")

@@ -309,10 +309,7 @@ class SqlSession:
             if found is None:
                 raise
             # Spark counts from the query's start; the error points into the definition.
-            line, column = definition.position("AS", "query")
-            if found[0] > 1:
-                line, column = line + found[0] - 1, 1
-            raise mts.MaterializedStatementError(line, column + found[1], _first_line(err)) from err
+            raise mts.MaterializedStatementError(*_in_query(definition, *found), _first_line(err)) from err
         self._check_catalog_sources(definition)
         return query
 
@@ -342,16 +339,13 @@ class SqlSession:
 
 def _query_place(definition: MaterializedTableDefinition, name: str) -> tuple[int, int]:
     """Where the query reads ``name`` (after FROM or JOIN), else where the query starts."""
-    line, column = definition.position("AS", "query")
     written = r"\.".join(f"`?{re.escape(part)}`?" for part in name.split("."))
     pattern = rf"\b(?:FROM|JOIN)\s+({written})(?![\w.`])"
     found = re.search(pattern, definition.query, re.IGNORECASE)
     if found is None:
-        return line, column
+        return definition.position("AS", "query")
     before = definition.query[:found.start(1)]
-    if "\n" in before:
-        return line + before.count("\n"), len(before) - before.rfind("\n")
-    return line, column + len(before)
+    return _in_query(definition, before.count("\n") + 1, len(before) - before.rfind("\n") - 1)
 
 
 def _read_in_default(
@@ -468,9 +462,19 @@ _MATERIALIZED: dict[type, Callable[[Any, Any], ResultSet]] = {
 
 def _absolute(statement: Statement, line: int, offset: int) -> tuple[int, int]:
     """The input's line and column of 0-based ``offset`` on 1-based ``line`` of ``statement``."""
+    return _shifted((statement.line, statement.column), line, offset)
+
+
+def _in_query(definition: MaterializedTableDefinition, line: int, offset: int) -> tuple[int, int]:
+    """The definition's line and column of 0-based ``offset`` on 1-based ``line`` of its query."""
+    return _shifted(definition.position("AS", "query"), line, offset)
+
+
+def _shifted(start: tuple[int, int], line: int, offset: int) -> tuple[int, int]:
+    """Line and column of 0-based ``offset`` on 1-based ``line`` of a text that starts at ``start``."""
     if line <= 1:
-        return statement.line, statement.column + offset
-    return statement.line + line - 1, offset + 1
+        return start[0], start[1] + offset
+    return start[0] + line - 1, offset + 1
 
 
 def _statement_error(statement: Statement, err: Exception) -> StatementError:
