@@ -182,6 +182,12 @@ def open_streams(spark: Any, streams: Iterable[StreamSource], **read_options: st
         stream.parquet(source.location).createOrReplaceTempView(source.view)
 
 
+def close_streams(spark: Any, streams: Iterable[StreamSource]) -> None:
+    """Drop the temporary views :func:`open_streams` made (a started query keeps its own plan)."""
+    for source in streams:
+        spark.catalog.dropTempView(source.view)
+
+
 def one_time_staged(
     definition: MaterializedTableDefinition,
     partition_spec: Mapping[str, str],
@@ -290,6 +296,8 @@ class ContinuousRefresh:
         plan = plan_continuous(definition.identifier, query, definition.freshness,
                                definition.partition_by, self.root, sources)
         open_streams(self.spark, plan.sources)
+        # The views outlive neither the query nor a failed start: the session may be a caller's.
+        self.plan = plan
         # Catalog partitions: a one-time refresh can then overwrite some beside the stream.
         sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by),
                         track_partitions=True)
@@ -300,10 +308,13 @@ class ContinuousRefresh:
                 query_name=definition.identifier.name.replace(".", "__"),
             )
         except AnalysisException as err:  # Spark's unsupported-operation checks, with its reason
+            close_streams(self.spark, plan.sources)
             raise NotStreamableError(
                 f"{definition.identifier} cannot be refreshed continuously: {str(err).splitlines()[0]}"
             ) from None
-        self.plan = plan
+        except BaseException:
+            close_streams(self.spark, plan.sources)
+            raise
         # Written at once, so describe shows the running query before its first report.
         self._progress = replace(self._progress, state="running", updated=_now(), error=None)
         write_progress(self.root, self._progress)
@@ -381,6 +392,8 @@ class ContinuousRefresh:
             self.query.stop()
             log.info("streaming query of %s stopped in %.1f s (checkpoint kept)", self.definition.identifier,
                      time.monotonic() - started)
+        if self.plan is not None:
+            close_streams(self.spark, self.plan.sources)
         self._progress = replace(self._progress, state=state, updated=_now())
         write_progress(self.root, self._progress)
 

@@ -32,7 +32,7 @@ from airflow_provider_staged.materialized.continuous import (
     stream_views,
     streaming_query,
 )
-from airflow_provider_staged.materialized.continuous_run import open_streams, stream_sources
+from airflow_provider_staged.materialized.continuous_run import close_streams, open_streams, stream_sources
 from airflow_provider_staged.sql.changelog import ChangelogTracker, changelog_plan
 from airflow_provider_staged.sql.output import ResultSet
 from airflow_provider_staged.sql.properties import SessionProperties
@@ -66,7 +66,7 @@ def stream_changes(
     try:
         frame = spark.sql(streaming_query(plan.query, shape.sources, database=database))
     except AnalysisException:
-        _drop_views(spark, streams)
+        close_streams(spark, streams)
         raise
     columns = frame.columns[:len(frame.columns) - plan.hidden]
     tracker = ChangelogTracker(plan, properties.max_rows)
@@ -131,7 +131,7 @@ def _run(
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
         shutil.rmtree(checkpoint, ignore_errors=True)
-        _drop_views(spark, streams)
+        close_streams(spark, streams)
 
 
 def _next_batch(inbox: queue.Queue, query: Any, interrupted: threading.Event) -> list[tuple[Any, ...]] | None:
@@ -147,7 +147,3 @@ def _next_batch(inbox: queue.Queue, query: Any, interrupted: threading.Event) ->
                     return None
     return None
 
-
-def _drop_views(spark: Any, streams: tuple[StreamSource, ...]) -> None:
-    for stream in streams:
-        spark.catalog.dropTempView(stream.view)

@@ -121,6 +121,8 @@ def test_append_query_streams_new_files_and_resumes_exactly_once(spark, db, runn
     assert progress.lag_seconds() is not None and progress.lag_seconds() < 3 * FRESHNESS_SECONDS
     refresh.stop()
     assert read_progress(refresh.root).state == "stopped"
+    # Its source's stream view goes with it: the session may be a caller's (the SQL client's).
+    assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("__staged_stream__")]
     insert(spark, src, 100, 10)  # arrives while stopped: the restart must pick it up, once
     resumed = running(parsed)
     wait_for("rows that arrived while stopped", lambda: resumed.report()
