@@ -296,8 +296,6 @@ class ContinuousRefresh:
         plan = plan_continuous(definition.identifier, query, definition.freshness,
                                definition.partition_by, self.root, sources)
         open_streams(self.spark, plan.sources)
-        # The views outlive neither the query nor a failed start: the session may be a caller's.
-        self.plan = plan
         # Catalog partitions: a one-time refresh can then overwrite some beside the stream.
         sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by),
                         track_partitions=True)
@@ -307,14 +305,14 @@ class ContinuousRefresh:
                 trigger_interval=plan.trigger_interval, output_mode=plan.output_mode,
                 query_name=definition.identifier.name.replace(".", "__"),
             )
-        except AnalysisException as err:  # Spark's unsupported-operation checks, with its reason
+        except BaseException as err:  # the views outlive no failed start: the session may be a caller's
             close_streams(self.spark, plan.sources)
-            raise NotStreamableError(
-                f"{definition.identifier} cannot be refreshed continuously: {str(err).splitlines()[0]}"
-            ) from None
-        except BaseException:
-            close_streams(self.spark, plan.sources)
+            if isinstance(err, AnalysisException):  # Spark's unsupported-operation checks, with its reason
+                raise NotStreamableError(
+                    f"{definition.identifier} cannot be refreshed continuously: {str(err).splitlines()[0]}"
+                ) from None
             raise
+        self.plan = plan
         # Written at once, so describe shows the running query before its first report.
         self._progress = replace(self._progress, state="running", updated=_now(), error=None)
         write_progress(self.root, self._progress)
