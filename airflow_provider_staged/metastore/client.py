@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
@@ -37,6 +38,31 @@ _MODIFIED = "The table has been modified"
 _STABLE_READS = 20
 # Per metastore URI, whether its alter_table enforces an expected parameter (probed once).
 _ENFORCES_EXPECTED: dict[str, bool] = {}
+# The same for a partition switch's expectations (services/java/SnapshotReadsStore.java).
+_ENFORCES_PARTITION_EXPECTED: dict[str, bool] = {}
+_PARTITIONS_CHANGED = "changed since this writer read them"
+_PARTITION_EXPECTATIONS_ENFORCED = "partition switch expectations are enforced"
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionsAsRead:
+    """What a lock-free partition switch expects to find, as its writer read it: the table's
+    revision, and every partition inside ``spec`` (column -> value; empty: all) by name
+    (``col=value/...``, escaped as in paths) with its location. The embedded metastore's store
+    checks all of it, and that no writer holds the table's lock, in the switch's transaction."""
+
+    revision: str
+    spec: Mapping[str, str]
+    locations: Mapping[str, str]
+
+    def properties(self) -> dict[str, str]:
+        return {
+            **_NO_STATS.properties,
+            "staged.expect": "switch",
+            "staged.expect.revision": self.revision,
+            **{f"staged.expect.spec.{column.lower()}": value for column, value in self.spec.items()},
+            **{f"staged.expect.partition.{name}": location for name, location in self.locations.items()},
+        }
 
 
 def _expecting(revision: str) -> ttypes.EnvironmentContext:
@@ -47,6 +73,12 @@ def _expecting(revision: str) -> ttypes.EnvironmentContext:
         "expected_parameter_key": REVISION_KEY,
         "expected_parameter_value": revision,
     })
+
+
+def enforces_partition_compare_and_set(uri: str) -> bool:
+    """Whether the metastore at ``uri`` was found (in this process) to check a partition switch's
+    expectations (:class:`PartitionsAsRead`); False while not known."""
+    return _ENFORCES_PARTITION_EXPECTED.get(uri, False)
 
 
 def enforces_compare_and_set(uri: str) -> bool:
@@ -247,6 +279,39 @@ class MetastoreClient:
             known = False
         _ENFORCES_EXPECTED[self.uri] = known
         return known
+
+    def probe_partition_compare_and_set(self) -> bool:
+        """Whether this metastore enforces a partition switch's expectations; asked once per
+        process. The probe names no table: a metastore that does not answer it fails the call."""
+        known = _ENFORCES_PARTITION_EXPECTED.get(self.uri)
+        if known is not None:
+            return known
+        table = f"staged_probe_{uuid.uuid4().hex}"
+        probe = ttypes.Partition(values=["probe"], dbName="default", tableName=table)
+        context = ttypes.EnvironmentContext(properties={"staged.expect": "probe"})
+        try:
+            self.thrift.alter_partitions_with_environment_context("default", table, [probe], context)
+            known = False  # nothing lands on a table that does not exist; not to be trusted
+        except ttypes.MetaException as err:
+            known = _PARTITION_EXPECTATIONS_ENFORCED in (err.message or "")
+        except (ttypes.InvalidOperationException, ttypes.InvalidObjectException):
+            known = False
+        _ENFORCES_PARTITION_EXPECTED[self.uri] = known
+        return known
+
+    def switch_partitions(
+        self, database: str, table: str, parts: list[ttypes.Partition], expected: PartitionsAsRead
+    ) -> None:
+        """``alter_partitions`` of ``parts`` in one metastore transaction, landing only while the
+        table is as ``expected`` (needs :meth:`probe_partition_compare_and_set`): else
+        :class:`CatalogConflictError`, and nothing changed. Takes no lock."""
+        context = ttypes.EnvironmentContext(properties=expected.properties())
+        try:
+            self.thrift.alter_partitions_with_environment_context(database, table, parts, context)
+        except ttypes.MetaException as err:
+            if _PARTITIONS_CHANGED in (err.message or ""):
+                raise CatalogConflictError(err.message) from None
+            raise
 
     def partitions(self, database: str, table: str) -> list[ttypes.Partition]:
         with self._dropped_is_conflict(database, table):

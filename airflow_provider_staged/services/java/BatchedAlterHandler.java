@@ -24,17 +24,58 @@ import org.apache.hive.common.util.HiveStringUtils;
  * Hive's. A call this class cannot do exactly as Hive does, by its conditions alone (a partition
  * that does not exist, one moved to another table, columns that stop including the old ones, so
  * that statistics must change, or a transactional listener), goes to Hive's own code unchanged.
+ *
+ * <p>It also carries a call's expectations (EnvironmentContext properties {@code staged.expect*})
+ * to {@link SnapshotReadsStore}, which enforces them: a lock-free partition switch's
+ * compare-and-set. The probe {@code staged.expect=probe} answers whether this metastore does.
  */
 public class BatchedAlterHandler extends HiveAlterHandler {
+  static final String EXPECT = "staged.expect";
+  static final String PROBE = "probe";
+  static final String ENFORCED = "staged.expect: partition switch expectations are enforced";
 
   @Override
   public List<Partition> alterPartitions(RawStore msdb, Warehouse wh, String dbname, String name,
       List<Partition> newParts, EnvironmentContext environmentContext, HiveMetaStore.HMSHandler handler)
       throws InvalidOperationException, InvalidObjectException, AlreadyExistsException, MetaException {
+    Map<String, String> expected = expectations(environmentContext);
+    if (expected == null) {
+      return alterPartitionsBatched(msdb, wh, dbname, name, newParts, environmentContext, handler, false);
+    }
+    SnapshotReadsStore.EXPECTED.set(expected);
+    try {
+      return alterPartitionsBatched(msdb, wh, dbname, name, newParts, environmentContext, handler, true);
+    } finally {
+      SnapshotReadsStore.EXPECTED.remove();
+    }
+  }
+
+  /** The call's expectations; null when it has none. Refused where the store cannot enforce them. */
+  private Map<String, String> expectations(EnvironmentContext context) throws MetaException {
+    Map<String, String> properties = context == null ? null : context.getProperties();
+    if (properties == null || !properties.containsKey(EXPECT)) {
+      return null;
+    }
+    if (!SnapshotReadsStore.class.getName().equals(hiveConf.get("hive.metastore.rawstore.impl"))) {
+      throw new MetaException("this metastore cannot check a partition switch's expectations");
+    }
+    if (PROBE.equals(properties.get(EXPECT))) {
+      throw new MetaException(ENFORCED);
+    }
+    return properties;
+  }
+
+  private List<Partition> alterPartitionsBatched(RawStore msdb, Warehouse wh, String dbname, String name,
+      List<Partition> newParts, EnvironmentContext environmentContext, HiveMetaStore.HMSHandler handler,
+      boolean expecting)
+      throws InvalidOperationException, InvalidObjectException, AlreadyExistsException, MetaException {
     if (handler != null && !handler.getTransactionalListeners().isEmpty()) {
       return super.alterPartitions(msdb, wh, dbname, name, newParts, environmentContext, handler);
     }
     Table table = msdb.getTable(dbname, name);
+    if (table == null && expecting) {
+      throw new MetaException(changed(dbname, name, "the table is gone"));
+    }
     if (table == null) {
       throw new InvalidObjectException("Unable to alter partitions because table or database does not exist.");
     }
@@ -48,6 +89,9 @@ public class BatchedAlterHandler extends HiveAlterHandler {
       Map<List<String>, Partition> olds = new HashMap<>();
       for (Partition old : msdb.getPartitionsByNames(dbname, name, names)) {
         olds.put(old.getValues(), old);
+      }
+      if (expecting && olds.size() != newParts.size()) {
+        throw new MetaException(changed(dbname, name, (newParts.size() - olds.size()) + " of those switched are gone"));
       }
       if (!keepsNamesAndStatistics(dbname, name, newParts, olds)) {
         msdb.rollbackTransaction();  // only reads so far
@@ -83,6 +127,10 @@ public class BatchedAlterHandler extends HiveAlterHandler {
         msdb.rollbackTransaction();
       }
     }
+  }
+
+  private static String changed(String dbname, String name, String difference) {
+    return "the partitions of " + dbname + "." + name + " " + SnapshotReadsStore.CHANGED + ": " + difference;
   }
 
   /** Every partition exists, stays in this table, and its new columns include its old ones (by

@@ -57,12 +57,26 @@ import org.apache.thrift.TException;
  * a partition commit's switch) is written with a few batched statements in the same transaction
  * instead of DataNucleus's per-partition loads and copies; the rows end as Hive's write leaves
  * them (see {@link #alterPartitions}).
+ *
+ * <p>An {@code alterPartitions} sent with expectations ({@link #EXPECTED}, set by
+ * {@link BatchedAlterHandler} from the call's EnvironmentContext) is a compare-and-set: under the
+ * write side, in its transaction, it lands only while the table's revision, the partitions inside
+ * the writer's spec and their locations are those the writer read, and no writer holds the
+ * table's metastore lock. A writer that switches partitions in this one call needs no lock.
  */
 public class SnapshotReadsStore extends ObjectStore {
   private static final ReentrantReadWriteLock SWITCH = new ReentrantReadWriteLock(true);
   // ObjectStore keeps its PersistenceManager, whose transaction the direct writes join, private.
   private static final Field PERSISTENCE_MANAGER = persistenceManagerField();
   private static final String ALTER_FAILED = "The transaction for alter partition did not commit successfully.";
+
+  /** The expectations of the {@code alterPartitions} under way in this thread (see above). */
+  static final ThreadLocal<Map<String, String>> EXPECTED = new ThreadLocal<>();
+  static final String EXPECT_REVISION = "staged.expect.revision";
+  static final String EXPECT_SPEC = "staged.expect.spec.";  // + column: the spec's value
+  static final String EXPECT_PARTITION = "staged.expect.partition.";  // + name: its location
+  static final String REVISION_KEY = "staged.revision";
+  static final String CHANGED = "changed since this writer read them";
 
   private boolean holdsSwitch;
 
@@ -124,6 +138,7 @@ public class SnapshotReadsStore extends ObjectStore {
       boolean committed = false;
       openTransaction();
       try {
+        checkExpected(db, table);
         List<Move> moves = moves(db, table, values, parts);
         if (moves == null) {
           super.alterPartitions(db, table, values, parts);  // fails, and rolls back, as Hive's does
@@ -254,6 +269,95 @@ public class SnapshotReadsStore extends ObjectStore {
       moves.add(new Move(id[0], id[1], old, part));
     }
     return moves;
+  }
+
+  /** Refuse the switch unless the table is as its writer read it (see the class comment). */
+  private void checkExpected(String db, String table) throws MetaException {
+    Map<String, String> expected = EXPECTED.get();
+    if (expected == null) {
+      return;
+    }
+    String dbName = HiveStringUtils.normalizeIdentifier(db);
+    String tableName = HiveStringUtils.normalizeIdentifier(table);
+    String difference;
+    JDOConnection jdo = persistenceManager().getDataStoreConnection();
+    try {
+      difference = expectedDifference((Connection) jdo.getNativeConnection(), dbName, tableName, expected);
+    } catch (SQLException e) {
+      throw alterFailed(e);
+    } finally {
+      jdo.close();
+    }
+    if (difference != null) {
+      throw new MetaException("the partitions of " + dbName + "." + tableName + " " + CHANGED + ": " + difference);
+    }
+  }
+
+  /** How the stored table differs from {@code expected}; null when it does not. */
+  private static String expectedDifference(Connection connection, String db, String table,
+      Map<String, String> expected) throws SQLException, MetaException {
+    TableKeys found = tableKeys(connection, db, table);
+    if (found == null) {
+      return "the table is gone";
+    }
+    String revision = null;
+    try (PreparedStatement query = connection.prepareStatement(
+        "SELECT \"PARAM_VALUE\" FROM \"TABLE_PARAMS\" WHERE \"TBL_ID\" = ? AND \"PARAM_KEY\" = ?")) {
+      query.setLong(1, found.id);
+      query.setString(2, REVISION_KEY);
+      try (ResultSet rows = query.executeQuery()) {
+        if (rows.next()) {
+          revision = rows.getString(1);
+        }
+      }
+    }
+    if (!Objects.equals(revision, expected.get(EXPECT_REVISION))) {
+      return "the table's revision is " + revision + ", not " + expected.get(EXPECT_REVISION);
+    }
+    try (PreparedStatement query = connection.prepareStatement(
+        "SELECT COUNT(*) FROM \"HIVE_LOCKS\" WHERE LOWER(\"HL_DB\") = ? AND LOWER(\"HL_TABLE\") = ?"
+            + " AND \"HL_LOCK_STATE\" = 'a'")) {
+      query.setString(1, db);
+      query.setString(2, table);
+      try (ResultSet rows = query.executeQuery()) {
+        if (rows.next() && rows.getLong(1) > 0) {
+          return "another writer holds the table's lock";
+        }
+      }
+    }
+    Map<String, String> inside = new HashMap<>();
+    try (PreparedStatement query = connection.prepareStatement(
+        "SELECT P.\"PART_NAME\", S.\"LOCATION\" FROM \"PARTITIONS\" P"
+            + " JOIN \"SDS\" S ON P.\"SD_ID\" = S.\"SD_ID\" WHERE P.\"TBL_ID\" = ?")) {
+      query.setLong(1, found.id);
+      try (ResultSet rows = query.executeQuery()) {
+        while (rows.next()) {
+          if (insideSpec(found.keys, rows.getString(1), expected)) {
+            inside.put(rows.getString(1), rows.getString(2));
+          }
+        }
+      }
+    }
+    Map<String, String> read = new HashMap<>();
+    for (Map.Entry<String, String> entry : expected.entrySet()) {
+      if (entry.getKey().startsWith(EXPECT_PARTITION)) {
+        read.put(entry.getKey().substring(EXPECT_PARTITION.length()), entry.getValue());
+      }
+    }
+    return inside.equals(read) ? null : "now " + inside + ", read " + read;
+  }
+
+  /** Whether partition {@code name} has every value the expected spec names. */
+  private static boolean insideSpec(List<FieldSchema> keys, String name, Map<String, String> expected)
+      throws MetaException {
+    List<String> values = Warehouse.makeValsFromName(name, null);
+    for (int i = 0; i < keys.size() && i < values.size(); i++) {
+      String wanted = expected.get(EXPECT_SPEC + keys.get(i).getName());
+      if (wanted != null && !wanted.equals(values.get(i))) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** A table's id, type and partition keys (names only, in order). */
