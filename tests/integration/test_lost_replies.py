@@ -12,6 +12,7 @@ import os
 import uuid
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import psycopg
 import pytest
@@ -23,7 +24,7 @@ from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, jdbc_sink_for_target
@@ -107,7 +108,10 @@ def test_hive_table(spark, metastore, journal, database, monkeypatch, applied):
 
 
 @pytest.mark.parametrize("applied", [True, False], ids=["reply-lost", "request-lost"])
-def test_hive_partitions(spark, metastore, journal, database, monkeypatch, applied):
+@pytest.mark.parametrize("switch", ["switch_partitions", "alter_partitions"])
+def test_hive_partitions(spark, metastore, journal, database, monkeypatch, applied, switch):
+    """The commit prepared when the output was recorded is one ``switch_partitions``; when the
+    table changed since, it is refused and the commit's locked calls end in ``alter_partitions``."""
     identifier = TableIdentifier.parse(f"{database}.p_{uuid.uuid4().hex[:8]}")
 
     def refresh() -> HivePartitionStagedTable:
@@ -117,7 +121,10 @@ def test_hive_partitions(spark, metastore, journal, database, monkeypatch, appli
     before = _partitions(metastore, identifier.name)
     assert sorted(before) == [("2024-01-01",), ("2024-01-02",)]
     staged = refresh()
-    injected = _lose_reply(monkeypatch, MetastoreClient, "alter_partitions", applied)
+    if switch == "alter_partitions":
+        refused = CatalogConflictError("injected: the table changed after the commit was prepared")
+        monkeypatch.setattr(MetastoreClient, "switch_partitions", mock.Mock(side_effect=refused))
+    injected = _lose_reply(monkeypatch, MetastoreClient, switch, applied)
     if applied:
         _write_and_commit(spark, staged, NEW_PARTS)
         assert snapshot(spark, identifier.name) == expected_snapshot(spark, NEW_PARTS)
@@ -133,7 +140,7 @@ def test_hive_partitions(spark, metastore, journal, database, monkeypatch, appli
         assert _partitions(metastore, identifier.name) == before
         assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
         assert not Path(staged.location.removeprefix("file:")).exists()
-    assert injected == ["alter_partitions"]
+    assert injected == [switch]
 
 
 @pytest.mark.parametrize("applied", [True, False], ids=["reply-lost", "request-lost"])

@@ -7,6 +7,7 @@ alone and takes no table lock. These tests interleave the writers step by step i
 
 from __future__ import annotations
 
+import copy
 import threading
 import uuid
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.identifiers import TableIdentifier
@@ -412,15 +414,18 @@ def test_a_table_dropped_between_a_commits_read_and_write(
     name = f"dropped_{kind}_{purpose}"
     target = f"{database}.{name}"
     staged = _written(kind, metastore.uri, target, str(tmp_path / "journal"), purpose, parquet)
-    real_swap = type(staged).swap
+    def dropped_first(real):  # type: ignore[no-untyped-def]
+        def call(self, *args):  # type: ignore[no-untyped-def]
+            with MetastoreClient(metastore.uri) as other:
+                if other.get_table(database, name) is not None:
+                    other.thrift.drop_table(database, name, False)
+            return real(self, *args)
+        return call
 
-    def dropped_first(self: HiveStagedTable, *args):  # type: ignore[no-untyped-def]
-        with MetastoreClient(metastore.uri) as other:
-            if other.get_table(database, name) is not None:
-                other.thrift.drop_table(database, name, False)
-        return real_swap(self, *args)
-
-    monkeypatch.setattr(type(staged), "swap", dropped_first)
+    monkeypatch.setattr(type(staged), "swap", dropped_first(type(staged).swap))
+    # A refresh's commit prepared when its output was recorded is one call, read before it.
+    switch = dropped_first(MetastoreClient.switch_partitions)
+    monkeypatch.setattr(MetastoreClient, "switch_partitions", switch)
     if purpose == "replace":
         with pytest.raises(TableNotFoundError, match=f"table {target} was dropped before the commit"):
             staged.commit()
@@ -470,3 +475,97 @@ def test_a_partitioned_create_overtaken_by_a_create_refreshes_it(
     assert partitions == race_workers.read_after(3)
     records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
     assert {records[a].state for a in (create.attempt_id, refresh.attempt_id)} == {AttemptState.COMMITTED}
+
+
+def _prepared_refresh(uri: str, target: str, journal: str) -> HivePartitionStagedTable:
+    """Refresh 1 committed; refresh 2 written, its commit prepared (one switch, no lock)."""
+    commit_written(*race_workers.written_refresh(uri, target, journal, 1))
+    staged, manifest = race_workers.written_refresh(uri, target, journal, 2)
+    staged.written(manifest)
+    return staged
+
+
+def _refused_switches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record why each prepared switch of this process was refused."""
+    refused: list[str] = []
+    real = MetastoreClient.switch_partitions
+
+    def switch(self, *args):  # type: ignore[no-untyped-def]
+        try:
+            real(self, *args)
+        except CatalogConflictError as conflict:
+            refused.append(str(conflict))
+            raise
+
+    monkeypatch.setattr(MetastoreClient, "switch_partitions", switch)
+    return refused
+
+
+@pytest.mark.parametrize("change", ["moved", "added", "dropped", "table"])
+def test_a_prepared_refresh_whose_table_changed_commits_under_the_lock(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """Between the prepared commit's reads (when the output was recorded) and its one switch,
+    another writer changes the table: the switch is refused, changing nothing, and the commit
+    does it all again under the table's lock, over what the other writer left."""
+    name = f"prepared_{change}"
+    journal = str(tmp_path / "journal")
+    staged = _prepared_refresh(metastore.uri, f"{database}.{name}", journal)
+    refused = _refused_switches(monkeypatch)
+    with MetastoreClient(metastore.uri) as other:
+        if change == "moved":  # another refresh of the same partitions committed first
+            commit_written(*race_workers.written_refresh(metastore.uri, f"{database}.{name}", journal, 3))
+        elif change == "added":  # a partition inside the spec that the refresh does not write
+            table = other.get_table(database, name)
+            storage = copy.deepcopy(table.sd)
+            storage.location = f"{normalize_location(staged.location)}-other"
+            added = ttypes.Partition(values=["x"], dbName=database, tableName=name, sd=storage)
+            other.add_partitions([added])
+        elif change == "dropped":
+            other.drop_partitions(database, name, ["ds=b0"])
+        else:  # a status write: the table's own object
+            table = other.read_for_update(database, name)
+            table.parameters["materialized.refresh-status"] = "ACTIVATED"
+            other.alter_table(table)
+    staged.commit()
+    assert len(refused) == 1 and "changed since this writer read them" in refused[0], refused
+    with MetastoreClient(metastore.uri) as client:
+        seen = race_workers.read_partitions(client, database, name)
+    emptied = {"n3": [], "x": []}  # inside the spec, not written by refresh 2: replaced by nothing
+    assert seen == {**race_workers.read_after(2), **{k: v for k, v in emptied.items() if k in seen}}
+    assert set(seen) - set(race_workers.read_after(2)) == {"moved": {"n3"}, "added": {"x"}}.get(change, set())
+    record = staged.journal.require(staged.attempt_id)
+    assert record.state is AttemptState.COMMITTED
+    if change == "moved":  # what refresh 3 published is superseded by this commit, not orphaned
+        assert any("_v=" in location for location in record.superseded_location)
+
+
+def test_a_prepared_switch_waits_for_a_locked_writer(
+    metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another writer holds the table's lock (its calls are not all made), the prepared
+    switch is refused; after it lets go, the same switch lands."""
+    staged = _prepared_refresh(metastore.uri, f"{database}.prepared_locked", str(tmp_path / "journal"))
+    refused = _refused_switches(monkeypatch)
+    held, release = threading.Event(), threading.Event()
+
+    def locked_writer() -> None:
+        with MetastoreClient(metastore.uri) as other, other.locked(database, "prepared_locked"):
+            held.set()
+            release.wait(60)
+
+    writer = threading.Thread(target=locked_writer)
+    writer.start()
+    try:
+        assert held.wait(30)
+        prepared = staged._prepared
+        refusal = pytest.raises(CatalogConflictError, match="holds the table's lock")
+        with MetastoreClient(metastore.uri) as client, refusal:
+            client.switch_partitions(database, "prepared_locked", prepared.switched, prepared.expected)
+    finally:
+        release.set()
+        writer.join()
+    staged.commit()
+    assert len(refused) == 1  # the one above: the commit's own switch landed
+    with MetastoreClient(metastore.uri) as client:
+        assert race_workers.read_partitions(client, database, "prepared_locked") == race_workers.read_after(2)

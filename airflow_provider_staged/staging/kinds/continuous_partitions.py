@@ -36,6 +36,7 @@ class ContinuousPartitionStagedTable(HivePartitionStagedTable):
     to ``after_batch`` (-1: nothing yet), keeping its later micro-batches (module docstring)."""
 
     kind = "hive_partitions_continuous"
+    prepares_switch = False  # its switch first links the stream's later files, under the lock
 
     def __init__(self, *args: Any, query_id: str = "", after_batch: int = -1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

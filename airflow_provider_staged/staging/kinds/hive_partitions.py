@@ -15,6 +15,16 @@ too (its partitions stay in the catalog, where the TTL drops them); one that cha
 switches the whole table in one ``alter_table`` and then tracks the new version's partitions the
 same way. Every step runs under the table's metastore lock.
 
+A refresh of a table that tracks its partitions prepares its commit when the job's output is
+recorded (``written``): under the lock it reads the table, registers the new partitions at the
+placeholder and computes the switch. The commit is then that one ``alter_partitions`` alone,
+without the lock: a compare-and-set that the embedded metastore's store checks in the call's
+transaction (the table's revision, the partitions inside the spec and their locations as read,
+no lock holder; ``services/java/SnapshotReadsStore.java``), as Iceberg commits a prepared
+metadata file. When the table changed since, the switch is refused, nothing changes, and the
+commit does everything again under the lock. A metastore that cannot check it gets the locked
+commit only.
+
 The journal records the partition columns and the spec, so reconcile rebuilds exactly this
 kind: its ``is_published`` asks whether any partition of a table that reads its catalog
 partitions points into the attempt's directory, which the single switching call makes
@@ -27,6 +37,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -35,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.metastore.client import REVISION_KEY, MetastoreClient, PartitionsAsRead
 from airflow_provider_staged.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
@@ -54,7 +65,7 @@ from airflow_provider_staged.partition_ttl import (
     ttl_options,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
-from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
@@ -68,11 +79,27 @@ if TYPE_CHECKING:
 # Beside the version directories (not one: the sweep never touches it), always empty.
 EMPTY_DIR_NAME = "_empty"
 
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedSwitch:
+    """A commit made ready when the job's output was recorded: the one ``alter_partitions`` that
+    publishes it, what that call expects to find, and the locations it supersedes."""
+
+    attempt_id: str
+    switched: list[ttypes.Partition]
+    expected: PartitionsAsRead
+    superseded: list[str]
+
 
 class HivePartitionStagedTable(HiveStagedTable):
     """Replace the partitions inside ``partition_spec`` (all partitions when it is empty)."""
 
     kind = "hive_partitions"
+    # Whether a commit may be prepared when the output is recorded (a kind whose switch does more
+    # than this class's, under the lock, may not).
+    prepares_switch = True
 
     def __init__(
         self,
@@ -101,6 +128,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             )
         self.partition_columns = list(partition_columns)
         self.partition_spec = dict(partition_spec)
+        self._prepared: PreparedSwitch | None = None
 
     @classmethod
     def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> HivePartitionStagedTable:
@@ -124,6 +152,79 @@ class HivePartitionStagedTable(HiveStagedTable):
 
     def write_spec(self) -> dict[str, Any]:
         return {**super().write_spec(), "partition_by": self.partition_columns}
+
+    # -- a commit prepared ahead -------------------------------------------------------
+
+    def written(self, manifest: Manifest | dict[str, Any]) -> None:
+        super().written(manifest)
+        if not self.skipped and self.prepares_switch:
+            self._prepared = self._prepare_switch()
+
+    def _prepare_switch(self) -> PreparedSwitch | None:
+        """Do the commit's reads and register its new partitions (at the placeholder: empty, as
+        they were while absent) now, under the table's lock, so that the commit is the switch
+        alone: one ``alter_partitions`` that lands only while the table is as read here (no
+        lock). None when the switch needs more than that call (a table change, a table that reads
+        its directories, a metastore that cannot check it): the commit then does it all, locked.
+        An error here only loses the head start; the commit reads everything again."""
+        record = self.journal.require(self.attempt_id)
+        manifest = Manifest.from_dict(record.manifest or {})
+        database, name = self.identifier.database, self.identifier.table
+        try:
+            with self._client() as client:
+                if not client.probe_partition_compare_and_set():
+                    return None
+                with client.locked(database, name):
+                    current = client.read_for_update(database, name)
+                    revision = (current.parameters or {}).get(REVISION_KEY) if current else None
+                    if revision is None or not self._keeps_table(current, manifest):
+                        return None
+                    existing = {tuple(p.values) for p in self._inside_spec(client, current)}
+                    targets = sorted(self._targets(manifest, list(existing)))
+                    if self._table_update(current, targets, None) is not None:
+                        return None
+                    placeholder = self._empty_location(record)
+                    client.add_partitions([self._partition(current, values, placeholder, None)
+                                           for values in targets if values not in existing])
+                    inside = self._inside_spec(client, current)  # as stored, the new ones too
+        except Exception:
+            log.warning("preparing the commit of %s failed: it commits under the table's lock",
+                        self.target, exc_info=True)
+            return None
+        superseded: list[str] = []
+        return PreparedSwitch(
+            attempt_id=self.attempt_id,
+            switched=self._switched(record, manifest, inside, superseded),
+            expected=PartitionsAsRead(
+                revision=revision,
+                spec=self.partition_spec,
+                locations={self._names([tuple(p.values)])[0]: p.sd.location for p in inside},
+            ),
+            superseded=superseded,
+        )
+
+    def _keeps_table(self, current: ttypes.Table, manifest: Manifest) -> bool:
+        """Whether switching this attempt's partitions leaves ``current``'s own object as it is."""
+        try:
+            return tracks_partitions(current) and switched_schema(current, manifest, self.target) is None
+        except StagingError:
+            return False  # a schema change: the table switches whole
+
+    def publish(self, record: AttemptRecord) -> str | list[str] | None:
+        """The prepared switch when the table is still as prepared, else the full commit, locked."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None or prepared.attempt_id != record.attempt_id:
+            return super().publish(record)
+        try:
+            with self._client() as client:
+                client.switch_partitions(
+                    self.identifier.database, self.identifier.table, prepared.switched, prepared.expected
+                )
+        except CatalogConflictError as conflict:
+            log.info("%s changed after its commit was prepared (%s): committing under its lock",
+                     self.target, conflict)
+            return super().publish(record)
+        return prepared.superseded
 
     # -- the catalog operations ---------------------------------------------------------
 
@@ -178,18 +279,30 @@ class HivePartitionStagedTable(HiveStagedTable):
             self._update_table(txn, current, targets, widened)
         # Visible as empty partitions until the switch below: as they were while absent.
         txn.add_partitions(new)
-        stats = partition_stats(manifest, self.partition_columns)
-        switched = []
         superseded = [location for values, location in discovered.items() if values in targets]
-        for partition in [*(existing[v] for v in targets if v in existing), *new]:
-            switched.append(relocated(partition, self._location(record, tuple(partition.values)), stats))
-            old = normalize_location(partition.sd.location)
-            if old != placeholder and old not in superseded:
-                superseded.append(old)
+        switched = self._switched(
+            record, manifest, [*(existing[v] for v in targets if v in existing), *new], superseded
+        )
         txn.alter_partitions(current.dbName, current.tableName, switched)
         if not tracked:  # the switch: from now on Spark reads the partitions from the catalog
             self._update_table(txn, current, targets, widened, track=True)
         return superseded
+
+    def _switched(
+        self, record: AttemptRecord, manifest: Manifest, partitions: Sequence[ttypes.Partition],
+        superseded: list[str],
+    ) -> list[ttypes.Partition]:
+        """``partitions`` moved into this attempt's directory; adds the locations they leave
+        (except the placeholder) to ``superseded``."""
+        stats = partition_stats(manifest, self.partition_columns)
+        placeholder = self._empty_location(record)
+        switched = []
+        for partition in partitions:
+            switched.append(relocated(partition, self._location(record, tuple(partition.values)), stats))
+            old = normalize_location(partition.sd.location)
+            if old != placeholder and old not in superseded:
+                superseded.append(old)
+        return switched
 
     def _replace_whole(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
@@ -237,11 +350,20 @@ class HivePartitionStagedTable(HiveStagedTable):
         self, txn: MetastoreClient, current: ttypes.Table, targets: Sequence[tuple[str, ...]],
         widened: Manifest | None, track: bool = False,
     ) -> None:
-        """Before the switch, under the same lock: set this attempt's table options, lower the
-        recorded next expiry when a switched partition expires earlier (the sweep trusts it), and
-        take the ``widened`` schema (:func:`switched_schema`). Widened first, a reader sees the
-        appended columns as null in the old partitions until the switch. With ``track`` it IS the
-        switch: the table then reads its partitions from the catalog."""
+        changed = self._table_update(current, targets, widened, track)
+        if changed is not None:
+            txn.alter_table(changed)
+
+    def _table_update(
+        self, current: ttypes.Table, targets: Sequence[tuple[str, ...]], widened: Manifest | None,
+        track: bool = False,
+    ) -> ttypes.Table | None:
+        """What the switch writes to the table besides its partitions (None: nothing), under the
+        same lock: this attempt's table options, a lower recorded next expiry when a switched
+        partition expires earlier (the sweep trusts it), and the ``widened`` schema
+        (:func:`switched_schema`). Widened first, a reader sees the appended columns as null in
+        the old partitions until the switch. With ``track`` it IS the switch: the table then reads
+        its partitions from the catalog."""
         params = dict(current.parameters or {})
         changed = copy.deepcopy(current)
         wanted = self.with_options(copy.deepcopy(current)).parameters
@@ -260,9 +382,10 @@ class HivePartitionStagedTable(HiveStagedTable):
             earliest = earliest_expiry(ttl, self.partition_columns, [(values, now) for values in targets])
             if earliest is not None and earliest < float(wanted[NEXT_EXPIRY_KEY]):
                 wanted[NEXT_EXPIRY_KEY] = str(int(earliest))
-        if wanted != params:
-            changed.parameters = wanted
-            txn.alter_table(changed)
+        if wanted == params:
+            return None
+        changed.parameters = wanted
+        return changed
 
     def is_published(self, record: AttemptRecord) -> bool:
         mine = normalize_location(record.location)
