@@ -245,14 +245,20 @@ def paired_ratios(
 ) -> PairedRatios:
     """Paired ratios with a percentile-bootstrap 90% interval of their median (seeded: repeatable)."""
     ratios = tuple(mine / theirs for mine, theirs in zip(numerator, denominator, strict=True))
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    low, high = median_interval(ratios, resamples, seed)
     return PairedRatios(
         ratios=ratios,
         ratio_of_medians=statistics.median(numerator) / statistics.median(denominator),
-        ci_low=medians[int(0.05 * (resamples - 1))],
-        ci_high=medians[int(0.95 * (resamples - 1))],
+        ci_low=low,
+        ci_high=high,
     )
+
+
+def median_interval(values: Sequence[float], resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap 90% interval of the median of ``values`` (seeded: repeatable)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.05 * (resamples - 1))], medians[int(0.95 * (resamples - 1))]
 
 
 def runs_text(values: Sequence[float], digits: int = 2) -> str:
