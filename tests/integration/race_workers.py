@@ -498,9 +498,9 @@ def fresh_table_creator(
 def table_writer(
     uri: str, target: str, journal_dir: str, kind: str, tags: list[int], ready: Any, go: Any, out_path: str
 ) -> None:
-    """Per tag, one build of partitions b0 and b1 with rows tagged so: a partition refresh (spec {},
-    under the table's lock) or a whole-table replace (lock-free once its first begin probed); right
-    after each commit, the build Spark reads."""
+    """Per tag, one build of partitions b0 and b1 with rows tagged so: a partition refresh (a kind
+    ``refresh...``: spec {}, its commit prepared when written) or a whole-table replace (lock-free
+    once its first begin probed); right after each commit, the build Spark reads."""
     seen: list[dict[str, Any]] = []
     error = None
     ready.set()
@@ -509,7 +509,7 @@ def table_writer(
         for tag in tags:
             identifier, journal = TableIdentifier.parse(target), AttemptJournal(journal_dir)
             staged: HiveStagedTable = (
-                HivePartitionStagedTable(identifier, ["ds"], {}, journal, uri) if kind == "refresh"
+                HivePartitionStagedTable(identifier, ["ds"], {}, journal, uri) if kind.startswith("refresh")
                 else HiveStagedTable(identifier, StagingPurpose.REPLACE_TABLE_AS, journal, uri)
             )
             staged.begin()

@@ -637,14 +637,19 @@ def test_concurrent_create_or_replace_of_a_new_table_both_commit(
 def test_partition_refreshes_racing_whole_table_replaces_serialize(
     metastore: MetastoreInfo, database: str, tmp_path: Path
 ) -> None:
-    """One process refreshes every partition of a table (the partition kind, under the table's lock),
-    another replaces the whole table (lock-free, one compare-and-set): what Spark reads is always
-    exactly one build, never older than one it read before, and ends as the last of one of them."""
+    """Two processes refresh every partition of a table (the partition kind: a commit prepared under
+    the table's lock, then one compare-and-set switch, or the locked commit when refused), a third
+    replaces the whole table (lock-free, one compare-and-set): what Spark reads is always exactly
+    one build, never older than one it read before, and ends as the last of one of them."""
     target = f"{database}.refreshed_and_replaced"
     journal = tmp_path / "journal"
     race_workers.refresh_partitions(metastore.uri, target, str(journal), 0)
-    kinds = {"refresh": list(range(1, MIXED_BUILDS + 1)), "replace": list(range(101, 101 + MIXED_BUILDS))}
-    ready = [SPAWN.Event() for _ in range(3)]
+    kinds = {
+        "refresh": list(range(1, MIXED_BUILDS + 1)),
+        "refresh_other": list(range(201, 201 + MIXED_BUILDS)),
+        "replace": list(range(101, 101 + MIXED_BUILDS)),
+    }
+    ready = [SPAWN.Event() for _ in range(len(kinds) + 1)]
     go, done = SPAWN.Event(), SPAWN.Event()
     outs = {name: tmp_path / f"{name}.json" for name in [*kinds, "reader"]}
     writers = [
@@ -654,7 +659,7 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
     ]
     reads = SPAWN.Value("i", 0)
     reader = _start(
-        race_workers.reader, metastore.uri, target, ready[2], go, done, reads, str(outs["reader"]),
+        race_workers.reader, metastore.uri, target, ready[-1], go, done, reads, str(outs["reader"]),
         race_workers.spark_view, race_workers.one_build,
     )
     try:
@@ -669,14 +674,17 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
         _kill_leftovers([*writers, reader])
     builds = {kind: _result(outs[kind])["builds"] for kind in kinds}
     assert all(b["lock_free"] for b in builds["replace"]), "the replaces took the table lock"
-    pairs = [(r, p) for r in builds["refresh"] for p in builds["replace"]]
-    overlapping = [(r, p) for r, p in pairs if r["t0"] < p["t1"] and p["t0"] < r["t1"]]
-    assert overlapping, "no refresh commit overlapped a replace commit: nothing raced"
+    def overlapping(kind: str, other: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        pairs = [(r, p) for r in builds[kind] for p in builds[other]]
+        return [(r, p) for r, p in pairs if r["t0"] < p["t1"] and p["t0"] < r["t1"]]
 
-    # Right after a commit Spark reads it, or a build of the other kind whose commit had not
+    assert overlapping("refresh", "replace"), "no refresh commit overlapped a replace commit: nothing raced"
+    assert overlapping("refresh", "refresh_other"), "no two refresh commits overlapped: nothing raced"
+
+    # Right after a commit Spark reads it, or a build of another writer whose commit had not
     # ended when this one's began (serialized after it): never one that was over before.
-    for kind, other in (("refresh", "replace"), ("replace", "refresh")):
-        ended = {b["tag"]: b["t1"] for b in builds[other]}
+    for kind in kinds:
+        ended = {b["tag"]: b["t1"] for other in kinds if other != kind for b in builds[other]}
         hidden = [b for b in builds[kind] if b["after"] != b["tag"] and ended.get(b["after"], 0) <= b["t0"]]
         assert hidden == [], f"{kind} commits not read right after them: {hidden[:2]}"
     seen = _result(outs["reader"])["reads"]
@@ -687,8 +695,8 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
         assert mine == sorted(mine), f"a reader saw an older build after a newer one: {mine}"
     with MetastoreClient(metastore.uri) as client:
         final = race_workers.one_build(race_workers.spark_view(client, database, "refreshed_and_replaced"))
-    assert final in (("ok", kinds["refresh"][-1]), ("ok", kinds["replace"][-1]))
+    assert final in [("ok", tags[-1]) for tags in kinds.values()]
     records = AttemptJournal(journal).records()
     assert {r.state for r in records} == {AttemptState.COMMITTED}
-    print(f"{len(seen)} reads, {len(overlapping)} overlapping commits, "
+    print(f"{len(seen)} reads, {len(overlapping('refresh', 'refresh_other'))} overlapping refreshes, "
           f"builds seen: {sorted({read['refresh'] for read in seen})}")
