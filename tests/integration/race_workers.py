@@ -34,6 +34,7 @@ from airflow_provider_staged.sink.recovery import batch_prefix
 from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
+from airflow_provider_staged.staging.errors import CatalogConflictError
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     HivePartitionStagedTable,
@@ -503,6 +504,7 @@ def table_writer(
     once its first begin probed); right after each commit, the build Spark reads."""
     seen: list[dict[str, Any]] = []
     error = None
+    switches = _count_switches()
     ready.set()
     go.wait()
     try:
@@ -524,7 +526,24 @@ def table_writer(
     except BaseException as err:  # reported to the test, which fails with it
         error = repr(err)
     finally:
-        Path(out_path).write_text(json.dumps({"builds": seen, "error": error}))
+        Path(out_path).write_text(json.dumps({"builds": seen, "error": error, "switches": switches}))
+
+
+def _count_switches() -> dict[str, int]:
+    """Count this process's prepared partition switches, landed and refused (a compare-and-set lost)."""
+    counts = {"landed": 0, "refused": 0}
+    real = MetastoreClient.switch_partitions
+
+    def switch(self: MetastoreClient, *args: Any) -> None:
+        try:
+            real(self, *args)
+        except CatalogConflictError:
+            counts["refused"] += 1
+            raise
+        counts["landed"] += 1
+
+    MetastoreClient.switch_partitions = switch  # type: ignore[method-assign]
+    return counts
 
 
 def spark_view(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:

@@ -672,8 +672,15 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
         done.set()
         go.set()
         _kill_leftovers([*writers, reader])
-    builds = {kind: _result(outs[kind])["builds"] for kind in kinds}
+    results = {kind: _result(outs[kind]) for kind in kinds}
+    builds = {kind: result["builds"] for kind, result in results.items()}
     assert all(b["lock_free"] for b in builds["replace"]), "the replaces took the table lock"
+    # Both commit paths of a refresh ran: prepared switches that landed, and ones refused because
+    # another writer changed the table after the prepare (those committed under the lock; so does
+    # a refresh of the table a replace left reading its directories, which prepares none).
+    switches = {outcome: sum(results[k]["switches"][outcome] for k in ("refresh", "refresh_other"))
+                for outcome in ("landed", "refused")}
+    assert switches["landed"] and switches["refused"], switches
     def overlapping(kind: str, other: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         pairs = [(r, p) for r in builds[kind] for p in builds[other]]
         return [(r, p) for r, p in pairs if r["t0"] < p["t1"] and p["t0"] < r["t1"]]
@@ -699,4 +706,5 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
     records = AttemptJournal(journal).records()
     assert {r.state for r in records} == {AttemptState.COMMITTED}
     print(f"{len(seen)} reads, {len(overlapping('refresh', 'refresh_other'))} overlapping refreshes, "
+          f"prepared switches {switches}, "
           f"builds seen: {sorted({read['refresh'] for read in seen})}")
