@@ -34,7 +34,12 @@ from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
-from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError, TableNotFoundError
+from airflow_provider_staged.staging.errors import (
+    CatalogConflictError,
+    StagingError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+)
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, recorded_batch
@@ -475,6 +480,29 @@ def test_a_partitioned_create_overtaken_by_a_create_refreshes_it(
     assert partitions == race_workers.read_after(3)
     records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
     assert {records[a].state for a in (create.attempt_id, refresh.attempt_id)} == {AttemptState.COMMITTED}
+
+
+def test_a_partitioned_create_finding_the_table_made_before_its_output_was_recorded_fails(
+    metastore: MetastoreInfo, database: str, tmp_path: Path
+) -> None:
+    """A create-only partitioned build began on a missing table; another writer created it before
+    the build's output was recorded. Nothing is prepared to switch into that table: the commit
+    fails saying so, and the other writer's table and partitions stay as they were."""
+    target = f"{database}.partitions_create_only"
+    journal = str(tmp_path / "journal")
+    create = HivePartitionStagedTable(
+        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal), metastore.uri,
+        purpose=StagingPurpose.CREATE_TABLE_AS,
+    )
+    create.begin()
+    manifest = race_workers.write_partitions(create, 2)
+    commit_written(*race_workers.written_refresh(metastore.uri, target, journal, 1))  # the other writer
+    create.written(manifest)
+    with pytest.raises(TableAlreadyExistsError, match="created by someone else"):
+        create.commit()
+    with MetastoreClient(metastore.uri) as client:
+        kept = race_workers.read_partitions(client, database, "partitions_create_only")
+    assert kept == race_workers.read_after(1)
 
 
 def _prepared_refresh(uri: str, target: str, journal: str) -> HivePartitionStagedTable:

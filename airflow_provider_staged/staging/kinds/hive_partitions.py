@@ -157,7 +157,8 @@ class HivePartitionStagedTable(HiveStagedTable):
 
     def written(self, manifest: Manifest | dict[str, Any]) -> None:
         super().written(manifest)
-        if not self.skipped and self.prepares_switch:
+        # A create-only purpose must fail on a table made meanwhile: its commit decides that.
+        if not self.skipped and self.prepares_switch and self.purpose.replaces:
             self._prepared = self._prepare_switch()
 
     def _prepare_switch(self) -> PreparedSwitch | None:
