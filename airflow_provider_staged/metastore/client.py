@@ -75,12 +75,6 @@ def _expecting(revision: str) -> ttypes.EnvironmentContext:
     })
 
 
-def enforces_partition_compare_and_set(uri: str) -> bool:
-    """Whether the metastore at ``uri`` was found (in this process) to check a partition switch's
-    expectations (:class:`PartitionsAsRead`); False while not known."""
-    return _ENFORCES_PARTITION_EXPECTED.get(uri, False)
-
-
 def enforces_compare_and_set(uri: str) -> bool:
     """Whether the metastore at ``uri`` was found (in this process) to check an alter's expected
     revision; False while not known."""

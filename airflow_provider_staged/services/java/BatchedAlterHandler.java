@@ -74,7 +74,7 @@ public class BatchedAlterHandler extends HiveAlterHandler {
     }
     Table table = msdb.getTable(dbname, name);
     if (table == null && expecting) {
-      throw new MetaException(changed(dbname, name, "the table is gone"));
+      throw SnapshotReadsStore.changed(dbname, name, "the table is gone");
     }
     if (table == null) {
       throw new InvalidObjectException("Unable to alter partitions because table or database does not exist.");
@@ -91,7 +91,7 @@ public class BatchedAlterHandler extends HiveAlterHandler {
         olds.put(old.getValues(), old);
       }
       if (expecting && olds.size() != newParts.size()) {
-        throw new MetaException(changed(dbname, name, (newParts.size() - olds.size()) + " of those switched are gone"));
+        throw SnapshotReadsStore.changed(dbname, name, (newParts.size() - olds.size()) + " of those switched are gone");
       }
       if (!keepsNamesAndStatistics(dbname, name, newParts, olds)) {
         msdb.rollbackTransaction();  // only reads so far
@@ -127,10 +127,6 @@ public class BatchedAlterHandler extends HiveAlterHandler {
         msdb.rollbackTransaction();
       }
     }
-  }
-
-  private static String changed(String dbname, String name, String difference) {
-    return "the partitions of " + dbname + "." + name + " " + SnapshotReadsStore.CHANGED + ": " + difference;
   }
 
   /** Every partition exists, stays in this table, and its new columns include its old ones (by

@@ -76,7 +76,7 @@ public class SnapshotReadsStore extends ObjectStore {
   static final String EXPECT_SPEC = "staged.expect.spec.";  // + column: the spec's value
   static final String EXPECT_PARTITION = "staged.expect.partition.";  // + name: its location
   static final String REVISION_KEY = "staged.revision";
-  static final String CHANGED = "changed since this writer read them";
+  private static final String CHANGED = "changed since this writer read them";  // metastore.client knows it
 
   private boolean holdsSwitch;
 
@@ -289,8 +289,13 @@ public class SnapshotReadsStore extends ObjectStore {
       jdo.close();
     }
     if (difference != null) {
-      throw new MetaException("the partitions of " + dbName + "." + tableName + " " + CHANGED + ": " + difference);
+      throw changed(dbName, tableName, difference);
     }
+  }
+
+  /** The refusal of a switch whose expectations do not hold (its message marks it as such). */
+  static MetaException changed(String db, String table, String difference) {
+    return new MetaException("the partitions of " + db + "." + table + " " + CHANGED + ": " + difference);
   }
 
   /** How the stored table differs from {@code expected}; null when it does not. */

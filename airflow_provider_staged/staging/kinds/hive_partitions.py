@@ -199,7 +199,7 @@ class HivePartitionStagedTable(HiveStagedTable):
             expected=PartitionsAsRead(
                 revision=revision,
                 spec=self.partition_spec,
-                locations={self._names([tuple(p.values)])[0]: p.sd.location for p in inside},
+                locations={partition_path(self.partition_columns, p.values): p.sd.location for p in inside},
             ),
             superseded=superseded,
         )
