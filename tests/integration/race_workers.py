@@ -504,7 +504,7 @@ def table_writer(
     once its first begin probed); right after each commit, the build Spark reads."""
     seen: list[dict[str, Any]] = []
     error = None
-    switches = _count_switches()
+    switches = record_switches()
     ready.set()
     go.wait()
     try:
@@ -529,21 +529,23 @@ def table_writer(
         Path(out_path).write_text(json.dumps({"builds": seen, "error": error, "switches": switches}))
 
 
-def _count_switches() -> dict[str, int]:
-    """Count this process's prepared partition switches, landed and refused (a compare-and-set lost)."""
-    counts = {"landed": 0, "refused": 0}
+def record_switches(patch: Callable[[Any, str, Any], None] = setattr) -> dict[str, list[str]]:
+    """Record this process's prepared partition switches: ``landed`` ones, and the messages of
+    the ``refused`` ones (a compare-and-set lost); ``patch`` installs the recorder (a test's
+    ``monkeypatch.setattr`` undoes it)."""
+    switches: dict[str, list[str]] = {"landed": [], "refused": []}
     real = MetastoreClient.switch_partitions
 
     def switch(self: MetastoreClient, *args: Any) -> None:
         try:
             real(self, *args)
-        except CatalogConflictError:
-            counts["refused"] += 1
+        except CatalogConflictError as conflict:
+            switches["refused"].append(str(conflict))
             raise
-        counts["landed"] += 1
+        switches["landed"].append(self.uri)
 
-    MetastoreClient.switch_partitions = switch  # type: ignore[method-assign]
-    return counts
+    patch(MetastoreClient, "switch_partitions", switch)
+    return switches
 
 
 def spark_view(client: MetastoreClient, database: str, table: str) -> dict[str, list[int]]:

@@ -678,7 +678,7 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
     # Both commit paths of a refresh ran: prepared switches that landed, and ones refused because
     # another writer changed the table after the prepare (those committed under the lock; so does
     # a refresh of the table a replace left reading its directories, which prepares none).
-    switches = {outcome: sum(results[k]["switches"][outcome] for k in ("refresh", "refresh_other"))
+    switches = {outcome: sum(len(results[k]["switches"][outcome]) for k in ("refresh", "refresh_other"))
                 for outcome in ("landed", "refused")}
     assert switches["landed"] and switches["refused"], switches
     def overlapping(kind: str, other: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:

@@ -513,22 +513,6 @@ def _prepared_refresh(uri: str, target: str, journal: str) -> HivePartitionStage
     return staged
 
 
-def _refused_switches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record why each prepared switch of this process was refused."""
-    refused: list[str] = []
-    real = MetastoreClient.switch_partitions
-
-    def switch(self, *args):  # type: ignore[no-untyped-def]
-        try:
-            real(self, *args)
-        except CatalogConflictError as conflict:
-            refused.append(str(conflict))
-            raise
-
-    monkeypatch.setattr(MetastoreClient, "switch_partitions", switch)
-    return refused
-
-
 @pytest.mark.parametrize("change", ["moved", "added", "dropped", "table"])
 def test_a_prepared_refresh_whose_table_changed_commits_under_the_lock(
     metastore: MetastoreInfo, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
@@ -539,7 +523,7 @@ def test_a_prepared_refresh_whose_table_changed_commits_under_the_lock(
     name = f"prepared_{change}"
     journal = str(tmp_path / "journal")
     staged = _prepared_refresh(metastore.uri, f"{database}.{name}", journal)
-    refused = _refused_switches(monkeypatch)
+    refused = race_workers.record_switches(monkeypatch.setattr)["refused"]
     with MetastoreClient(metastore.uri) as other:
         if change == "moved":  # another refresh of the same partitions committed first
             commit_written(*race_workers.written_refresh(metastore.uri, f"{database}.{name}", journal, 3))
@@ -574,7 +558,7 @@ def test_a_prepared_switch_waits_for_a_locked_writer(
     """While another writer holds the table's lock (its calls are not all made), the prepared
     switch is refused; after it lets go, the same switch lands."""
     staged = _prepared_refresh(metastore.uri, f"{database}.prepared_locked", str(tmp_path / "journal"))
-    refused = _refused_switches(monkeypatch)
+    refused = race_workers.record_switches(monkeypatch.setattr)["refused"]
     held, release = threading.Event(), threading.Event()
 
     def locked_writer() -> None:
