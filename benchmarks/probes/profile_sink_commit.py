@@ -12,7 +12,7 @@ in ``ready/``) through ``runtime.commit_write`` in each of two arms, in alternat
 Each arm is its own streaming query (its own batch ids and marker). Printed per arm: commit p50
 and p90, the metastore calls per commit (and their p50 ms); and the paired ratio skip/checks.
 Starts a Derby metastore in a temp home; stops it. Run:
-``/work/heavy .venv/bin/python benchmarks/profile_sink_commit.py --reps 60``.
+``/work/heavy .venv/bin/python benchmarks/probes/profile_sink_commit.py --reps 60``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
+import _benchmarks_path  # noqa: F401 (benchmarks/ on sys.path)
 import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import ThriftCalls, arm_order, load, metastore_only, paired_ratios, percentile_ms

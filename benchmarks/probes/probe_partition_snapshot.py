@@ -18,7 +18,7 @@ and failed ones. Metadata only: no Spark, no files. ``--write``:
 Prints, per store: listings, mixed and failed listings, and the write's p50 latency; the
 stores' p50 ratio shows what the lock costs the writer. A mixed or failed listing on Hive's
 store is the anomaly (Derby's read-committed scan); on ours the count must be 0.
-Run: ``.venv/bin/python benchmarks/probe_partition_snapshot.py`` (about 6 minutes).
+Run: ``.venv/bin/python benchmarks/probes/probe_partition_snapshot.py`` (about 6 minutes).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _benchmarks_path  # noqa: F401 (benchmarks/ on sys.path)
 from _common import load
 from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.transport.TTransport import TTransportException

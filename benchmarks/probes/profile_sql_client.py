@@ -9,7 +9,7 @@ last timestamp). Wall and CPU milliseconds per phase, median over the samples; t
 total beside them.
 
 Starts its own metastore and a warm gateway (``local[2]``) in a temp home; stops both.
-``.venv/bin/python benchmarks/profile_sql_client.py --samples 9``
+``.venv/bin/python benchmarks/probes/profile_sql_client.py --samples 9``
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+import _benchmarks_path  # noqa: F401 (benchmarks/ on sys.path)
 from _common import client_gateway, load
 
 # The probe: the phases of `staged sql --gateway URL -e "SELECT 1" -o csv`, each timestamped.

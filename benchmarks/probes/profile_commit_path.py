@@ -19,7 +19,7 @@ and what is ours can be told apart. No Spark: the "write" hard-links the same Pa
    dropped again after each sample (untimed). Target: commit p50 < 100 ms.
 
 Starts a Derby metastore and a PostgreSQL server + metastore (temp homes); stops all of them.
-Run: ``.venv/bin/python benchmarks/profile_commit_path.py`` (smoke run: ``--smoke``).
+Run: ``.venv/bin/python benchmarks/probes/profile_commit_path.py`` (smoke run: ``--smoke``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _benchmarks_path  # noqa: F401 (benchmarks/ on sys.path)
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq

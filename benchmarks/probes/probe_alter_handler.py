@@ -14,7 +14,7 @@ new version directory, then (untimed) the 10 added ones dropped again. Every rou
 all 20 partitions point at the new version. Metadata only: no Spark, no files.
 
 Prints each arm's p50 per call and the paired ratio of ``alter_partitions`` (second/first).
-Run: ``.venv/bin/python benchmarks/probe_alter_handler.py --rounds 60`` (default arms
+Run: ``.venv/bin/python benchmarks/probes/probe_alter_handler.py --rounds 60`` (default arms
 ``batched,embedded``).
 """
 

@@ -8,7 +8,7 @@ a round trip of its own, as before). Prints each build's Spark Connect calls wit
 durations, the p50 of ``engine.run`` per arm with paired ratios, and, from the event log, the
 last builds' SQL executions with their jobs, stages and tasks.
 
-Run: ``.venv/bin/python benchmarks/profile_gateway_write.py --reps 10``
+Run: ``.venv/bin/python benchmarks/probes/profile_gateway_write.py --reps 10``
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import _benchmarks_path  # noqa: F401 (benchmarks/ on sys.path)
 from _common import alternating_rounds, load, metastore_only, paired_ratios, runs_text, timed_method
 from bench_gateway import DATABASE, DEFINITION
 
