@@ -15,7 +15,7 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "connection-types": [
             {
-                "hook-class-name": "airflow_provider_staged.hooks.staged_table.StagedTableHook",
+                "hook-class-name": "airflow_provider_staged.airflow.hooks.staged_table.StagedTableHook",
                 "connection-type": "staged_hive",
             }
         ],
@@ -23,15 +23,15 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Staged tables",
                 "python-modules": [
-                    "airflow_provider_staged.operators.staged_table",
-                    "airflow_provider_staged.operators.materialized_refresh",
+                    "airflow_provider_staged.airflow.operators.staged_table",
+                    "airflow_provider_staged.airflow.operators.materialized_refresh",
                 ],
             }
         ],
         "hooks": [
             {
                 "integration-name": "Staged tables",
-                "python-modules": ["airflow_provider_staged.hooks.staged_table"],
+                "python-modules": ["airflow_provider_staged.airflow.hooks.staged_table"],
             }
         ],
         "integrations": [

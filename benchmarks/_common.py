@@ -282,7 +282,7 @@ def hive_services(
 ) -> Iterator[HiveServices]:
     """A throwaway metastore (Derby, temp home) and one ``local[2]`` SparkSession; both stopped."""
     from airflow_provider_staged.engine.session import build_session
-    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
+    from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 
     home = Path(tempfile.mkdtemp(prefix=f"{app_name}-"))
     started = time.perf_counter()
@@ -307,8 +307,8 @@ def hive_services(
 def metastore_only(prefix: str, database: str) -> Iterator[Any]:
     """A throwaway Derby metastore (temp home, ``database`` created) without Spark; its
     ``MetastoreInfo`` (``.uri``, ``.warehouse``, ``.home``). Stopped and deleted on exit."""
-    from airflow_provider_staged.metastore.client import MetastoreClient
-    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
+    from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+    from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 
     home = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
     try:
@@ -326,8 +326,8 @@ def client_gateway(prefix: str) -> Iterator[tuple[Any, dict[str, str]]]:
     """A throwaway metastore and a warm gateway (``local[2]``) in a temp home: its ``GatewayInfo``
     and the environment of a ``staged sql`` client of them (this process's ``AIRFLOW_*``,
     ``STAGED_*`` and ``PYTHONPATH`` left out). Both stopped and deleted on exit."""
-    from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
-    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
+    from airflow_provider_staged.local.gateway import start_gateway, stop_gateway
+    from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 
     home = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
     env = {key: value for key, value in os.environ.items()
@@ -351,7 +351,7 @@ def embedded_engine(services: HiveServices, journal_dir: Path) -> Any:
     would not be a fair comparison, so the benchmark hands over its own.
     """
     from airflow_provider_staged.engine.runners import EmbeddedEngine
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
     settings = StagedSettings(services.metastore_uri, str(services.warehouse), str(journal_dir))
     engine = EmbeddedEngine(settings, master="local[2]")

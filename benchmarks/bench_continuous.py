@@ -36,10 +36,10 @@ def main() -> None:
     if args.smoke:
         args.minutes, args.rows = 1.5, 1_000
 
+    from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
     from airflow_provider_staged.materialized.continuous_run import ContinuousRefresh
     from airflow_provider_staged.materialized.definition import parse_definition
-    from airflow_provider_staged.metastore.client import MetastoreClient
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
     with hive_services("bench-continuous", "bench") as services:
         spark = services.spark

@@ -60,10 +60,10 @@ from _common import (
     timed_method,
 )
 
+from airflow_provider_staged.engine.execution import execute_staged
 from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
-from airflow_provider_staged.execution import execute_staged
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy

@@ -219,7 +219,7 @@ def run(sizes: list[int], repeat: int) -> str:
 
 def parsing_context_lines(ours: Path, n: int, repeat: int) -> list[str]:
     """One DAG under a parsing context: named like its file, and not (a scan of identifiers)."""
-    from airflow_provider_staged.materialized.factory import build_dags
+    from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
     definitions = ours / "materialized"
     wanted = f"mt__bench__t{n // 2:04d}"

@@ -48,14 +48,14 @@ from _common import (
     stopwatch,
 )
 
+from airflow_provider_staged.engine.base import Engine
 from airflow_provider_staged.engine.connect import ConnectEngine
-from airflow_provider_staged.engine.runners import Engine
-from airflow_provider_staged.execution import execute_staged
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.engine.execution import execute_staged
+from airflow_provider_staged.local.gateway import start_gateway, stop_gateway
+from airflow_provider_staged.local.stack import definitions_dir, stack_down, stack_up
 from airflow_provider_staged.materialized.naming import dag_id_for, manual_run_fields
-from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
-from airflow_provider_staged.services.local_stack import definitions_dir, stack_down, stack_up
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 

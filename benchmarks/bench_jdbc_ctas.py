@@ -22,10 +22,10 @@ from typing import Any
 
 from _common import paired_ratios, runs_text  # also puts the repository root on sys.path (tests)
 
+from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS
 from airflow_provider_staged.engine.session import jdbc_jars_conf
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
-from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     POSTGRES_DRIVER,

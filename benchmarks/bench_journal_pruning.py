@@ -27,10 +27,10 @@ from pathlib import Path
 
 from _common import arm_order, load, paired_ratios, percentile_ms, stopwatch
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.recovery import PRUNE_EVERY_BATCHES, batch_prefix
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.pruning import prune_journal
+from airflow_provider_staged.staging.settings import StagedSettings
 
 INTERVAL = 30.0  # seconds between micro-batches
 DAY_BATCHES = 2880

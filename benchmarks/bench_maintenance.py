@@ -45,10 +45,10 @@ from typing import Any
 from _common import hive_services, load
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore, ttypes
 
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.expiry import sweep_expiry
+from airflow_provider_staged.staging.partition_ttl import NEXT_EXPIRY_KEY
+from airflow_provider_staged.staging.settings import StagedSettings
 
 DAY = 86400.0
 

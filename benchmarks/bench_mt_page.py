@@ -42,22 +42,22 @@ from typing import Any
 import httpx
 from _common import REPO_ROOT, alternating_rounds, load, paired_ratios, percentile_ms, runs_text
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY, read_state, status_from
-from airflow_provider_staged.materialized.naming import dag_id_for
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import new_table
-from airflow_provider_staged.services.airflow_local import AirflowInfo, start_airflow, stop_airflow
-from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
-from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.ui.rows import (
+from airflow_provider_staged.airflow.ui.rows import (
     DagFacts,
     RunFacts,
     page_row,
     refresh_from_event,
     refresh_from_table,
 )
-from airflow_provider_staged.ui.sources import CatalogReads, read_entries
+from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_entries
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import new_table
+from airflow_provider_staged.local.airflow_server import AirflowInfo, start_airflow, stop_airflow
+from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
+from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY, read_state, status_from
+from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.manifest import Manifest
 
 DATABASE = "page_bench"
 TARGET_P50_MS = 500.0

@@ -30,13 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import alternating_rounds, load, paired_ratios, percentile_ms, stopwatch
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, staging_dir
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 
 DATABASE = "bench_append"
 PARTITIONS = ("0", "1")

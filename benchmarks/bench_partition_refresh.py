@@ -52,9 +52,9 @@ from _common import (
     timed_method,
 )
 
-from airflow_provider_staged.execution import execute_staged
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.engine.execution import execute_staged
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy

@@ -52,9 +52,9 @@ from _common import (
 )
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.staging.settings import StagedSettings
 
 DATABASE = "bench_sink"
 STREAM_ARMS = ("foreach_batch", "hive_sink", "hive_sink_foreach", "logged_no_commit")

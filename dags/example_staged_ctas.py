@@ -9,7 +9,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 
 with DAG(
     dag_id="example_staged_ctas",

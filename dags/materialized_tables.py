@@ -5,7 +5,7 @@ and, when ``STAGED_MT_DEFINITIONS_DIR`` is set (``staged up`` sets it), in that 
 import os
 from pathlib import Path
 
-from airflow_provider_staged.materialized.factory import build_dags
+from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 build_dags(Path(__file__).with_name("materialized"), globals())
 if os.environ.get("STAGED_MT_DEFINITIONS_DIR"):

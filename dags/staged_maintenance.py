@@ -2,6 +2,6 @@
 
 from pathlib import Path
 
-from airflow_provider_staged.maintenance import build_maintenance_dag
+from airflow_provider_staged.airflow.maintenance import build_maintenance_dag
 
 build_maintenance_dag(globals(), Path(__file__).with_name("materialized"))

@@ -23,9 +23,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_staged.engine import spark_job
-from airflow_provider_staged.engine.runners import Engine, job_env
-from airflow_provider_staged.services.processes import ServiceError
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.engine.base import Engine, job_env
+from airflow_provider_staged.local.processes import ServiceError
+from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def resolve_url(spark_conn_id: str | None = None, url: str | None = None) -> str
         return SparkConnectHook(spark_conn_id).get_connection_url()
     if os.environ.get(GATEWAY_URL_ENV):
         return os.environ[GATEWAY_URL_ENV]
-    from airflow_provider_staged.services.gateway import require_gateway
+    from airflow_provider_staged.local.gateway import require_gateway
 
     return require_gateway().url
 

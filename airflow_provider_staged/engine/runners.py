@@ -3,58 +3,22 @@ Spark Connect (a gateway, ``engine/connect.py``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import sys
 import tempfile
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_staged.engine import spark_job
+from airflow_provider_staged.engine.base import Engine, job_env
 from airflow_provider_staged.engine.session import build_session, hive_conf, jdbc_jars_conf, spark_submit_env
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.manifest import MANIFEST_NAME
+from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
-
-
-class Engine(ABC):
-    """Where the Spark job runs; ``cancel`` may be called from a signal handler."""
-
-    def __init__(self, settings: StagedSettings, spark_conf: dict[str, str] | None = None) -> None:
-        self.settings = settings
-        self.spark_conf = {**settings.spark_conf, **(spark_conf or {})}
-
-    @abstractmethod
-    def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-        """Run ``sql`` into ``spec``; return the manifest (the committable)."""
-
-    @abstractmethod
-    def cancel(self) -> None:
-        """Stop the running job (on_kill)."""
-
-    def close(self) -> None:  # noqa: B027 (most engines hold nothing to release)
-        """Release what the engine holds on a server (a remote session)."""
-
-
-@contextlib.contextmanager
-def job_env(env: dict[str, str]) -> Iterator[None]:
-    """``env`` (the job's secrets) in this process's environment for the job's duration: the
-    job's writers run here (embedded) or build their remote plan here (connect)."""
-    previous = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class EmbeddedEngine(Engine):
@@ -117,7 +81,7 @@ class SparkSubmitEngine(Engine):
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         with tempfile.TemporaryDirectory(prefix="staged-submit-") as workdir:
-            manifest_path = Path(workdir) / spark_job.MANIFEST_NAME
+            manifest_path = Path(workdir) / MANIFEST_NAME
             spec_path = Path(workdir) / "spec.json"
             spec_path.write_text(json.dumps({**spec, "sql": sql, "manifest_path": str(manifest_path)}))
             conf = {
@@ -154,7 +118,7 @@ def check_engine(name: str) -> None:
 
 def make_engine(name: str, settings: StagedSettings, **kwargs: Any) -> Engine:
     check_engine(name)
-    if name == "connect":  # its module imports this one
+    if name == "connect":  # imported on use: Spark Connect's client is slow to import
         from airflow_provider_staged.engine.connect import ConnectEngine
 
         return ConnectEngine(settings, **kwargs)

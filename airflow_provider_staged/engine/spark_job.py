@@ -19,9 +19,6 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-MANIFEST_NAME = "_STAGED_MANIFEST.json"
-
-
 def local_path(location: str) -> Path:
     """The local path of a ``file:`` URI or plain path."""
     parsed = urlparse(location)
@@ -114,7 +111,7 @@ def write_table_non_atomic(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any
 
 def write_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     """Write into a staged PostgreSQL table (imported here: this module stays stdlib-only)."""
-    from airflow_provider_staged.staging.kinds.jdbc_table import write_staged_jdbc
+    from airflow_provider_staged.engine.jdbc_write import write_staged_jdbc
 
     return write_staged_jdbc(df, spec)
 

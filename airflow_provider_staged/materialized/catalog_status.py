@@ -33,11 +33,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.materialized.failure_streak import FailureStreak, suspension_note
-from airflow_provider_staged.materialized.scheduler import RefreshStatus, WorkflowException
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus, WorkflowException
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 REFRESH_STATUS_KEY = "materialized.refresh-status"
 REFRESH_HANDLER_KEY = "materialized.refresh-handler"

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.freshness import Freshness
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 CONTINUOUS_DIR = "_continuous"
 APPEND, COMPLETE = "append", "complete"
@@ -177,7 +177,7 @@ def query_shape(identifier: TableIdentifier | None, query: str, database: str = 
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
-    from airflow_provider_staged.lineage import source_tables
+    from airflow_provider_staged.lineage.datasets import source_tables
 
     sources = source_tables(query, database)
 
@@ -225,7 +225,7 @@ def streaming_query(
     import sqlglot
     from sqlglot import exp
 
-    from airflow_provider_staged.lineage import SESSION_CATALOG
+    from airflow_provider_staged.lineage.datasets import SESSION_CATALOG
 
     wanted = set(sources)
     tree = sqlglot.parse_one(query, read="spark")

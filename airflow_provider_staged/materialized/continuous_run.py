@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.materialized.continuous import (
     ContinuousPlan,
     NotStreamableError,
@@ -44,10 +45,9 @@ from airflow_provider_staged.materialized.continuous import (
 )
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.output_schema import refresh_query
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import current_location
-from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.storage import delete_dir, exists, list_dir, normalize_location, read_text
+from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import delete_dir, exists, list_dir, normalize_location, read_text
 
 if TYPE_CHECKING:
     from airflow_provider_staged.staging.journal import TaskRef
@@ -197,11 +197,11 @@ def one_time_staged(
 ) -> ContinuousPartitionStagedTable:
     """The staged overwrite of ``partition_spec`` beside the stream: it covers the micro-batches
     the table records as committed (:class:`ValueError` with the reason when it cannot run)."""
-    from airflow_provider_staged.metastore.tables import tracks_partitions
-    from airflow_provider_staged.partition_ttl import materialized_table_options
+    from airflow_provider_staged.catalogs.metastore.tables import tracks_partitions
     from airflow_provider_staged.sink.runtime import stream_query_id
     from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
     from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
+    from airflow_provider_staged.staging.partition_ttl import materialized_table_options
 
     identifier = definition.identifier
     why = one_time_refresh_refused(identifier, definition.query, partition_spec)

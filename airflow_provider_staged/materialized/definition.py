@@ -30,7 +30,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NoReturn
 
-from airflow_provider_staged.identifiers import TableIdentifier, is_whole_number
 from airflow_provider_staged.materialized.failure_streak import (
     DEFAULT_SUSPEND_AFTER,
     SUSPEND_OPTION,
@@ -48,8 +47,9 @@ from airflow_provider_staged.materialized.freshness import (
     parse_duration,
 )
 from airflow_provider_staged.materialized.partitions import PartitionError, java_to_strftime
-from airflow_provider_staged.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
 from airflow_provider_staged.sql.materialized_grammar import Cursor, ErrorFactory, Token
+from airflow_provider_staged.staging.identifiers import TableIdentifier, is_whole_number
+from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
 
 CREATE = "CREATE MATERIALIZED TABLE"
 

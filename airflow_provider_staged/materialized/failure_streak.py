@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_provider_staged.identifiers import is_whole_number
+from airflow_provider_staged.staging.identifiers import is_whole_number
 
 SUSPENDED_DUE_TO_ERRORS = "SUSPENDED_DUE_TO_ERRORS"
 SUSPEND_OPTION = "suspend-after-num-failures"

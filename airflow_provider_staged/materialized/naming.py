@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 DAG_ID_PREFIX = "mt__"
 BROKEN_DAG_ID_PREFIX = "mt__broken__"

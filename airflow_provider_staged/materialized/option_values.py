@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from airflow_provider_staged.identifiers import JAVA_INT_MAX
+from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX
 
 # A check returns None for a value Spark takes, else what it expects ("a boolean", ...).
 Check = Callable[[str], "str | None"]

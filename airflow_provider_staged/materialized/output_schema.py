@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError, quote_name
 from airflow_provider_staged.materialized.definition import (
     CREATE,
     FORMATTER_KEY,
@@ -33,6 +32,7 @@ from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     MaterializedTableDefinition,
 )
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, quote_name
 
 # The alias of the definition's query under the projection.
 SOURCE_ALIAS = "_materialized_columns"

@@ -13,11 +13,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.engine.base import Engine
 from airflow_provider_staged.engine.connect import ConnectEngine
-from airflow_provider_staged.engine.runners import EmbeddedEngine, Engine
-from airflow_provider_staged.execution import execute_staged
-from airflow_provider_staged.identifiers import quote_name
-from airflow_provider_staged.lineage import source_tables
+from airflow_provider_staged.engine.execution import execute_staged
+from airflow_provider_staged.engine.runners import EmbeddedEngine
+from airflow_provider_staged.lineage.datasets import source_tables
 from airflow_provider_staged.materialized.catalog_status import workflow_options
 from airflow_provider_staged.materialized.continuous_run import one_time_staged, snapshot_query
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition, RefreshMode
@@ -27,17 +28,17 @@ from airflow_provider_staged.materialized.params import (
     execution_conf,
     writer_options,
 )
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.partition_ttl import materialized_table_options
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.identifiers import quote_name
 from airflow_provider_staged.staging.journal import TaskRef
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_values
+from airflow_provider_staged.staging.partition_ttl import materialized_table_options
+from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 # A refresh of many partitions names the first ones only: one readable line in the task log.

@@ -35,6 +35,7 @@ Nothing here imports Spark or Airflow.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 from abc import ABC, abstractmethod
@@ -48,6 +49,8 @@ CommT = TypeVar("CommT")
 GlobalCommT = TypeVar("GlobalCommT")
 
 WRITE_MODES = ("append", "overwrite")
+
+log = logging.getLogger(__name__)
 
 
 def check_mode(mode: object) -> str:
@@ -226,6 +229,27 @@ def run_commit(sink: Sink[Any, Any], committables: Sequence[Any]) -> bool:
         return False
     commit_until_done(global_committer.commit, fresh, f"global committer of {sink.name}")
     return True
+
+
+def commit_write(sink: Sink[Any, Any], context: WriterContext, committables: list[Any]) -> bool:
+    """Commit one write; a bounded one also gets ``end_of_input``. Whether it was published now."""
+    fault_point("after_writers")
+    published = run_commit(sink, committables)
+    fault_point("after_commit")  # published, not yet in Spark's checkpoint: the replay case
+    if not context.streaming:
+        global_committer = sink.create_global_committer()
+        if global_committer is not None:
+            global_committer.end_of_input()
+    log.info("sink %s: write %s %s", sink.name, context.write_id,
+             "committed" if published else "was already committed (replay dropped)")
+    return published
+
+
+def abort_write(sink: Sink[Any, Any], committables: list[Any]) -> None:
+    """Let the global committer delete what a failed write staged."""
+    global_committer = sink.create_global_committer()
+    if global_committer is not None:
+        global_committer.abort([global_committer.combine(committables)])
 
 
 def check_committer_idempotent(

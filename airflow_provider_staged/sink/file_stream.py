@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from airflow_provider_staged.staging.manifest import DataFile
-from airflow_provider_staged.storage import delete_dir
+from airflow_provider_staged.storage.files import delete_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -144,8 +144,8 @@ class LoggedBatchPublisher:
 
     def publish_pending(self) -> None:
         """Publish every logged batch after the last one published, in order; raise a failure."""
+        from airflow_provider_staged.sink.api import commit_write
         from airflow_provider_staged.sink.recovery import batch_prefix
-        from airflow_provider_staged.sink.runtime import commit_write
 
         with self._lock:
             if self.error is not None:

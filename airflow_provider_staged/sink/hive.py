@@ -24,7 +24,6 @@ import pyarrow
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_staged.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.sink.api import (
     Committer,
     GlobalCommitter,
@@ -37,6 +36,7 @@ from airflow_provider_staged.sink.api import (
 from airflow_provider_staged.sink.file_stream import hadoop_checksum, remove_if_present
 from airflow_provider_staged.sink.recovery import abort_once, batch_prefix, commit_once, filter_recovered
 from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.staging.kinds.hive_sink import (
     READY_DIR,
     STAGING_DIR,
@@ -49,12 +49,12 @@ from airflow_provider_staged.staging.kinds.hive_sink import (
 )
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
-from airflow_provider_staged.storage import delete_dir, list_dir, normalize_location
+from airflow_provider_staged.storage.files import delete_dir, list_dir, normalize_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Rows a Python task writer buffers before writing them as one row group. Spark hands the writer

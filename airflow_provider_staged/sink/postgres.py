@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow
 from psycopg import sql
 
-from airflow_provider_staged.jdbc_types import postgres_columns
+from airflow_provider_staged.catalogs.postgres_types import postgres_columns
 from airflow_provider_staged.sink.api import (
     GlobalCommitter,
     Sink,
@@ -38,7 +38,7 @@ from airflow_provider_staged.staging.kinds.jdbc_table import (
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 
 @dataclass(frozen=True)

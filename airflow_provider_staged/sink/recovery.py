@@ -14,10 +14,10 @@ from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.pruning import prune_journal
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
     from airflow_provider_staged.sink.api import WriteRef
     from airflow_provider_staged.staging.attempts import JournaledStagedTable
     from airflow_provider_staged.staging.manifest import Manifest
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

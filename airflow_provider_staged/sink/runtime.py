@@ -43,10 +43,17 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from airflow_provider_staged.sink.api import Sink, WriterContext, check_mode, fault_point, run_commit
+from airflow_provider_staged.sink.api import (
+    Sink,
+    WriterContext,
+    abort_write,
+    check_mode,
+    commit_write,
+    fault_point,
+)
 from airflow_provider_staged.sink.file_stream import LoggedStreamSink, start_logged_stream
 from airflow_provider_staged.sink.recovery import batch_prefix
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 
 if TYPE_CHECKING:
     import pyarrow
@@ -146,27 +153,6 @@ def _committables(
     if found or any(isinstance(m, SinkCommitMessage) for m in messages):
         return found
     return _write_task(sink, context, iter(()))
-
-
-def commit_write(sink: Sink[Any, Any], context: WriterContext, committables: list[Any]) -> bool:
-    """Commit one write; a bounded one also gets ``end_of_input``. Whether it was published now."""
-    fault_point("after_writers")
-    published = run_commit(sink, committables)
-    fault_point("after_commit")  # published, not yet in Spark's checkpoint: the replay case
-    if not context.streaming:
-        global_committer = sink.create_global_committer()
-        if global_committer is not None:
-            global_committer.end_of_input()
-    log.info("sink %s: write %s %s", sink.name, context.write_id,
-             "committed" if published else "was already committed (replay dropped)")
-    return published
-
-
-def abort_write(sink: Sink[Any, Any], committables: list[Any]) -> None:
-    """Let the global committer delete what a failed write staged."""
-    global_committer = sink.create_global_committer()
-    if global_committer is not None:
-        global_committer.abort([global_committer.combine(committables)])
 
 
 class _BatchWriter(DataSourceArrowWriter):

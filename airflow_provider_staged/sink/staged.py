@@ -29,12 +29,12 @@ from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, run_attempt
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.storage import delete_dir
+from airflow_provider_staged.storage.files import delete_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from airflow_provider_staged.services.metastore import metastore_status, staged_home
+from airflow_provider_staged.local.metastore import metastore_status, staged_home
 from airflow_provider_staged.sql.output import RENDERERS, ResultSet, changelog_head, changelog_lines
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,
@@ -29,9 +29,9 @@ from airflow_provider_staged.sql.properties import (
 from airflow_provider_staged.sql.splitting import SplitError, Statement, is_complete, split_statements
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.materialized.manager import MaterializedTables
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
     from airflow_provider_staged.sql.session import SqlSession
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 PROMPT = "staged-sql> "
 HISTORY_FILE = "sql_history"
@@ -124,7 +124,7 @@ class Printer:
 
 
 def report(message: str, where: str) -> None:
-    from airflow_provider_staged.cli import one_line
+    from airflow_provider_staged.cli.output import one_line
 
     typer.echo(f"error: {where}{one_line(message)}", err=True)
 
@@ -183,12 +183,12 @@ def run_init(session: SqlSession, text: str, source: str) -> int:
 def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
     """The staged catalog: ``--conn`` (an Airflow connection), ``STAGED_METASTORE_URI``, or the
     local metastore under $STAGED_HOME (started when ``start_local`` and none runs)."""
-    from airflow_provider_staged.materialized import cli as mt_cli
+    from airflow_provider_staged.cli import context as mt_cli
 
     if conn:
-        from airflow_provider_staged.cli import _settings
+        from airflow_provider_staged.cli.context import connection_settings
 
-        return _settings(conn)
+        return connection_settings(conn)
     uri = os.environ.get(mt_cli.ENV["metastore_uri"])
     if uri:
         return catalog_settings(uri, None)
@@ -197,7 +197,7 @@ def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
         if not start_local:
             raise ValueError(f"no metastore configured: pass --conn, set STAGED_METASTORE_URI, or run "
                              f"`staged services up` (none runs under {staged_home()})")
-        from airflow_provider_staged.services.metastore import start_metastore
+        from airflow_provider_staged.local.metastore import start_metastore
 
         typer.echo(f"starting the local metastore under {staged_home()} (`staged services down` stops it)",
                    err=True)
@@ -207,8 +207,8 @@ def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
 
 def catalog_settings(metastore_uri: str, warehouse: str | None) -> StagedSettings:
     """Settings of the metastore at ``thrift://host:port`` (journal under $STAGED_HOME)."""
-    from airflow_provider_staged.metastore.client import parse_metastore_uri
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.catalogs.metastore.client import parse_metastore_uri
+    from airflow_provider_staged.staging.settings import StagedSettings
 
     host, port = parse_metastore_uri(metastore_uri)  # a bad port is an error naming the URI, not no port
     host = f"[{host}]" if ":" in host else host  # an IPv6 address keeps its brackets in the URI
@@ -266,7 +266,7 @@ def gateway_spark(url: str) -> Any:
 def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
     """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
     and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
-    from airflow_provider_staged.materialized import cli as mt_cli
+    from airflow_provider_staged.cli import context as mt_cli
 
     given = {name: os.environ.get(variable) for name, variable in mt_cli.ENV.items()}
     folder = given.pop("definitions_dir")
@@ -285,7 +285,7 @@ def make_session(
 
 
 def _local_gateway() -> Any:
-    from airflow_provider_staged.services.gateway import require_gateway
+    from airflow_provider_staged.local.gateway import require_gateway
 
     return require_gateway()
 
@@ -399,7 +399,7 @@ def sql(
     defaults = {RESULT_MODE: "table"} if interactive_mode else {}
     properties = SessionProperties(defaults)
     if conf:  # the materialized-table CLI (Airflow's REST client) is imported only when needed
-        from airflow_provider_staged.materialized.cli import parse_pairs
+        from airflow_provider_staged.cli.context import parse_pairs
 
         for key, value in parse_pairs(conf, "--conf").items():
             properties.put(*properties.checked(key, value), layer=Source.CONFIG)

@@ -20,9 +20,9 @@ from sqlglot import expressions as exp
 from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
-from airflow_provider_staged.identifiers import TableIdentifier, validate_name
-from airflow_provider_staged.partition_ttl import TtlError, parse_ttl
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.staging.partition_ttl import TtlError, parse_ttl
 
 SUPPORTED = ("USING parquet, PARTITIONED BY (columns), COMMENT 'text', OPTIONS ('key' = 'value'), "
              "TBLPROPERTIES ('key' = 'value')")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, NoReturn
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
 
 # Spark's name for its session catalog: the only catalog a three-part name may name here.
 SESSION_CATALOG = "spark_catalog"

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NoReturn
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
 from airflow_provider_staged.materialized.definition import (
     MaterializedTableDefinition,
     parse_create_statement,
@@ -39,6 +38,7 @@ from airflow_provider_staged.materialized.definition import (
     read_refresh_mode,
 )
 from airflow_provider_staged.sql.materialized_grammar import Cursor
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
 
 
 class MaterializedStatementError(ValueError):

@@ -149,3 +149,19 @@ def _json_value(value: Any) -> Any:
 
 RENDERERS = {"tableau": render_tableau, "table": render_tableau, "changelog": render_changelog,
              "csv": render_csv, "json": render_json}
+
+
+def _plain(value: Any) -> Any:
+    as_dict = getattr(value, "asDict", None)
+    if callable(as_dict):  # a struct
+        return {key: _plain(item) for key, item in as_dict().items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def plain_row(row: Any) -> tuple[Any, ...]:
+    """A Spark row as plain Python values (structs as dicts), as the renderers print them."""
+    return tuple(_plain(value) for value in row)

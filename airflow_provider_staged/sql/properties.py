@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlglot.tokens import Token, TokenType
 
-from airflow_provider_staged.identifiers import is_whole_number
+from airflow_provider_staged.staging.identifiers import is_whole_number
 
 ATOMICITY = "table.ctas.atomicity-enabled"
 RESULT_MODE = "sql-client.execution.result-mode"
@@ -43,7 +43,7 @@ class Source(enum.Enum):
 def _bool(value: str) -> str:
     # Imported here: the settings module brings the journal, which a session that sets no
     # boolean property never needs (start-up of `staged sql -e`).
-    from airflow_provider_staged.settings import parse_bool
+    from airflow_provider_staged.staging.settings import parse_bool
 
     try:
         return str(parse_bool(value, ATOMICITY)).lower()

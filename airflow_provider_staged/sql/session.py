@@ -32,7 +32,7 @@ from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
 from airflow_provider_staged.sql import materialized_statements as mts
 from airflow_provider_staged.sql.ctas import CtasError, CtasPlan, is_ctas, plan_ctas
-from airflow_provider_staged.sql.output import ResultSet
+from airflow_provider_staged.sql.output import ResultSet, plain_row
 from airflow_provider_staged.sql.properties import (
     WORKFLOW_PREFIX,
     PropertyCommand,
@@ -46,9 +46,9 @@ from airflow_provider_staged.sql.properties import (
 from airflow_provider_staged.sql.splitting import SplitError, Statement, position, tokenize
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.identifiers import TableIdentifier
-    from airflow_provider_staged.materialized.manager import MaterializedTables
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+    from airflow_provider_staged.staging.identifiers import TableIdentifier
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 # Where Spark's messages locate an error inside the statement ("line 1, pos 7", "line 1 pos 7").
 _SPARK_POSITION = re.compile(r"\bline (\d+),? pos(?:ition)? (\d+)")
@@ -120,7 +120,7 @@ class SqlSession:
             return self._atomic_ctas(plan)
         if self.properties.streaming and tokens and tokens[0].token_type in _QUERY_STARTS:
             database = self.spark.catalog.currentDatabase()
-            from airflow_provider_staged.lineage import source_tables
+            from airflow_provider_staged.lineage.datasets import source_tables
 
             if source_tables(statement.text, database):  # a query of no table is bounded: a batch
                 from airflow_provider_staged.sql.streaming import stream_changes
@@ -185,9 +185,9 @@ class SqlSession:
         import sqlglot
         from sqlglot import exp
 
-        from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
+        from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
         from airflow_provider_staged.materialized.catalog_status import DEFINITION_KEY, REFRESH_STATUS_KEY
-        from airflow_provider_staged.metastore.client import MetastoreClient
+        from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier
 
         try:
             drop = sqlglot.parse_one(text, read="spark")
@@ -214,7 +214,7 @@ class SqlSession:
     # -- atomic CTAS ----------------------------------------------------------------------
 
     def _atomic_ctas(self, plan: CtasPlan) -> ResultSet:
-        from airflow_provider_staged.execution import execute_staged
+        from airflow_provider_staged.engine.execution import execute_staged
         from airflow_provider_staged.sql.session_engine import SessionEngine
         from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
 
@@ -320,7 +320,7 @@ class SqlSession:
         an unqualified name to a temporary view first; a name the lineage qualifies with a
         database of the catalog that holds no such table is one, and ``global_temp`` is Spark's
         database of application-wide temporary views."""
-        from airflow_provider_staged.lineage import source_tables
+        from airflow_provider_staged.lineage.datasets import source_tables
 
         catalog = self.spark.catalog
         for name in source_tables(definition.query, "default"):
@@ -379,7 +379,7 @@ def _resume(tables: MaterializedTables, statement: mts.ResumeMaterializedTable) 
 
 
 def _refresh(tables: MaterializedTables, statement: mts.RefreshMaterializedTable) -> ResultSet:
-    from airflow_provider_staged.materialized.scheduler import RefreshTrigger
+    from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 
     trigger = RefreshTrigger(is_periodic=False, schedule_time=None, dynamic_options={},
                              static_partitions=dict(statement.partition), execution_config={})
@@ -434,7 +434,7 @@ def _show(tables: MaterializedTables, statement: mts.ShowMaterializedTables) -> 
 def _show_create(tables: MaterializedTables, statement: mts.ShowCreateMaterializedTable) -> ResultSet:
     """Flink's ``SHOW CREATE [OR ALTER] MATERIALIZED TABLE``: the DDL with the freshness and
     refresh mode the table runs with (defaults and derived mode included)."""
-    from airflow_provider_staged.materialized.airflow_scheduler import render_definition
+    from airflow_provider_staged.materialized.workflow.airflow_scheduler import render_definition
 
     definition = tables.definition(statement.table)
     text = render_definition(definition, definition.options, enriched=True)
@@ -510,19 +510,3 @@ def _first_line(err: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(err).__name__
-
-
-def _plain(value: Any) -> Any:
-    as_dict = getattr(value, "asDict", None)
-    if callable(as_dict):  # a struct
-        return {key: _plain(item) for key, item in as_dict().items()}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
-
-
-def plain_row(row: Any) -> tuple[Any, ...]:
-    return tuple(_plain(value) for value in row)
-

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.engine import spark_job
-from airflow_provider_staged.engine.runners import Engine
+from airflow_provider_staged.engine.base import Engine
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 
 class SessionEngine(Engine):

@@ -34,7 +34,7 @@ from airflow_provider_staged.materialized.continuous import (
 )
 from airflow_provider_staged.materialized.continuous_run import close_streams, open_streams, stream_sources
 from airflow_provider_staged.sql.changelog import ChangelogTracker, changelog_plan
-from airflow_provider_staged.sql.output import ResultSet
+from airflow_provider_staged.sql.output import ResultSet, plain_row
 from airflow_provider_staged.sql.properties import SessionProperties
 
 INTERACTIVE_TRIGGER = "1 second"  # a file source lists its directories at every trigger
@@ -81,7 +81,6 @@ def _run(
     """Yield an empty result once the query runs, then each micro-batch's changes, then a message."""
     from pyspark.errors import AnalysisException
 
-    from airflow_provider_staged.sql.session import plain_row
 
     checkpoint = tempfile.mkdtemp(prefix="staged-sql-stream-")
     # Small: a micro-batch waits while the client prints (Flink's result buffer blocks likewise).

@@ -20,7 +20,6 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_staged.periodic import Periodic
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import (
@@ -37,10 +36,11 @@ from airflow_provider_staged.staging.journal import (
 )
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.owner import ProcessRef
+from airflow_provider_staged.staging.periodic import Periodic
 from airflow_provider_staged.staging.versions import new_attempt_id
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

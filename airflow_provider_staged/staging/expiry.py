@@ -10,7 +10,7 @@ Paimon deletes an expired partition's files when its snapshot expires, for the s
 and never while the catalog points at them.
 
 The sweep reads each database's tables in one ``get_table_objects_by_name`` call and skips
-every table whose recorded next expiry (:data:`~airflow_provider_staged.partition_ttl.NEXT_EXPIRY_KEY`)
+every table whose recorded next expiry (``partition_ttl.NEXT_EXPIRY_KEY``)
 lies in the future: a sweep in which nothing expires costs no per-table metastore call.
 """
 
@@ -23,10 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import tracks_partitions
-from airflow_provider_staged.partition_ttl import (
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import tracks_partitions
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import run_attempt
+from airflow_provider_staged.staging.conflicts import retry_on_conflict
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME
+from airflow_provider_staged.staging.kinds.hive_table import EXPIRE_KIND, HiveStagedTable
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_paths import partition_path
+from airflow_provider_staged.staging.partition_ttl import (
     EXPIRATION_TIME,
     NEXT_EXPIRY_KEY,
     UPDATED_AT_KEY,
@@ -35,19 +44,10 @@ from airflow_provider_staged.partition_ttl import (
     earliest_expiry,
     parse_ttl,
 )
-from airflow_provider_staged.staging.api import StagingPurpose
-from airflow_provider_staged.staging.attempts import run_attempt
-from airflow_provider_staged.staging.conflicts import retry_on_conflict
-from airflow_provider_staged.staging.errors import StagingError
-from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
-from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME
-from airflow_provider_staged.staging.kinds.hive_table import EXPIRE_KIND, HiveStagedTable
-from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.partition_paths import partition_path
-from airflow_provider_staged.storage import delete_dir, exists, normalize_location
+from airflow_provider_staged.storage.files import delete_dir, exists, normalize_location
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

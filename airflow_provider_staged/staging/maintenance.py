@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.expiry import (
     SweepReport,
@@ -22,6 +21,7 @@ from airflow_provider_staged.staging.expiry import (
     sweep_expiry,
     untracked_ttl_message,
 )
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.hive_table import (
@@ -33,10 +33,10 @@ from airflow_provider_staged.staging.kinds.hive_table import (
 )
 from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.reconcile import ReconcileAction, TaskStateLookup, reconcile
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

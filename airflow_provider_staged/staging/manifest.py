@@ -6,8 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# The job module is shipped to clusters alone, so it owns the name.
-from airflow_provider_staged.engine.spark_job import MANIFEST_NAME
+# A manifest beside the data (``_`` hides it from Spark's readers): what callbacks read back.
+MANIFEST_NAME = "_STAGED_MANIFEST.json"
 
 __all__ = ["MANIFEST_NAME", "DataFile", "Manifest"]
 

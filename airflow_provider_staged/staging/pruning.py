@@ -38,10 +38,10 @@ from airflow_provider_staged.staging.kinds.hive_table import (
     superseded_locations,
     version_location,
 )
-from airflow_provider_staged.storage import exists
+from airflow_provider_staged.storage.files import exists
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState,
 from airflow_provider_staged.staging.kinds import from_record
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient, NoSuchObjectException
-from airflow_provider_staged.metastore.tables import current_location, repointed_table, tracks_partitions
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient, NoSuchObjectException
+from airflow_provider_staged.catalogs.metastore.tables import (
+    current_location,
+    repointed_table,
+    tracks_partitions,
+)
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableNotFoundError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     check_same_schema,  # a partition rollback switches partitions as a refresh does
@@ -50,10 +54,10 @@ from airflow_provider_staged.staging.kinds.hive_table import (
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
 from airflow_provider_staged.staging.versions import parse_version_dir
-from airflow_provider_staged.storage import exists, normalize_location
+from airflow_provider_staged.storage.files import exists, normalize_location
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

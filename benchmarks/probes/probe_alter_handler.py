@@ -28,9 +28,9 @@ from pathlib import Path
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.metastore import JAVA_PACKAGE, derby_conf, start_metastore
-from airflow_provider_staged.services.processes import stop_pid
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.metastore import JAVA_PACKAGE, derby_conf, start_metastore
+from airflow_provider_staged.local.processes import stop_pid
 
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
 ARMS = {  # arm -> (hive.metastore.alter.impl, hive.metastore.rawstore.impl), classes of JAVA_PACKAGE

@@ -36,8 +36,8 @@ from _common import load
 from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.transport.TTransport import TTransportException
 
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.metastore import derby_conf, start_metastore, stop_metastore
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.metastore import derby_conf, start_metastore, stop_metastore
 
 DATABASE, TABLE = "probe", "switched"
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"

@@ -46,12 +46,12 @@ from hmsclient import hmsclient
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
 from thrift.transport import TSocket
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore import client as client_module
-from airflow_provider_staged.metastore.client import METASTORE_CONNECTIONS, MetastoreClient
-from airflow_provider_staged.metastore.locks import table_lock
+from airflow_provider_staged.catalogs.metastore import client as client_module
+from airflow_provider_staged.catalogs.metastore.client import METASTORE_CONNECTIONS, MetastoreClient
+from airflow_provider_staged.catalogs.metastore.locks import table_lock
 from airflow_provider_staged.staging import journal as journal_module
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds import hive_table as hive_table_module
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
@@ -177,8 +177,8 @@ def reuse(enabled: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
     """name -> (metastore URI, warehouse) for a Derby- and a PostgreSQL-backed metastore."""
-    from airflow_provider_staged.services.metastore import start_metastore, stop_metastore
-    from airflow_provider_staged.services.metastore_postgres import (
+    from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
+    from airflow_provider_staged.local.metastore_postgres import (
         MetastoreDatabase,
         start_postgres_metastore,
     )

@@ -29,11 +29,11 @@ from bench_gateway import DATABASE, DEFINITION
 
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.connect import ConnectEngine
+from airflow_provider_staged.local.gateway import start_gateway, stop_gateway
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.params import parse_refresh_request
 from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
-from airflow_provider_staged.services.gateway import start_gateway, stop_gateway
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.settings import StagedSettings
 
 # The client's calls that reach the server, and what to show of each.
 CALLS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], str]] = {

@@ -27,13 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import ThriftCalls, arm_order, load, metastore_only, paired_ratios, percentile_ms
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import recovery as recovery_module
 from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.api import WriterContext
 from airflow_provider_staged.sink.hive import HiveFilesCommittable, HiveSink
 from airflow_provider_staged.staging.kinds.hive_sink import READY_DIR, staging_dir
 from airflow_provider_staged.staging.manifest import DataFile
+from airflow_provider_staged.staging.settings import StagedSettings
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 

@@ -30,7 +30,7 @@ import atexit, gc, json, os, sys, time
 marks = [("probe start", time.perf_counter(), time.process_time())]
 def mark(name):
     marks.append((name, time.perf_counter(), time.process_time()))
-import airflow_provider_staged.cli
+import airflow_provider_staged.cli.main
 atexit.register(gc.freeze)  # as cli.main does
 mark("import staged CLI (cli.py: typer, rich, ...)")
 from airflow_provider_staged.sql import client

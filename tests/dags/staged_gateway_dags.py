@@ -7,7 +7,7 @@ import os
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 
 with DAG("staged_connect", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False):
     StagedCreateTableAsOperator(

@@ -7,7 +7,7 @@ import os
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_staged.operators.staged_rollback import StagedRollbackOperator
+from airflow_provider_staged.airflow.operators.staged_rollback import StagedRollbackOperator
 
 with DAG("staged_rollback", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False):
     StagedRollbackOperator(

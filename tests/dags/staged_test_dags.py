@@ -10,8 +10,8 @@ import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from airflow_provider_staged.callbacks import staged_table_callbacks, staged_write_location
-from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+from airflow_provider_staged.airflow.callbacks import staged_table_callbacks, staged_write_location
+from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 
 TARGET = os.environ.get("STAGED_TEST_TARGET", "default.unset")
 SQL = os.environ.get("STAGED_TEST_SQL", "SELECT 1 AS x")
@@ -44,8 +44,8 @@ with DAG("staged_spark_submit", schedule=None, start_date=START, catchup=False):
 
 
 def write_with_spark(**context):
+    from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
     from airflow_provider_staged.engine.runners import EmbeddedEngine
-    from airflow_provider_staged.hooks.staged_table import StagedTableHook
 
     location = staged_write_location(context)
     engine = EmbeddedEngine(StagedTableHook().get_settings())

@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 
 from airflow_provider_staged.engine.spark_job import local_path
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.expiry import sweep_expiry
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds import hive_table
 from airflow_provider_staged.staging.maintenance import sweep_all_versions
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
 

@@ -17,24 +17,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient, enforces_compare_and_set
+from airflow_provider_staged.catalogs.metastore.tables import VERSION_KEY, current_location, tracks_partitions
 from airflow_provider_staged.engine.spark_job import data_files, local_path
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
     CatalogStatusStore,
 )
-from airflow_provider_staged.materialized.scheduler import RefreshStatus
-from airflow_provider_staged.metastore.client import MetastoreClient, enforces_compare_and_set
-from airflow_provider_staged.metastore.tables import VERSION_KEY, current_location, tracks_partitions
-from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink.api import WriterContext
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
+from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
+from airflow_provider_staged.sink.runtime import _write_task, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import CatalogConflictError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     HivePartitionStagedTable,
@@ -43,8 +42,9 @@ from airflow_provider_staged.staging.kinds.hive_partitions import (
 from airflow_provider_staged.staging.kinds.hive_sink import recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy, parse_version_dir, version_dir_name
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 
 # The unpartitioned table of the commit race: (id bigint, label string).
 FLAT_SCHEMA_JSON = json.dumps(

@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, TaskRef
 from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
 # Superseded versions stay (within the grace period), abandoned attempts never do: exact expectations.

@@ -15,12 +15,12 @@ from urllib.parse import urlparse
 
 import psutil
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import current_location
-from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingJobStatusHook, StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy

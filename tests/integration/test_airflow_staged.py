@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.settings import StagedSettings
 from tests.fixtures.tcp_proxy import BudgetProxy
 from tests.integration.staged_helpers import (
     assert_aborted_unwritten,

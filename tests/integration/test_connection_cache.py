@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS, ConnectionCache
+from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS, ConnectionCache
 from airflow_provider_staged.staging.kinds.jdbc_table import PostgresConnection
 from tests.fixtures.postgres_server import PostgresServer
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.services.gateway import GatewayInfo, gateway_status, token_file
-from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.services.processes import listening_sockets, pid_alive
+from airflow_provider_staged.local.gateway import GatewayInfo, gateway_status, token_file
+from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.local.processes import listening_sockets, pid_alive
 
 
 def remote(url: str):
@@ -34,7 +34,7 @@ def test_gateway_serves_the_metastore_on_loopback_with_a_token(spark_gateway: Ga
     finally:
         session.stop()
     assert "gw_probe" in databases
-    from airflow_provider_staged.metastore.client import MetastoreClient
+    from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 
     with MetastoreClient(spark_gateway.metastore_uri) as client:  # the same metastore, seen directly
         assert "gw_probe" in client.thrift.get_all_databases()

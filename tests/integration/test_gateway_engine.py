@@ -21,24 +21,24 @@ from typing import Any
 import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.engine.connect import ConnectEngine
 from airflow_provider_staged.engine.runners import make_engine
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.local.gateway import GatewayInfo, log_file
+from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.materialized.continuous_run import ContinuousRefresh
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.params import parse_refresh_request
 from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
-from airflow_provider_staged.materialized.scheduler import (
+from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
     DeleteRefreshWorkflow,
     RefreshTrigger,
 )
-from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
-from airflow_provider_staged.services.gateway import GatewayInfo, log_file
-from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.integration.staged_helpers import (
     assert_aborted_unwritten,

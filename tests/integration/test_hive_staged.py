@@ -8,16 +8,16 @@ import uuid
 
 import pytest
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.reader import read_table
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.reader import read_table
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import superseded_locations
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
 from tests.integration.staged_helpers import (
     PartFileWatcher,

@@ -23,14 +23,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from airflow_provider_staged.catalogs.postgres_types import UnsupportedColumnTypeError
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.identifiers import InvalidIdentifierError
-from airflow_provider_staged.jdbc_types import UnsupportedColumnTypeError
-from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.jdbc_table import (
@@ -40,6 +39,7 @@ from airflow_provider_staged.staging.kinds.jdbc_table import (
     jdbc_sink_for_target,
 )
 from airflow_provider_staged.staging.maintenance import sweep_all_versions
+from airflow_provider_staged.staging.settings import StagedSettings
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.fixtures.postgres_server import PostgresServer
 from tests.integration.staged_helpers import wait_for_open_attempt

@@ -21,26 +21,26 @@ import pytest
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
 from typer.testing import CliRunner
 
-from airflow_provider_staged.cli import app
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER_KEY
+from airflow_provider_staged.cli.main import app
 from airflow_provider_staged.engine.spark_job import data_files, local_path, run_staged_write
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY
-from airflow_provider_staged.partition_ttl import NEXT_EXPIRY_KEY
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.expiry import delete_dropped_files, expire_table, sweep_expiry
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable, staged_hive_table
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
 from airflow_provider_staged.staging.maintenance import MaintenanceReport, VersionSweep, sweep_all_versions
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
+from airflow_provider_staged.staging.partition_ttl import NEXT_EXPIRY_KEY
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import list_table_versions, rollback
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration import lifecycle_workers, race_workers
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location

@@ -19,12 +19,12 @@ import pytest
 from psycopg import sql
 from thrift.transport.TTransport import TTransportException
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, jdbc_sink_for_target

@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 import uuid
 
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration.staged_helpers import build, snapshot, staged_table

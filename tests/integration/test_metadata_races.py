@@ -26,17 +26,17 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.locks import DEFAULT_LOCK_TIMEOUT_SECONDS, MetastoreLockError
+from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.engine.spark_job import local_path
+from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
 )
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.locks import DEFAULT_LOCK_TIMEOUT_SECONDS, MetastoreLockError
-from airflow_provider_staged.metastore.tables import current_location
-from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.metastore import TEST_LOCK_EXPIRY_SECONDS, new_database
 from tests.integration import race_workers
 from tests.integration.race_workers import classify, partitions_of_refresh, status_value
@@ -378,7 +378,7 @@ def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
     """A whole-table commit switches the location and the parameters (schema, version) in one
     ``alter_table``; the metastore reads them in separate statements, and on Derby a read could
     join one commit's location to the next one's parameters (in 944 of 10,840 reads of
-    ``benchmarks/probe_partition_snapshot.py --write table`` on Hive's store)."""
+    ``benchmarks/probes/probe_partition_snapshot.py --write table`` on Hive's store)."""
     target = f"{database}.switched"
     journal_dir = str(tmp_path / "journal")
     parquet = tmp_path / "source.parquet"

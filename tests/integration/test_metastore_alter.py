@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.metastore import (
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.metastore import (
     MetastoreInfo,
     _jdk_tool,
     derby_conf,

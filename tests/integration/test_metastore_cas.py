@@ -17,20 +17,22 @@ import pyarrow.parquet as pq
 import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.engine.spark_job import local_path
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import (
+from airflow_provider_staged.catalogs.metastore.client import (
     REVISION_KEY,
     MetastoreClient,
     enforces_compare_and_set,
 )
-from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY, current_location, new_table
-from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink.api import WriterContext
+from airflow_provider_staged.catalogs.metastore.tables import (
+    PARTITION_PROVIDER_KEY,
+    current_location,
+    new_table,
+)
+from airflow_provider_staged.engine.spark_job import local_path
+from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
+from airflow_provider_staged.sink.runtime import _write_task, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
@@ -40,12 +42,14 @@ from airflow_provider_staged.staging.errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import race_workers
 

@@ -19,14 +19,14 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
-from airflow_provider_staged.materialized.auto_suspend import SCHEDULER_CONN_ID
+from airflow_provider_staged.local.airflow_server import AirflowInfo
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.failure_streak import SUSPENDED_DUE_TO_ERRORS, FailureStreak
-from airflow_provider_staged.materialized.manager import MaterializedTables
-from airflow_provider_staged.materialized.scheduler import RefreshTrigger
-from airflow_provider_staged.services.airflow_local import AirflowInfo
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
+from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +149,7 @@ def _no_slot_due(dag: dict[str, Any]) -> bool:
 
 
 def mt_cli(airflow_server: AirflowInfo, definitions_dir: Path, metastore_uri: str) -> Callable[..., str]:
-    from airflow_provider_staged.cli import app
+    from airflow_provider_staged.cli.main import app
 
     user, password = airflow_server.credentials("admin")
     base = ["mt", "--endpoint", airflow_server.endpoint, "--definitions-dir", str(definitions_dir),

@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.engine.runners import EmbeddedEngine
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.local.airflow_server import AirflowInfo
 from airflow_provider_staged.materialized.continuous import NotStreamableError, SourceReplacedError
 from airflow_provider_staged.materialized.continuous_run import (
     ContinuousRefresh,
@@ -34,17 +34,17 @@ from airflow_provider_staged.materialized.continuous_run import (
     table_root,
 )
 from airflow_provider_staged.materialized.definition import parse_definition
-from airflow_provider_staged.materialized.manager import MaterializedTables
 from airflow_provider_staged.materialized.params import parse_refresh_request
 from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
-from airflow_provider_staged.materialized.scheduler import RefreshTrigger
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.airflow_local import AirflowInfo
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 from airflow_provider_staged.sink.file_stream import LOG_DIR
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
-from airflow_provider_staged.storage import exists, normalize_location
+from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import exists, normalize_location
 from tests.integration.test_mt_auto_suspend import mt_cli, wait_for
 
 pytestmark = pytest.mark.slow

@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.airflow_local import AirflowInfo
-from airflow_provider_staged.services.metastore import MetastoreInfo
 from airflow_provider_staged.sql.client import catalog_settings, make_session
 from airflow_provider_staged.sql.properties import SessionProperties, Source
 from airflow_provider_staged.sql.session import SqlSession, StatementError
@@ -130,7 +130,7 @@ def test_create_over_a_table_or_view_refuses_and_changes_nothing(
     # The typer app: the Spark check's refusal and, with --no-check, MaterializedTables.create's.
     from typer.testing import CliRunner
 
-    from airflow_provider_staged.cli import app
+    from airflow_provider_staged.cli.main import app
 
     def cli_create(*flags: str) -> str:
         invoked = CliRunner().invoke(app, ["mt", *options, "create", str(source), *flags],

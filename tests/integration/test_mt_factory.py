@@ -15,7 +15,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.serialization.serialized_objects import DagSerialization
 
-from airflow_provider_staged.materialized.factory import build_dags
+from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 REPO = Path(__file__).resolve().parents[2]
 FACTORY_FILE = REPO / "dags" / "materialized_tables.py"
@@ -144,7 +144,7 @@ def test_parsing_context_for_other_dags_builds_nothing(dags_dir: Path, parsing_c
 def test_parsing_context_reads_only_the_likely_file(
     dags_dir: Path, parsing_context, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_staged.materialized import factory
+    from airflow_provider_staged.materialized.workflow import dag_factory as factory
 
     loaded: list[str] = []
     original = factory.load_definition

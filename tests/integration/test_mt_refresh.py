@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration.staged_helpers import (

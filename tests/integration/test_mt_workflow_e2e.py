@@ -18,15 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.airflow_server import AirflowInfo
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
     CatalogStatusStore,
     workflow_options,
 )
-from airflow_provider_staged.materialized.scheduler import (
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
     DeleteRefreshWorkflow,
     ModifyRefreshWorkflowCronExpr,
@@ -37,8 +38,7 @@ from airflow_provider_staged.materialized.scheduler import (
     WorkflowException,
     create_workflow_scheduler,
 )
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.airflow_local import AirflowInfo
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 pytestmark = pytest.mark.slow
 
@@ -267,7 +267,7 @@ def test_cli_commands(
     """``staged mt`` create -> describe -> refresh (bad, then good) -> suspend -> list -> drop."""
     from typer.testing import CliRunner
 
-    from airflow_provider_staged.cli import app
+    from airflow_provider_staged.cli.main import app
 
     runner = CliRunner()
     user, password = airflow_server.credentials("admin")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_staged.lineage import hive_namespace
-from airflow_provider_staged.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.lineage.datasets import hive_namespace
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import REPO, staged_connection
 

@@ -15,22 +15,22 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import tracks_partitions
-from airflow_provider_staged.services.metastore import MetastoreInfo
-from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink.api import WriterContext
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import tracks_partitions
+from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, new_write_id
+from airflow_provider_staged.sink.runtime import _write_task, new_write_id
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
 from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import race_workers
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from airflow_provider_staged.cli import app
+from airflow_provider_staged.catalogs.metastore.reader import read_table
+from airflow_provider_staged.cli.main import app
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.reader import read_table
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from tests.fixtures.airflow_cli import staged_connection

@@ -41,11 +41,9 @@ import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
 from psycopg import sql
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import current_location, tracks_partitions
 from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import current_location, tracks_partitions
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import Sink, WriterContext, commit_until_done
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.postgres import PostgresSink
@@ -65,6 +63,7 @@ from airflow_provider_staged.staging.expiry import (
     plan_expiry,
     table_ttl,
 )
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import (
@@ -85,7 +84,8 @@ from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import HiveRollback
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import recovery_helpers as rh
 

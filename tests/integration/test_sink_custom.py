@@ -17,11 +17,11 @@ import pyarrow
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import Committer, GlobalCommitter, Sink, SinkWriter, WriterContext
 from airflow_provider_staged.sink.runtime import ARROW_BATCH_ROWS_KEY, write_batch, write_stream
 from airflow_provider_staged.sink.staged import build_with_sink
 from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.settings import StagedSettings
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import PARTITION_PROVIDER_KEY
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER_KEY
 from airflow_provider_staged.sink.api import FAULT_ENV, FAULT_PGID_ENV
 from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.sink.runtime import stream_query_id
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.settings import StagedSettings
 from tests.integration.sink_workers import REPO, run_driver
 
 FILES, ROWS_PER_FILE = 4, 25
@@ -88,7 +88,7 @@ def _spec(metastore, tmp_path: Path, sink: str, table: str) -> dict:
 def _reconcile_in_a_process(settings: StagedSettings, fault: str) -> int:
     """Exit code of ``reconcile(settings)`` run in a process of its own that dies at ``fault``."""
     env = {key: value for key, value in os.environ.items() if key != FAULT_PGID_ENV}
-    script = ("import sys; from airflow_provider_staged.settings import StagedSettings; "
+    script = ("import sys; from airflow_provider_staged.staging.settings import StagedSettings; "
               "from airflow_provider_staged.staging.reconcile import reconcile; "
               "reconcile(StagedSettings(*sys.argv[1:4]))")
     return subprocess.run(

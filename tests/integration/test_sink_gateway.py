@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.runtime import write_batch
+from airflow_provider_staged.staging.settings import StagedSettings
 
 
 def test_hive_sink_over_spark_connect(spark_gateway, metastore, tmp_path):

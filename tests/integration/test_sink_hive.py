@@ -10,24 +10,24 @@ from unittest import mock
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.sink import hive as hive_module
 from airflow_provider_staged.sink import recovery
-from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
+from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent, commit_write
 from airflow_provider_staged.sink.file_stream import LOG_DIR, logged_batches
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, commit_write, stream_query_id, write_batch
+from airflow_provider_staged.sink.runtime import _write_task, stream_query_id, write_batch
 from airflow_provider_staged.staging import pruning
 from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY
 from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.rollback import rollback
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 from tests.integration.staged_helpers import build, staged_table, stream_all_files
 
 

@@ -15,12 +15,10 @@ import psycopg
 import pytest
 from pyspark.sql.readwriter import DataFrameWriter
 
-from airflow_provider_staged.settings import StagedSettings
-from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent
+from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent, commit_write
 from airflow_provider_staged.sink.postgres import PostgresSink
 from airflow_provider_staged.sink.runtime import (
     _write_task,
-    commit_write,
     stage_batch,
     write_batch,
 )
@@ -30,6 +28,7 @@ from airflow_provider_staged.staging.journal import AttemptState, TaskRef
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import DEFAULT_GRACE_SECONDS
 from tests.integration.staged_helpers import stream_all_files
 

@@ -22,9 +22,9 @@ import pexpect
 import pytest
 from prompt_toolkit.history import FileHistory
 
-from airflow_provider_staged.services.airflow_local import AirflowInfo
-from airflow_provider_staged.services.gateway import GatewayInfo
-from airflow_provider_staged.services.metastore import MetastoreInfo
+from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.local.gateway import GatewayInfo
+from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.sql.client import catalog_settings, gateway_spark, make_session, run_init
 from airflow_provider_staged.sql.output import ResultSet
 from airflow_provider_staged.sql.properties import SessionProperties, Source
@@ -343,7 +343,7 @@ def refresh_now(definition_file: Path, settings: Any) -> None:
     from airflow_provider_staged.materialized.definition import load_definition
     from airflow_provider_staged.materialized.params import parse_refresh_request
     from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
-    from airflow_provider_staged.materialized.scheduler import RefreshTrigger
+    from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 
     definition = load_definition(definition_file)
     request = parse_refresh_request(RefreshTrigger().as_conf(), definition, datetime.now(timezone.utc))

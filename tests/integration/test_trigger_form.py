@@ -22,14 +22,14 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
-from airflow_provider_staged.materialized.scheduler import (
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
+from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
     DeleteRefreshWorkflow,
 )
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.airflow_local import AirflowInfo
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from tests.fixtures.browser import log_in, screenshot, type_like_a_person, wait_for
 
 pytestmark = pytest.mark.slow

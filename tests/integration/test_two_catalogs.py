@@ -21,15 +21,15 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.engine.spark_job import local_path
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.metastore.tables import current_location
-from airflow_provider_staged.services.metastore import MetastoreInfo, start_metastore, stop_metastore
+from airflow_provider_staged.local.metastore import MetastoreInfo, start_metastore, stop_metastore
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.airflow_cli import AirflowCli, staged_connection
 from tests.integration import race_workers
 
@@ -37,7 +37,7 @@ DAG_FILE = """\
 # airflow DAG file: the refresh DAGs of ./materialized, bound to the staged connection "other"
 from pathlib import Path
 
-from airflow_provider_staged.materialized.factory import build_dags
+from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 build_dags(Path(__file__).with_name("materialized"), globals(), conn_id="other")
 """

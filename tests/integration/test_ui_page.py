@@ -17,12 +17,12 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.local.airflow_server import AirflowInfo
 from airflow_provider_staged.materialized.catalog_status import CatalogStatusStore
-from airflow_provider_staged.materialized.manager import MaterializedTables
-from airflow_provider_staged.materialized.scheduler import RefreshStatus, create_workflow_scheduler
-from airflow_provider_staged.metastore.client import MetastoreClient
-from airflow_provider_staged.services.airflow_local import AirflowInfo
+from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus, create_workflow_scheduler
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from tests.fixtures.browser import log_in, screenshot, type_like_a_person, wait_for
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from airflow_provider_staged.cli import app, one_line
-from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier
+from airflow_provider_staged.cli.main import app
+from airflow_provider_staged.cli.output import one_line
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier
 
 DEFINITION = """
 CREATE MATERIALIZED TABLE analytics.orders_daily
@@ -70,7 +71,7 @@ def test_bad_conn_names_the_connection() -> None:
 
 def test_a_missing_conn_never_falls_back_to_the_local_metastore(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the default id means the local metastore; a typo would build into the wrong catalog."""
-    from airflow_provider_staged.hooks import staged_table
+    from airflow_provider_staged.airflow.hooks import staged_table
 
     monkeypatch.delenv("AIRFLOW_CONN_STAGED_DEFAULT", raising=False)
     local = SimpleNamespace(host="127.0.0.1", port=9, warehouse="file:/nowhere/warehouse")
@@ -195,8 +196,8 @@ def test_huge_numbers_are_refused_by_name_before_any_server(args: list[str], exp
 
 
 def test_read_table_refuses_a_limit_beyond_a_java_int() -> None:
-    from airflow_provider_staged.identifiers import JAVA_INT_MAX
-    from airflow_provider_staged.reader import read_table
+    from airflow_provider_staged.catalogs.metastore.reader import read_table
+    from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX
 
     for limit in (JAVA_INT_MAX + 1, 10**23, -1):
         with pytest.raises(ValueError, match=f"invalid limit {limit}: expected a whole number"):

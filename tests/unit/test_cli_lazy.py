@@ -9,17 +9,17 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from airflow_provider_staged.cli import LAZY_COMMANDS, app
+from airflow_provider_staged.cli.main import LAZY_COMMANDS, app
 from airflow_provider_staged.sql.client import loading_modules
 
 PROBE = """
 import sys
 from typer.testing import CliRunner
-from airflow_provider_staged.cli import app
+from airflow_provider_staged.cli.main import app
 result = CliRunner().invoke(app, ["sql", "--help"])
 assert result.exit_code == 0 and "TBLPROPERTIES" in result.output, result.output
-print(sorted(name for name in ("httpx", "airflow_client", "airflow_provider_staged.materialized.cli",
-                               "airflow_provider_staged.gateway_cli", "pyspark") if name in sys.modules))
+print(sorted(name for name in ("httpx", "airflow_client", "airflow_provider_staged.cli.materialized",
+                               "airflow_provider_staged.cli.gateway", "pyspark") if name in sys.modules))
 """
 
 
@@ -33,8 +33,11 @@ def test_sql_starts_without_the_other_commands_modules() -> None:
 # journal, the engines, the settings and lineage come with a CTAS or a streaming query).
 STATEMENT_PROBE = """
 import sys
-import airflow_provider_staged.cli, airflow_provider_staged.sql.client, airflow_provider_staged.sql.session
-ours = ("settings", "staging.journal", "engine.runners", "lineage", "sql.session_engine")
+import airflow_provider_staged.cli.main
+import airflow_provider_staged.sql.client, airflow_provider_staged.sql.session
+ours = (
+    "staging.settings", "staging.journal", "engine.runners", "lineage.datasets", "sql.session_engine"
+)
 names = ("airflow", "psutil", *(f"airflow_provider_staged.{name}" for name in ours))
 print(sorted(name for name in names if name in sys.modules))
 """

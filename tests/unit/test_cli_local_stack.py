@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from airflow_provider_staged import cli
-from airflow_provider_staged.cli import app
-from airflow_provider_staged.services.processes import ServiceError
+from airflow_provider_staged.cli import main as cli
+from airflow_provider_staged.cli.main import app
+from airflow_provider_staged.local.processes import ServiceError
 
 STAGED = Path(sys.executable).with_name("staged")
 
@@ -119,7 +119,7 @@ def test_flags_show_no_value_in_help() -> None:
 def test_piped_output_is_never_cut(tmp_path: Path) -> None:
     """Through a pipe (not a TTY) rich would cut a wide table at 80 columns with "…"."""
     long_value = "x" * 300
-    script = ("from airflow_provider_staged.cli_output import Output, print_rows; "
+    script = ("from airflow_provider_staged.cli.output import Output, print_rows; "
               f"print_rows([{{'table': {long_value!r}, 'n': 1}}], Output.text, '')")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert long_value in out and "…" not in out

@@ -7,7 +7,7 @@ from pathlib import Path
 from airflow.timetables.base import TimeRestriction
 from airflow.timetables.simple import ContinuousTimetable
 
-from airflow_provider_staged.materialized.factory import build_dags
+from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 
 def test_each_next_continuous_run_has_a_new_logical_date(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.continuous import (
     NotStreamableError,
     committed_source_files,
@@ -21,8 +20,9 @@ from airflow_provider_staged.materialized.continuous import (
     trigger_interval,
 )
 from airflow_provider_staged.materialized.continuous_run import Progress
-from airflow_provider_staged.materialized.factory import build_dags
 from airflow_provider_staged.materialized.freshness import Freshness
+from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 TABLE = TableIdentifier("live", "t")
 
@@ -127,9 +127,9 @@ def test_continuous_dag_and_a_non_streamable_table_broken_alone(tmp_path: Path) 
 
 
 def test_a_one_time_refresh_of_a_continuous_table_needs_partitions_of_a_stream(tmp_path: Path) -> None:
-    from airflow_provider_staged.materialized.airflow_scheduler import AirflowWorkflowScheduler
-    from airflow_provider_staged.materialized.manager import MaterializedTables
-    from airflow_provider_staged.materialized.scheduler import RefreshTrigger, WorkflowException
+    from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+    from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger, WorkflowException
 
     (tmp_path / "live__daily.sql").write_text(
         "CREATE MATERIALIZED TABLE live.daily PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' MINUTE\n"

@@ -1,8 +1,8 @@
 import pytest
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
-from airflow_provider_staged.jdbc_types import postgres_name
+from airflow_provider_staged.catalogs.postgres_types import postgres_name
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_purpose_flags():
 
 
 def test_operator_partition_columns_are_validated_and_lower_cased_when_the_dag_is_parsed():
-    from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+    from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 
     operator = StagedCreateTableAsOperator(
         task_id="t", target="db.t", sql="SELECT 1", partition_by=["DS", "Hour"]

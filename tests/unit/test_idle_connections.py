@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from airflow_provider_staged.metastore import client as client_module
-from airflow_provider_staged.metastore.client import METASTORE_CONNECTIONS, MetastoreClient
+from airflow_provider_staged.catalogs.metastore import client as client_module
+from airflow_provider_staged.catalogs.metastore.client import METASTORE_CONNECTIONS, MetastoreClient
 from airflow_provider_staged.staging.errors import StagingError
 
 URI = "thrift://127.0.0.1:9"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError
-from airflow_provider_staged.jdbc_types import (
+from airflow_provider_staged.catalogs.postgres_types import (
     PostgresColumn,
     UnsupportedColumnTypeError,
     postgres_columns,
     postgres_type,
 )
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
     JdbcWriteOptions,
@@ -176,7 +176,7 @@ def test_sibling_prefix_starts_every_sibling_name() -> None:
 
 
 def test_operator_rejects_bad_jdbc_options_when_the_dag_is_parsed() -> None:
-    from airflow_provider_staged.operators.staged_table import StagedCreateTableAsOperator
+    from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 
     with pytest.raises(ValueError, match="'batchsize'"):
         StagedCreateTableAsOperator(

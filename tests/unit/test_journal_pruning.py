@@ -105,10 +105,10 @@ def test_a_lock_waited_for_while_its_file_is_deleted_is_taken_on_the_new_file(tm
 
 
 def test_the_maintenance_pass_prunes_after_the_version_sweep(tmp_path, monkeypatch) -> None:
-    from airflow_provider_staged.settings import StagedSettings
     from airflow_provider_staged.staging import pruning
     from airflow_provider_staged.staging.expiry import SweepReport
     from airflow_provider_staged.staging.maintenance import MaintenanceReport, sweep_all_versions
+    from airflow_provider_staged.staging.settings import StagedSettings
 
     monkeypatch.setattr(pruning, "KEEP_LAST_RECORDS", 1)
     settings = StagedSettings("thrift://127.0.0.1:9", str(tmp_path / "wh"), str(tmp_path / "journal"))

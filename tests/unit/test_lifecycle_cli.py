@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from airflow_provider_staged.cli import app
+from airflow_provider_staged.cli.main import app
 from tests.unit.test_cli_errors import fails_with
 
 

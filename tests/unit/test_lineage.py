@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from airflow_provider_staged.lineage import (
+from airflow_provider_staged.lineage.datasets import (
     AGGREGATION,
     CREATE,
     IDENTITY,
@@ -93,7 +93,7 @@ def test_uncommitted_attempt_reports_inputs_only(state: AttemptState) -> None:
 def test_operator_lineage_facets() -> None:
     from openlineage.client.serde import Serde
 
-    from airflow_provider_staged.openlineage_report import operator_lineage
+    from airflow_provider_staged.lineage.openlineage import operator_lineage
 
     sql = "SELECT ds, count(*) AS orders FROM raw.orders GROUP BY ds"
     lineage = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, [], ["ds"]))
@@ -111,7 +111,7 @@ def test_operator_lineage_facets() -> None:
 
 
 def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
-    from airflow_provider_staged.lineage import expiry_lineage
+    from airflow_provider_staged.lineage.datasets import expiry_lineage
 
     lineage = expiry_lineage("thrift://127.0.0.1:9083", {"db.t": ["ds=2024-01-01/h=3", "ds=2024%2F01/h=4"],
                                                          "db.none": []})
@@ -124,7 +124,7 @@ def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
 def test_without_the_provider_nothing_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from airflow_provider_staged.openlineage_report import LineageReporting, operator_lineage
+    from airflow_provider_staged.lineage.openlineage import LineageReporting, operator_lineage
 
     monkeypatch.setitem(sys.modules, "airflow.providers.openlineage.extractors", None)  # import fails
     lineage = attempt_lineage("SELECT a FROM raw.s", NS, ds("db.t"), record(AttemptState.COMMITTED, None))

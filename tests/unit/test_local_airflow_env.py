@@ -9,7 +9,7 @@ import pytest
 from airflow.configuration import conf, retrieve_configuration_description
 from airflow.utils.process_utils import resolve_mp_start_method
 
-from airflow_provider_staged.services.airflow_local import (
+from airflow_provider_staged.local.airflow_server import (
     SCHEDULER_IDLE_SLEEP_SECONDS,
     TASK_PRELOAD,
     airflow_env,

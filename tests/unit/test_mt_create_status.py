@@ -8,19 +8,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.airflow_scheduler import (
+from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
+from airflow_provider_staged.materialized.failure_streak import FailureStreak
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import (
     AirflowRefreshHandler,
     AirflowRefreshHandlerSerializer,
 )
-from airflow_provider_staged.materialized.catalog_status import CatalogStatus, CatalogStatusStore
-from airflow_provider_staged.materialized.failure_streak import FailureStreak
-from airflow_provider_staged.materialized.manager import MaterializedTables
-from airflow_provider_staged.materialized.scheduler import (
+from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+from airflow_provider_staged.materialized.workflow.scheduler import (
     CreateRefreshWorkflow,
     RefreshStatus,
     WorkflowException,
 )
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 DEFINITION = """CREATE MATERIALIZED TABLE e2e.t
 FRESHNESS = INTERVAL '1' DAY
@@ -92,7 +92,7 @@ def test_create_in_a_database_the_catalog_lacks_is_refused(
 ) -> None:
     """Flink refuses it (the database does not exist); here every refresh failed instead,
     after the workflow, its definition and its status were installed."""
-    from airflow_provider_staged.materialized import manager
+    from airflow_provider_staged.materialized.workflow import manager
 
     monkeypatch.setattr(manager, "MetastoreClient", _CatalogWithoutDatabase)
     scheduler = _FirstRunFailsDuringCreate(tmp_path)
@@ -216,7 +216,7 @@ def test_flink_an_ordinary_table_is_named_as_not_materialized(
     TABLE of an ordinary table says it is not a materialized table (Flink: "Table ... is not a
     materialized table, does not support materialized table related operation."); a name the
     catalog lacks keeps "no definition"."""
-    from airflow_provider_staged.materialized import manager
+    from airflow_provider_staged.materialized.workflow import manager
 
     monkeypatch.setattr(manager, "MetastoreClient", _CatalogWithTables)
     scheduler = _PausingScheduler(tmp_path, FULL)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     check_query,
@@ -15,6 +14,7 @@ from airflow_provider_staged.materialized.definition import (
     read_identifier,
 )
 from airflow_provider_staged.materialized.freshness import Freshness, RefreshMode
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 ORDERS = """\
 CREATE MATERIALIZED TABLE analytics.orders_daily

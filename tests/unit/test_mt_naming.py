@@ -6,13 +6,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.naming import (
     DEFINITION_GLOB,
     broken_dag_id,
     dag_id_for,
     manual_run_fields,
 )
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 
 def test_dag_ids() -> None:
@@ -49,8 +49,9 @@ def test_manual_run_is_due_at_once_on_sqlite() -> None:
 def test_client_side_does_not_import_the_dag_factory() -> None:
     # The manager and the workflow scheduler run in the CLI: no DAG-building imports there.
     code = (
-        "import sys, airflow_provider_staged.materialized.manager, airflow_provider_staged.cli\n"
-        "loaded = [m for m in ('airflow_provider_staged.materialized.factory', 'airflow.sdk')"
+        "import sys, airflow_provider_staged.materialized.workflow.manager\n"
+        "import airflow_provider_staged.cli.main\n"
+        "loaded = [m for m in ('airflow_provider_staged.materialized.workflow.dag_factory', 'airflow.sdk')"
         " if m in sys.modules]\n"
         "assert not loaded, loaded"
     )

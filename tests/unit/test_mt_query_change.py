@@ -7,6 +7,7 @@ import json
 import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
 
+from airflow_provider_staged.catalogs.metastore.tables import SCHEMA_KEY
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.query_change import (
     QueryChangeError,
@@ -15,7 +16,6 @@ from airflow_provider_staged.materialized.query_change import (
     schema_columns,
     stored_order,
 )
-from airflow_provider_staged.metastore.tables import SCHEMA_KEY
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.kinds.hive_partitions import check_same_schema, switched_schema
 from airflow_provider_staged.staging.manifest import Manifest

@@ -9,13 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.materialized.airflow_scheduler import (
-    AirflowRefreshHandler,
-    AirflowRefreshHandlerSerializer,
-    AirflowWorkflowScheduler,
-    render_definition,
-)
+from airflow_provider_staged.local.processes import free_port
 from airflow_provider_staged.materialized.catalog_status import (
     CatalogStatusStore,
     set_workflow_options,
@@ -23,7 +17,13 @@ from airflow_provider_staged.materialized.catalog_status import (
     workflow_options,
 )
 from airflow_provider_staged.materialized.definition import parse_definition
-from airflow_provider_staged.materialized.scheduler import (
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import (
+    AirflowRefreshHandler,
+    AirflowRefreshHandlerSerializer,
+    AirflowWorkflowScheduler,
+    render_definition,
+)
+from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
     CreateRefreshWorkflow,
     ModifyRefreshWorkflow,
@@ -34,7 +34,7 @@ from airflow_provider_staged.materialized.scheduler import (
     create_workflow_scheduler,
     workflow_scheduler_options,
 )
-from airflow_provider_staged.services.processes import free_port
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 BASE = {
     "workflow-scheduler.type": "airflow",

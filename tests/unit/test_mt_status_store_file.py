@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.catalog_status import (
     CatalogStatusStore,
     read_state,
@@ -14,7 +13,8 @@ from airflow_provider_staged.materialized.catalog_status import (
     suspension_of,
 )
 from airflow_provider_staged.materialized.failure_streak import SUSPENDED_DUE_TO_ERRORS, FailureStreak
-from airflow_provider_staged.materialized.scheduler import RefreshStatus
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 T = TableIdentifier("db", "t")
 

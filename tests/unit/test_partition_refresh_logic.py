@@ -1,8 +1,8 @@
 import pytest
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError
 from airflow_provider_staged.materialized.params import RefreshRequestError, execution_conf, writer_options
 from airflow_provider_staged.materialized.refresh import partition_query, string_literal
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.partition_paths import (
     escape_path_name,
     matches,

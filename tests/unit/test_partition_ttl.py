@@ -9,7 +9,8 @@ import time
 import pytest
 
 from airflow_provider_staged.materialized.definition import DefinitionError, parse_definition
-from airflow_provider_staged.partition_ttl import (
+from airflow_provider_staged.staging.expiry import plan_expiry
+from airflow_provider_staged.staging.partition_ttl import (
     NEXT_EXPIRY_KEY,
     TtlError,
     check_interval,
@@ -19,7 +20,6 @@ from airflow_provider_staged.partition_ttl import (
     parse_ttl,
     with_ttl_options,
 )
-from airflow_provider_staged.staging.expiry import plan_expiry
 
 DAY = 86400.0
 

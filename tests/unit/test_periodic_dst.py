@@ -18,13 +18,13 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow.timetables.base import DataInterval, TimeRestriction
 
 from airflow_provider_staged.materialized.definition import parse_definition
-from airflow_provider_staged.materialized.factory import build_dags
 from airflow_provider_staged.materialized.freshness import Freshness
 from airflow_provider_staged.materialized.params import parse_refresh_request
 from airflow_provider_staged.materialized.partitions import (
     PartitionNotEndedError,
     periodic_partition,
 )
+from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 ZONE = "America/Los_Angeles"
 HOURLY = """CREATE MATERIALIZED TABLE web.clicks_by_hour

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from airflow_provider_staged.services.processes import group_alive, pid_alive, start_background, stop_pid
+from airflow_provider_staged.local.processes import group_alive, pid_alive, start_background, stop_pid
 
 
 def test_stop_pid_kills_a_group_member_that_ignores_sigterm(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.metastore.client import REVISION_KEY, MetastoreClient
+from airflow_provider_staged.catalogs.metastore.client import REVISION_KEY, MetastoreClient
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds import hive_table
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable

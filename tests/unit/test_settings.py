@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.settings import StagedSettings
+from airflow_provider_staged.staging.settings import StagedSettings
 
 
 def test_from_fields_defaults(tmp_path):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink.api import WriteRef
 from airflow_provider_staged.sink.recovery import filter_recovered, ran_previous_batch
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.settings import StagedSettings
 
 
 def test_only_a_run_past_its_first_batch_skips_the_replay_checks(tmp_path):

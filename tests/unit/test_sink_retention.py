@@ -5,7 +5,7 @@ from __future__ import annotations
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import _doomed, version_location
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import Entry
+from airflow_provider_staged.storage.files import Entry
 
 ROOT = "file:/w/db/t"
 T0 = 1_700_000_000.0

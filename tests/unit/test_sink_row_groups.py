@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_staged.settings import StagedSettings
 from airflow_provider_staged.sink import hive
 from airflow_provider_staged.sink.hive import HiveSink, _ParquetTaskWriter
+from airflow_provider_staged.staging.settings import StagedSettings
 
 
 def _writer(tmp_path: Path, partition_by: list[str]) -> _ParquetTaskWriter:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.sql.ctas import CtasPlan, is_ctas, plan_ctas
 from airflow_provider_staged.sql.splitting import tokenize
 from airflow_provider_staged.staging.api import StagingPurpose as P
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 
 def plan(sql: str) -> CtasPlan:

@@ -18,7 +18,6 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
 from airflow_provider_staged.materialized.definition import Column, parse_definition
 from airflow_provider_staged.materialized.freshness import Freshness, RefreshMode
 from airflow_provider_staged.sql.materialized_statements import (
@@ -34,6 +33,7 @@ from airflow_provider_staged.sql.materialized_statements import (
     SuspendMaterializedTable,
     parse_materialized_statement,
 )
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 parse = parse_materialized_statement
 T = TableIdentifier

@@ -261,7 +261,7 @@ class ListingTables:
     def list(self) -> list[tuple[Any, Any]]:
         from pathlib import Path
 
-        from airflow_provider_staged.identifiers import TableIdentifier
+        from airflow_provider_staged.staging.identifiers import TableIdentifier
 
         names = [("default", "daily"), ("p", "daily"), ("p", "hourly")]
         return [(TableIdentifier(d, t), Path(f"{d}__{t}.sql")) for d, t in names]
@@ -495,7 +495,7 @@ def test_drop_table_of_a_materialized_table_is_refused(
     """MaterializedTableStatementITCase.testDropMaterializedTableIn{Full,Continuous}Mode: DROP TABLE
     of a materialized table fails (Flink: "Table with identifier ... does not exist."). Here it
     dropped the data and left the workflow, whose next refresh wrote the table again."""
-    from airflow_provider_staged.metastore import client
+    from airflow_provider_staged.catalogs.metastore import client
 
     monkeypatch.setattr(client, "MetastoreClient", _Catalog)
     spark = DroppingSpark()
@@ -515,7 +515,7 @@ def test_drop_table_of_a_materialized_table_is_refused(
     "DROP VIEW daily",
 ])
 def test_drop_table_of_other_tables_goes_to_spark(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_staged.metastore import client
+    from airflow_provider_staged.catalogs.metastore import client
 
     monkeypatch.setattr(client, "MetastoreClient", _Catalog)
     spark = DroppingSpark()

@@ -10,16 +10,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_staged.identifiers import TableIdentifier
+from airflow_provider_staged.airflow.ui.catalog_cache import ChangeTokenCache, change_token, settled
+from airflow_provider_staged.airflow.ui.rows import DagFacts, RunFacts, TableEntry
+from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_state_file
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_STATUS_KEY,
     state_path,
     write_text_atomically,
 )
 from airflow_provider_staged.materialized.definition import parse_definition
-from airflow_provider_staged.ui.catalog_cache import ChangeTokenCache, change_token, settled
-from airflow_provider_staged.ui.rows import DagFacts, RunFacts, TableEntry
-from airflow_provider_staged.ui.sources import CatalogReads, read_state_file
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 WHEN = datetime(2024, 1, 3, 12, 0, tzinfo=timezone.utc)
 ACTIVE = DagFacts("mt__db__t", False, "0 * * * *", None)

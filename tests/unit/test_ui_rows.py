@@ -1,4 +1,4 @@
-"""The pure row assembly of the Materialized tables page (``airflow_provider_staged.ui.rows``)."""
+"""The pure row assembly of the Materialized tables page (``airflow_provider_staged.airflow.ui.rows``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.materialized.catalog_status import CatalogStatus
-from airflow_provider_staged.materialized.definition import parse_definition
-from airflow_provider_staged.materialized.failure_streak import FailureStreak
-from airflow_provider_staged.materialized.scheduler import RefreshStatus
-from airflow_provider_staged.ui.rows import (
+from airflow_provider_staged.airflow.ui.rows import (
     DagFacts,
     RefreshFacts,
     TableEntry,
@@ -19,6 +15,10 @@ from airflow_provider_staged.ui.rows import (
     refresh_from_event,
     refresh_from_table,
 )
+from airflow_provider_staged.materialized.catalog_status import CatalogStatus
+from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.failure_streak import FailureStreak
+from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
 
 NOW = datetime(2024, 1, 3, 12, 0, tzinfo=timezone.utc)
 DEFINITION = parse_definition("""CREATE MATERIALIZED TABLE db.t

@@ -12,9 +12,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
     from airflow_provider_staged.staging.attempts import JournaledStagedTable
     from airflow_provider_staged.staging.journal import AttemptRecord
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 # Built-in kinds, imported on first use (the JDBC kind needs psycopg).
 _BUILTIN = {

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import link_files, streamed_batch
-from airflow_provider_staged.storage import normalize_location
+from airflow_provider_staged.storage.files import normalize_location
 
 if TYPE_CHECKING:
     from hmsclient.genthrift.hive_metastore import ttypes
 
-    from airflow_provider_staged.metastore.client import MetastoreClient
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
     from airflow_provider_staged.staging.journal import AttemptRecord
     from airflow_provider_staged.staging.manifest import Manifest
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 
 class ContinuousPartitionStagedTable(HivePartitionStagedTable):

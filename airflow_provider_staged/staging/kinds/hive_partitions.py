@@ -45,9 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import REVISION_KEY, MetastoreClient, PartitionsAsRead
-from airflow_provider_staged.metastore.tables import (
+from airflow_provider_staged.catalogs.metastore.client import REVISION_KEY, MetastoreClient, PartitionsAsRead
+from airflow_provider_staged.catalogs.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
     current_location,
@@ -56,7 +55,14 @@ from airflow_provider_staged.metastore.tables import (
     schema_parameters,
     tracks_partitions,
 )
-from airflow_provider_staged.partition_ttl import (
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
+from airflow_provider_staged.staging.partition_ttl import (
     NEXT_EXPIRY_KEY,
     UPDATED_AT_KEY,
     TtlError,
@@ -64,17 +70,11 @@ from airflow_provider_staged.partition_ttl import (
     parse_ttl,
     ttl_options,
 )
-from airflow_provider_staged.staging.api import StagingPurpose
-from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
-from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
-from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage import list_dir, normalize_location
+from airflow_provider_staged.storage.files import list_dir, normalize_location
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 # Beside the version directories (not one: the sweep never touches it), always empty.
 EMPTY_DIR_NAME = "_empty"

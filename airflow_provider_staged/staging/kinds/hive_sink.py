@@ -50,13 +50,12 @@ from urllib.parse import urlparse
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import (
+from airflow_provider_staged.catalogs.metastore.client import (
     AlreadyExistsException,
     MetastoreClient,
     enforces_compare_and_set,
 )
-from airflow_provider_staged.metastore.tables import (
+from airflow_provider_staged.catalogs.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
     current_location,
@@ -68,6 +67,7 @@ from airflow_provider_staged.metastore.tables import (
 from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     EMPTY_DIR_NAME,
@@ -78,10 +78,10 @@ from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, Hive
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
-from airflow_provider_staged.storage import delete_dir, exists, list_dir, normalize_location
+from airflow_provider_staged.storage.files import delete_dir, exists, list_dir, normalize_location
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 STAGING_DIR = "_staging"
 READY_DIR = "ready"

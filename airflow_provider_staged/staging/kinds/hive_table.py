@@ -16,24 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from airflow_provider_staged.identifiers import TableIdentifier
-from airflow_provider_staged.metastore.client import (
+from airflow_provider_staged.catalogs.metastore.client import (
     AlreadyExistsException,
     MetastoreClient,
     enforces_compare_and_set,
 )
-from airflow_provider_staged.metastore.tables import (
+from airflow_provider_staged.catalogs.metastore.tables import (
     current_location,
     is_version,
     new_table,
     repointed_table,
     tracks_partitions,
 )
-from airflow_provider_staged.partition_ttl import with_ttl_options
 from airflow_provider_staged.staging import storage_paths
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.errors import CatalogConflictError, TableAlreadyExistsError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import (
     AttemptJournal,
     AttemptRecord,
@@ -41,15 +40,22 @@ from airflow_provider_staged.staging.journal import (
     TaskRef,
 )
 from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_ttl import with_ttl_options
 from airflow_provider_staged.staging.versions import (
     RetentionPolicy,
     parse_version_dir,
     version_dir_name,
 )
-from airflow_provider_staged.storage import Entry, delete_dir, list_dir, normalize_location, remove_empty_dir
+from airflow_provider_staged.storage.files import (
+    Entry,
+    delete_dir,
+    list_dir,
+    normalize_location,
+    remove_empty_dir,
+)
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 

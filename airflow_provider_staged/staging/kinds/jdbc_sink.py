@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from airflow_provider_staged.jdbc_types import POSTGRES_MAX_NAME_LENGTH
+from airflow_provider_staged.catalogs.postgres_types import POSTGRES_MAX_NAME_LENGTH
 from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
@@ -33,7 +33,7 @@ from airflow_provider_staged.staging.kinds.jdbc_table import (
 from airflow_provider_staged.staging.manifest import Manifest
 
 if TYPE_CHECKING:
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 MARKER_TABLE = "staged_sink_batches"
 

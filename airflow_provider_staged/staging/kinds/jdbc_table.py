@@ -5,7 +5,7 @@ attempt id>`` in the same schema:
 
 - ``begin`` checks the target, journals the attempt and creates the staged table as an empty
   placeholder (so abort always has a table to drop, and a job of an aborted attempt fails);
-- the Spark job (``write_staged_jdbc``, called by ``engine.spark_job``) adds the query's
+- the Spark job (``engine.jdbc_write``) adds the query's
   columns to the placeholder (types from ``jdbc_types``) in one statement, then writes into
   it through Spark's JDBC data source, in parallel partitions;
 - ``commit`` renames the staged table to the target in ONE transaction; a replace renames the
@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -38,24 +37,22 @@ from urllib.parse import quote, urlencode
 import psycopg
 from psycopg import sql
 
-from airflow_provider_staged.identifiers import InvalidIdentifierError
-from airflow_provider_staged.jdbc_types import (
+from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS
+from airflow_provider_staged.catalogs.postgres_types import (
     POSTGRES_MAX_NAME_LENGTH,
     PostgresColumn,
-    postgres_columns,
     postgres_name,
 )
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort_attempt
-from airflow_provider_staged.staging.connection_cache import POSTGRES_CONNECTIONS
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.manifest import Manifest
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
-    from airflow_provider_staged.settings import StagedSettings
+    from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)
 
@@ -292,63 +289,6 @@ def type_staged_table(
             )
         conn.execute(sql.SQL("ALTER TABLE {} {}").format(sql.Identifier(schema, staged), additions))
     return found[0]
-
-
-@contextlib.contextmanager
-def _quiet_py4j() -> Iterator[None]:
-    """py4j logs every JVM call with its arguments at DEBUG: keep the password out of it."""
-    logger = logging.getLogger("py4j")
-    level = logger.level
-    logger.setLevel(max(level, logging.INFO))
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
-    """The Spark job's JDBC writer: type the staged table from ``df``'s schema, write, describe it."""
-    columns = postgres_columns(df.schema.jsonValue())
-    names = [column.name for column in columns]
-    if names != df.columns:  # toDF costs a round of analysis: only when a name changes
-        df = df.toDF(*names)
-    password = os.environ.get(spec["password_env"])
-    if password is None:
-        raise StagingError(
-            f"the environment variable {spec['password_env']} (the database password) is not set"
-        )
-    connection = PostgresConnection.from_endpoint(spec["endpoint"], password)
-    schema, staged = spec["schema"], spec["staged_table"]
-    options = {
-        "url": connection.jdbc_url(),
-        "driver": POSTGRES_DRIVER,
-        "dbtable": sql.Identifier(schema, staged).as_string(),
-        "user": connection.user,
-        "password": password,
-        "batchsize": str(spec["batch_size"]),
-    }
-    if spec.get("num_partitions"):
-        options["numPartitions"] = str(spec["num_partitions"])
-    # One connection for the DDL before and the size after (idle, lock-free, meanwhile).
-    with connection.reused() as conn:
-        oid = type_staged_table(conn, schema, staged, columns, spec["lock_timeout_ms"])
-        with _quiet_py4j():
-            writer = df.write.format("jdbc").options(**options)
-        writer.mode("append").save()
-        count = sql.SQL("(SELECT count(*) FROM {})").format(sql.Identifier(schema, staged))
-        rows, size = conn.execute(
-            sql.SQL("SELECT {}, pg_total_relation_size({})").format(
-                count if spec.get("count_rows") else sql.NULL, sql.Literal(oid)
-            )
-        ).fetchone()
-    return {
-        "format": "jdbc",
-        "location": f"{schema}.{staged}",
-        "table_oid": oid,
-        "columns": [[column.name, column.definition] for column in columns],
-        "rows": None if rows is None else int(rows),
-        "bytes": int(size),
-    }
 
 
 # -- the staged table -------------------------------------------------------------------------

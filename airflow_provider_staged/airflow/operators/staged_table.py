@@ -1,0 +1,187 @@
+"""``StagedCreateTableAsOperator``: CTAS / RTAS on Spark that readers see all-or-nothing.
+
+The task lifecycle is the job-status hook: begin when ``execute`` starts, commit at the end
+of ``execute`` (before Airflow records success, so a failed commit fails the task), abort on
+failure inside ``execute``, in ``on_failure_callback`` / ``on_retry_callback`` (zombies,
+timeouts) and on ``on_kill`` (SIGTERM), after which the task is made to fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset, Context, conf
+
+from airflow_provider_staged.airflow.callbacks import task_ref
+from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
+from airflow_provider_staged.airflow.operators.staged_attempt import StagedAttemptOperator
+from airflow_provider_staged.airflow.operators.targets import asset_uri, is_jdbc, resolve_sink
+from airflow_provider_staged.engine.base import Engine
+from airflow_provider_staged.engine.execution import execute_staged
+from airflow_provider_staged.engine.runners import check_engine, make_engine
+from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
+from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
+from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
+from airflow_provider_staged.staging.manifest import Manifest
+from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, parse_ttl
+from airflow_provider_staged.staging.settings import StagedSettings, parse_bool
+
+
+class StagedCreateTableAsOperator(StagedAttemptOperator):
+    """Build ``target`` from ``sql`` atomically.
+
+    :param target: ``database.table`` in the Hive Metastore, or ``jdbc://<conn id>/<schema>.<table>``.
+    :param sql: a Spark SQL query (or a ``.sql`` file) producing the table's rows.
+    :param purpose: ``create`` | ``create_if_not_exists`` | ``replace`` | ``create_or_replace``.
+    :param atomic: stage and commit (default: the connection's ``atomic`` extra, else
+        ``[staged] atomicity_enabled``); False runs the plain create-then-insert path.
+    :param engine: ``embedded`` (in-process Spark), ``spark_submit`` (a cluster through
+        the Spark provider's ``SparkSubmitHook`` and ``spark_conn_id``, default
+        ``spark_default``) or ``connect`` (a Spark Connect server, e.g. the gateway: the
+        ``spark_connect`` connection ``spark_conn_id``, else ``STAGED_GATEWAY_URL``, else the
+        local ``staged gateway``); staging, manifest and commit stay in the task.
+    :param partition_by: partition columns of a Hive target.
+    :param spark_conf: Spark settings for this build.
+    :param jdbc_options: for a JDBC target, ``JdbcWriteOptions`` by name, e.g.
+        ``{"batch_size": 5000, "num_partitions": 4, "count_rows": True}``.
+    :param table_options: partition TTL of a partitioned Hive target, with Paimon's names
+        (``{"partition.expiration-time": "30 d"}``, see ``partition_ttl``), stored as table
+        parameters; such a table's partitions are tracked by the catalog, so that an expired
+        one is dropped in one metastore call.
+    """
+
+    template_fields: Sequence[str] = ("target", "sql", "spark_conf")
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers = {"sql": "sql", "spark_conf": "json"}
+    ui_color = "#e8f4e0"
+
+    def __init__(
+        self,
+        *,
+        target: str,
+        sql: str,
+        purpose: str = "create",
+        atomic: bool | None = None,
+        engine: str = "embedded",
+        staged_conn_id: str = StagedTableHook.default_conn_name,
+        spark_conn_id: str | None = None,
+        partition_by: Sequence[str] | None = None,
+        spark_conf: dict[str, str] | None = None,
+        jdbc_options: Mapping[str, Any] | None = None,
+        table_options: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.purpose = StagingPurpose.parse(purpose).value
+        check_engine(engine)
+        partition_by = [validate_name(column, "partition column") for column in partition_by or []]
+        self.table_options = _checked_table_options(table_options, target, partition_by)
+        if jdbc_options:
+            if "{{" not in target and not is_jdbc(target):
+                raise ValueError(f"jdbc_options are for jdbc:// targets, not {target!r}")
+            from airflow_provider_staged.staging.kinds.jdbc_table import JdbcWriteOptions
+
+            JdbcWriteOptions.from_mapping(jdbc_options)  # a bad option fails the DAG file, naming it
+        if "{{" not in target and "outlets" not in kwargs:
+            kwargs["outlets"] = [Asset(uri=asset_uri(target, staged_conn_id), name=target)]
+        super().__init__(staged_conn_id=staged_conn_id, **kwargs)
+        self.target = target
+        self.sql = sql
+        self.atomic = atomic
+        self.engine = engine
+        self.spark_conn_id = spark_conn_id
+        self.partition_by = partition_by
+        self.spark_conf = spark_conf or {}
+        self.jdbc_options = dict(jdbc_options or {})
+
+    def _is_atomic(self, settings: StagedSettings) -> bool:
+        if self.atomic is not None:
+            return parse_bool(self.atomic, "atomic")
+        if not settings.atomic:
+            return False
+        return conf.getboolean("staged", "atomicity_enabled", fallback=True)
+
+    def _make_engine(self, settings: StagedSettings) -> Engine:
+        kwargs: dict[str, Any] = {"spark_conf": self.spark_conf}
+        if self.engine == "spark_submit":
+            kwargs["spark_conn_id"] = self.spark_conn_id or "spark_default"
+        elif self.engine == "connect":
+            kwargs["spark_conn_id"] = self.spark_conn_id
+        return make_engine(self.engine, settings, **kwargs)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        settings = StagedTableHook(self.staged_conn_id).get_settings()
+        self._engine = self._make_engine(settings)
+        try:
+            return self._build(context, settings)
+        finally:
+            self._engine.close()
+
+    def _build(self, context: Context, settings: StagedSettings) -> dict[str, Any]:
+        if not self._is_atomic(settings):
+            return self._execute_non_atomic()
+        if self.partition_by and is_jdbc(self.target):
+            raise ValueError(f"partition_by={self.partition_by!r} is for Hive targets, not {self.target}")
+        task, purpose = task_ref(context), StagingPurpose.parse(self.purpose)
+        if not is_jdbc(self.target):
+            options = self.table_options or None  # none: the table keeps its own
+            self._staged = staged_hive_table(TableIdentifier.parse(self.target), purpose, settings, task,
+                                             self.partition_by, options, self.staged_conn_id)
+        else:
+            sink = resolve_sink(self.target, settings, task, self.jdbc_options, self.staged_conn_id)
+            self._staged = sink.apply_staging(StagingContext(purpose))
+        manifest = execute_staged(
+            self._staged,
+            self._engine,
+            self.sql,
+            {"partition_by": self.partition_by},
+            settings.attempt_ttl_seconds,
+            self._killed,
+        )
+        if manifest is None:
+            return {"target": self.target, "skipped": True}
+        return self._report(context, self._staged, manifest)
+
+    def _report(self, context: Context, staged: JournaledStagedTable, manifest: Manifest) -> dict[str, Any]:
+        result = {
+            "target": self.target,
+            "version": staged.attempt_id,
+            "location": staged.location,
+            # None for a JDBC build that did not count (JdbcWriteOptions.count_rows).
+            "rows": manifest.rows,
+            "bytes": manifest.bytes,
+            "files": len(manifest.files),
+        }
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = dict(result)
+        self.log.info("committed %s: %s", self.target, result)
+        return result
+
+    def lineage_sql(self) -> str | None:
+        return self.sql
+
+    def _execute_non_atomic(self) -> dict[str, Any]:
+        if is_jdbc(self.target):
+            raise ValueError(f"atomic=False is only implemented for Hive targets, not {self.target}")
+        identifier = TableIdentifier.parse(self.target)
+        self.log.warning("atomicity disabled: %s is created first and then filled (not atomic)", identifier)
+        spec = {"format": "table", "table": identifier.quoted, "table_name": identifier.name,
+                "purpose": self.purpose}
+        assert self._engine is not None
+        return {"target": self.target, **self._engine.run(self.sql, spec, {}), "atomic": False}
+
+
+def _checked_table_options(
+    options: Mapping[str, str] | None, target: str, partition_by: Sequence[str] | None
+) -> dict[str, str]:
+    """``table_options`` checked when the DAG file is parsed: a bad one names itself."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(TTL_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown table option(s) {unknown}: known {list(TTL_OPTIONS)}")
+    if options and is_jdbc(target):
+        raise ValueError(f"table_options are for Hive targets, not {target!r}")
+    parse_ttl(options, partition_by or [])
+    return options

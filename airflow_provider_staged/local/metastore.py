@@ -1,0 +1,264 @@
+"""A local Hive Metastore Thrift server on Derby, run from the jars the pyspark wheel ships.
+
+It listens on 127.0.0.1 only: Hive 2.3 has no bind-host option, so the server is started by a
+small launcher (``java/LoopbackMetaStore.java``, compiled once with the JDK's ``javac``) that
+does what ``HiveMetaStore.main`` does, on a loopback socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from airflow_provider_staged.local.processes import (
+    ServiceError,
+    free_port,
+    read_pid,
+    start_background,
+    stop_pid,
+    wait_for_port,
+)
+
+
+def spark_home() -> Path:
+    """``SPARK_HOME``, or the pyspark package directory, which holds Spark's jars."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def staged_home() -> Path:
+    """Where the embedded runtime keeps its metastore, warehouse, journal, pids and logs."""
+    return Path(os.environ.get("STAGED_HOME", Path.home() / ".staged")).resolve()
+
+
+@dataclass(frozen=True)
+class MetastoreInfo:
+    host: str
+    port: int
+    pid: int
+    warehouse: str
+    home: str
+
+    @property
+    def uri(self) -> str:
+        return f"thrift://{self.host}:{self.port}"
+
+
+def _state_file(home: Path) -> Path:
+    return home / "metastore.json"
+
+
+def derby_conf(home: Path) -> dict[str, str]:
+    """The embedded backing database: Derby under ``home``.
+
+    The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates them
+    only in its test mode (on PostgreSQL see ``services/metastore_postgres.py``). Derby reads
+    have no snapshot, so the store makes table reads and partition listings wait for a write
+    that is under way (``java/SnapshotReadsStore.java``).
+    """
+    return {
+        "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        "hive.in.test": "true",
+        "hive.metastore.rawstore.impl": f"{JAVA_PACKAGE}.SnapshotReadsStore",
+    }
+
+
+JAVA_SOURCES = sorted(Path(__file__).with_name("java").glob("*.java"))
+JAVA_PACKAGE = "org.apache.hadoop.hive.metastore"
+LAUNCHER_CLASS = f"{JAVA_PACKAGE}.LoopbackMetaStore"
+# hive.txn.timeout: a lock whose holder died blocks the table's commits this long. Live holders
+# heartbeat every locks.HEARTBEAT_SECONDS, so anything above twice that is safe.
+DEFAULT_LOCK_EXPIRY_SECONDS = 60
+
+
+def _jdk_tool(name: str) -> str | None:
+    """``name`` from ``$JAVA_HOME/bin``, else from ``PATH``."""
+    return shutil.which(name, path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(name)
+
+
+def launcher_classes() -> Path:
+    """The compiled loopback launcher and Derby store, built once per sources and Spark jars into
+    a user cache."""
+    jars = spark_home() / "jars"
+    sources = b"".join(source.read_bytes() for source in JAVA_SOURCES)
+    digest = hashlib.sha256(sources + str(jars.resolve()).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-provider-staged"
+    target = cache / f"metastore-launcher-{digest}"
+    if target.is_dir():
+        return target
+    javac = _jdk_tool("javac")
+    if javac is None:
+        raise ServiceError(
+            "javac not found: the local metastore listens on 127.0.0.1 through a launcher compiled "
+            "with a JDK; install one (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+        )
+    cache.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix="launcher-", dir=cache))
+    result = subprocess.run(
+        [javac, "-nowarn", "-d", str(build), "-cp", f"{jars}/*", *map(str, JAVA_SOURCES)],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(build, ignore_errors=True)
+        raise ServiceError(f"javac failed to compile {JAVA_SOURCES}: {result.stderr[-2000:]}")
+    try:
+        build.rename(target)  # atomic; a concurrent build that got there first is kept
+    except OSError:
+        shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+def metastore_command(
+    port: int,
+    home: Path,
+    warehouse: Path,
+    database: Mapping[str, str] | None = None,
+    classpath: Sequence[Path] = (),
+    loopback: bool = True,
+    lock_timeout_seconds: int = DEFAULT_LOCK_EXPIRY_SECONDS,
+) -> list[str]:
+    """The server's command line; ``database`` (hiveconf settings) replaces the embedded Derby,
+    ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``;
+    ``loopback=False`` listens on every interface (Hive's own main, e.g. in a container);
+    ``lock_timeout_seconds``: how long a table lock outlives its dead holder."""
+    java = _jdk_tool("java") or "java"
+    launcher = loopback or database is None
+    settings = {
+        # One batched read of the old partitions in alter_partitions (java/BatchedAlterHandler.java).
+        **({"hive.metastore.alter.impl": f"{JAVA_PACKAGE}.BatchedAlterHandler"} if launcher else {}),
+        **(derby_conf(home) if database is None else database),
+    }
+    database_args = [arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")]
+    return [
+        java,
+        "-Xmx512m",
+        # Without this the Hive jars die looking for a log4j async context class.
+        "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
+        f"-Dderby.system.home={home}",
+        "-cp",
+        os.pathsep.join([
+            *([str(launcher_classes())] if launcher else []),
+            f"{spark_home() / 'jars'}/*",
+            *map(str, classpath),
+        ]),
+        # HiveMetaStore's main on a 127.0.0.1 socket, or Hive's own on every interface.
+        LAUNCHER_CLASS if loopback else "org.apache.hadoop.hive.metastore.HiveMetaStore",
+        "-p",
+        str(port),
+        *database_args,
+        "--hiveconf",
+        "datanucleus.schema.autoCreateAll=true",
+        "--hiveconf",
+        "hive.metastore.schema.verification=false",
+        "--hiveconf",
+        f"hive.metastore.warehouse.dir={warehouse.as_uri()}",
+        "--hiveconf",
+        # A replace may change column types; the data is new files, not a rewrite.
+        "hive.metastore.disallow.incompatible.col.type.changes=false",
+        "--hiveconf",
+        "hive.metastore.event.db.notification.api.auth=false",
+        # Hive's default BoneCP pool is not among the jars pyspark ships; HikariCP is.
+        "--hiveconf",
+        "datanucleus.connectionPoolingType=HikariCP",
+        # A committer killed while holding a table lock loses it after hive.txn.timeout: Hive
+        # 2.3 times locks out only in the housekeeping thread that the compactor initiator
+        # starts, first after reaper.start, then every reaper.interval.
+        "--hiveconf",
+        f"hive.txn.timeout={lock_timeout_seconds}s",
+        "--hiveconf",
+        "hive.compactor.initiator.on=true",
+        "--hiveconf",
+        "hive.timedout.txn.reaper.start=5s",
+        "--hiveconf",
+        "hive.timedout.txn.reaper.interval=5s",
+    ]
+
+
+def start_metastore(
+    home: Path | None = None,
+    port: int | None = None,
+    database: Mapping[str, str] | None = None,
+    classpath: Sequence[Path] = (),
+    lock_timeout_seconds: int = DEFAULT_LOCK_EXPIRY_SECONDS,
+) -> MetastoreInfo:
+    """Start the metastore unless one recorded under ``home`` is running; return its info.
+
+    ``database``, ``classpath`` and ``lock_timeout_seconds``: see :func:`metastore_command`
+    (default: Derby under ``home``).
+    """
+    home = (home or staged_home()).resolve()
+    running = metastore_status(home)
+    if running is not None:
+        return running
+    home.mkdir(parents=True, exist_ok=True)
+    warehouse = home / "warehouse"
+    warehouse.mkdir(exist_ok=True)
+    port = port or free_port()
+    log_file = home / "logs" / "metastore.log"
+    pid_file = home / "metastore.pid"
+    env = dict(os.environ, HADOOP_USER_NAME=os.environ.get("HADOOP_USER_NAME", "staged"))
+    command = metastore_command(
+        port, home, warehouse, database, classpath, lock_timeout_seconds=lock_timeout_seconds
+    )
+    pid = start_background(command, pid_file, log_file, env, home)
+    try:
+        wait_for_port(port, pid, timeout=120, log_file=log_file)
+        _wait_for_lock_tables(f"thrift://127.0.0.1:{port}", deadline=time.monotonic() + 60)
+    except BaseException:
+        stop_pid(pid)
+        raise
+    info = MetastoreInfo("127.0.0.1", port, pid, str(warehouse), str(home))
+    _state_file(home).write_text(json.dumps(asdict(info)))
+    return info
+
+
+def _wait_for_lock_tables(uri: str, deadline: float) -> None:
+    """Wait until a table lock can be taken: the server listens before its transaction tables
+    are filled (on Derby it makes them at start-up), and a lock taken meanwhile fails with
+    "no record found in next_lock_id"."""
+    from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+    from airflow_provider_staged.catalogs.metastore.locks import MetastoreLockError
+
+    while True:
+        try:
+            with MetastoreClient(uri) as client, client.locked("staged_start", "lock_tables_ready"):
+                return
+        except MetastoreLockError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def metastore_status(home: Path | None = None) -> MetastoreInfo | None:
+    """The running metastore recorded under ``home``, or None."""
+    home = (home or staged_home()).resolve()
+    try:
+        info = MetastoreInfo(**json.loads(_state_file(home).read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    if read_pid(home / "metastore.pid") != info.pid:
+        return None
+    return info
+
+
+def stop_metastore(home: Path | None = None) -> bool:
+    """Stop the metastore recorded under ``home``; return whether one was running."""
+    home = (home or staged_home()).resolve()
+    pid = read_pid(home / "metastore.pid")
+    _state_file(home).unlink(missing_ok=True)
+    if pid is None:
+        return False
+    stop_pid(pid)
+    (home / "metastore.pid").unlink(missing_ok=True)
+    return True
