@@ -22,7 +22,7 @@ from typing import Any
 
 from _common import paired_ratios, runs_text  # also puts the repository root on sys.path (tests)
 
-from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS
+from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS, PostgresConnection
 from airflow_provider_staged.engine.session import jdbc_jars_conf
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
@@ -32,7 +32,6 @@ from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcStagingSink,
     JdbcTarget,
     JdbcWriteOptions,
-    PostgresConnection,
 )
 from tests.fixtures.postgres_server import PostgresServer, start_postgres, stop_postgres
 

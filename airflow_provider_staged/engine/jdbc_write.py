@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection
 from airflow_provider_staged.catalogs.postgres_types import postgres_columns
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     POSTGRES_DRIVER,
-    PostgresConnection,
     type_staged_table,
 )
 

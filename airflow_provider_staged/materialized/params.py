@@ -22,7 +22,6 @@ from airflow_provider_staged.materialized.option_values import (
     Check,
 )
 from airflow_provider_staged.materialized.partitions import (
-    JAVA_TOKENS,
     SCHEDULE_TIME_PATTERN,
     PartitionError,
     format_schedule_time,
@@ -33,6 +32,7 @@ from airflow_provider_staged.materialized.partitions import (
     periodic_partition,
     validate_static_partitions,
 )
+from airflow_provider_staged.staging.date_patterns import JAVA_TOKENS
 
 IS_PERIODIC = "isPeriodic"
 SCHEDULE_TIME = "scheduleTime"

@@ -9,6 +9,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_staged.materialized.freshness import Freshness
+from airflow_provider_staged.staging.date_patterns import PartitionError
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
 # [0-9], not \d: Python's \d and strptime also take fullwidth and other non-ASCII digits.
@@ -21,11 +22,6 @@ _SCHEDULE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 EARLIEST_SCHEDULE_TIME = datetime(1000, 1, 9)
 LATEST_SCHEDULE_TIME = datetime(9999, 12, 30, 23, 59, 59)
 
-# Java/Flink date-pattern letters we accept and their strftime equivalents. Anything else
-# (e.g. 'E', 'a', single letters, quoted literals) is rejected rather than guessed.
-JAVA_TOKENS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
-_JAVA_LITERALS = "-/:_. "
-_JAVA_PATTERN = re.compile("|".join([*JAVA_TOKENS, f"[{re.escape(_JAVA_LITERALS)}]"]))
 # The strftime fields of those letters as JSON Schema ``pattern`` pieces: each accepts exactly
 # the texts strftime writes for some date (months 01-12, hours 00-23, ...), so the Trigger form
 # refuses a typo such as '2024-13-01' before any run exists. Day 31 of a short month passes the
@@ -50,29 +46,6 @@ _END = "$(?!\\n)"
 NULL_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 # JSON Schema pattern of a value without a date-formatter.
 SAFE_VALUE_PATTERN = f"^(?!{NULL_PARTITION_NAME}{_END})[^{_UNSAFE_CHARACTERS}]+{_END}"
-
-
-class PartitionError(ValueError):
-    """A schedule time or partition value that cannot be used for a refresh."""
-
-
-@lru_cache(maxsize=64)  # a handful of distinct patterns across hundreds of definitions
-def java_to_strftime(pattern: str) -> str:
-    """Translate a date formatter such as ``yyyy-MM-dd`` into ``%Y-%m-%d``."""
-    parts: list[str] = []
-    pos = 0
-    while pos < len(pattern):
-        match = _JAVA_PATTERN.match(pattern, pos)
-        if match is None:
-            raise PartitionError(
-                f"unsupported date-formatter {pattern!r} at {pattern[pos:]!r}: use "
-                f"{', '.join(JAVA_TOKENS)} and the separators {_JAVA_LITERALS!r}"
-            )
-        parts.append(JAVA_TOKENS.get(match.group(), match.group()))
-        pos = match.end()
-    if not any(token in parts for token in JAVA_TOKENS.values()):
-        raise PartitionError(f"unsupported date-formatter {pattern!r}: it has no date field")
-    return "".join(parts)
 
 
 @lru_cache(maxsize=64)

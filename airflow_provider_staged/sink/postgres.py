@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow
 from psycopg import sql
 
+from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection, postgres_connection
 from airflow_provider_staged.catalogs.postgres_types import postgres_columns
 from airflow_provider_staged.sink.api import (
     GlobalCommitter,
@@ -32,8 +33,6 @@ from airflow_provider_staged.staging.kinds.jdbc_sink import (
 )
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
-    PostgresConnection,
-    postgres_connection,
 )
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from airflow_provider_staged.materialized.partitions import PartitionError, java_to_strftime
+from airflow_provider_staged.staging.date_patterns import PartitionError, java_to_strftime
 
 EXPIRATION_TIME = "partition.expiration-time"
 CHECK_INTERVAL = "partition.expiration-check-interval"

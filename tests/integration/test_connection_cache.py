@@ -8,8 +8,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS, ConnectionCache
-from airflow_provider_staged.staging.kinds.jdbc_table import PostgresConnection
+from airflow_provider_staged.catalogs.postgres_connections import (
+    POSTGRES_CONNECTIONS,
+    ConnectionCache,
+    PostgresConnection,
+)
 from tests.fixtures.postgres_server import PostgresServer
 
 

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from airflow_provider_staged.catalogs.postgres_connections import APPLICATION_NAME
 from airflow_provider_staged.catalogs.postgres_types import UnsupportedColumnTypeError
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.local.metastore import MetastoreInfo
@@ -33,7 +34,6 @@ from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.jdbc_table import (
-    APPLICATION_NAME,
     JdbcStagedTable,
     JdbcWriteOptions,
     jdbc_sink_for_target,

@@ -43,6 +43,7 @@ from psycopg import sql
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import current_location, tracks_partitions
+from airflow_provider_staged.catalogs.postgres_connections import postgres_connection
 from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
 from airflow_provider_staged.sink.api import Sink, WriterContext, commit_until_done
 from airflow_provider_staged.sink.hive import HiveSink
@@ -78,7 +79,6 @@ from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcStagedTable,
     JdbcTarget,
     password_env_var,
-    postgres_connection,
 )
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection
 from airflow_provider_staged.catalogs.postgres_types import (
     PostgresColumn,
     UnsupportedColumnTypeError,
@@ -14,7 +15,6 @@ from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
     JdbcWriteOptions,
-    PostgresConnection,
     password_env_var,
 )
 

@@ -355,7 +355,8 @@ def test_schemas_refuse_bad_values_as_airflow_checks_them(name: str, value: obje
 
 
 def test_date_formatter_patterns() -> None:
-    from airflow_provider_staged.materialized.partitions import formatter_regex, java_to_strftime
+    from airflow_provider_staged.materialized.partitions import formatter_regex
+    from airflow_provider_staged.staging.date_patterns import java_to_strftime
 
     assert formatter_regex(java_to_strftime("yyyy-MM-dd")) == (
         r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$(?!\n)"

@@ -8,12 +8,12 @@ from airflow_provider_staged.materialized.freshness import Freshness
 from airflow_provider_staged.materialized.partitions import (
     PartitionError,
     format_schedule_time,
-    java_to_strftime,
     local_schedule_time,
     parse_schedule_time,
     periodic_partition,
     validate_static_partitions,
 )
+from airflow_provider_staged.staging.date_patterns import java_to_strftime
 
 DAY = Freshness(1, "DAY")
 HOUR = Freshness(1, "HOUR")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection, postgres_connection
 from airflow_provider_staged.catalogs.postgres_types import POSTGRES_MAX_NAME_LENGTH
 from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
@@ -26,9 +27,7 @@ from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
-    PostgresConnection,
     _relation,
-    postgres_connection,
 )
 from airflow_provider_staged.staging.manifest import Manifest
 

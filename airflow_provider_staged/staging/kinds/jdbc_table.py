@@ -19,7 +19,7 @@ authenticates once instead of four times.
 
 The password comes from the Airflow connection and reaches the job only as an environment
 variable (``job_env``); it is never in the journal, the write spec, a repr or a log line.
-This module imports Airflow only inside ``postgres_connection``.
+The connection (``catalogs.postgres_connections``) comes from an Airflow postgres connection.
 """
 
 from __future__ import annotations
@@ -30,14 +30,13 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
 
-from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS
+from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection, postgres_connection
 from airflow_provider_staged.catalogs.postgres_types import (
     POSTGRES_MAX_NAME_LENGTH,
     PostgresColumn,
@@ -57,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JDBC_SCHEME = "jdbc://"
-APPLICATION_NAME = "airflow-provider-staged"
 POSTGRES_DRIVER = "org.postgresql.Driver"
 _CONN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
 _HASH_LENGTH = 10
@@ -147,90 +145,6 @@ class JdbcWriteOptions:
             known = ", ".join(f.name for f in fields(cls))
             raise ValueError(f"unknown JDBC option(s) {', '.join(map(repr, unknown))}: expected {known}")
         return cls(**options)
-
-
-@dataclass(frozen=True)
-class PostgresConnection:
-    """Where and as whom to reach PostgreSQL; the password is left out of ``repr`` and ``endpoint``."""
-
-    host: str
-    port: int
-    database: str
-    user: str
-    password: str = field(default="", repr=False)
-    sslmode: str | None = None
-
-    def endpoint(self) -> dict[str, Any]:
-        """Everything but the password (safe for the write spec and the journal)."""
-        return {
-            "host": self.host,
-            "port": self.port,
-            "database": self.database,
-            "user": self.user,
-            "sslmode": self.sslmode,
-        }
-
-    @classmethod
-    def from_endpoint(cls, endpoint: dict[str, Any], password: str) -> PostgresConnection:
-        return cls(
-            endpoint["host"],
-            int(endpoint["port"]),
-            endpoint["database"],
-            endpoint["user"],
-            password,
-            endpoint.get("sslmode"),
-        )
-
-    def connect(self) -> psycopg.Connection[Any]:
-        """An autocommit connection: each change runs in an explicit ``transaction()``."""
-        extra = {"sslmode": self.sslmode} if self.sslmode else {}
-        return psycopg.connect(
-            host=self.host,
-            port=self.port,
-            dbname=self.database,
-            user=self.user,
-            password=self.password,
-            connect_timeout=10,
-            application_name=APPLICATION_NAME,
-            autocommit=True,
-            **extra,
-        )
-
-    def reused(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
-        """An open connection of this process for the same server and role, else a new one;
-        kept for reuse afterwards (``connection_cache``)."""
-        return POSTGRES_CONNECTIONS.connection(self, self.connect)
-
-    def jdbc_url(self) -> str:
-        """The JDBC URL, without credentials (Spark gets them as in-memory options)."""
-        # Batched INSERTs rewritten to multi-row ones: several times faster on PostgreSQL.
-        params = {"reWriteBatchedInserts": "true", "ApplicationName": APPLICATION_NAME}
-        if self.sslmode:
-            params["sslmode"] = self.sslmode
-        return (
-            f"jdbc:postgresql://{self.host}:{self.port}/{quote(self.database, safe='')}?{urlencode(params)}"
-        )
-
-
-def postgres_connection(conn_id: str) -> PostgresConnection:
-    """Look up an Airflow connection of type postgres (``schema`` is the database name)."""
-    from airflow.sdk import BaseHook
-
-    conn = BaseHook.get_connection(conn_id)
-    if conn.conn_type not in ("postgres", "postgresql"):
-        raise ValueError(
-            f"connection {conn_id!r} has type {conn.conn_type!r}: JDBC targets need a postgres one"
-        )
-    if not conn.login:
-        raise ValueError(f"connection {conn_id!r} has no login")
-    return PostgresConnection(
-        host=conn.host or "localhost",
-        port=int(conn.port or 5432),
-        database=conn.schema or "postgres",
-        user=conn.login,
-        password=conn.password or "",
-        sslmode=conn.extra_dejson.get("sslmode"),
-    )
 
 
 def password_env_var(conn_id: str) -> str:
