@@ -39,9 +39,8 @@ from airflow_provider_staged.local.metastore import (
     start_metastore,
     stop_metastore,
 )
-from airflow_provider_staged.local.processes import ServiceError
 from airflow_provider_staged.materialized.workflow.scheduler import WorkflowException
-from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.errors import ServiceError, StagingError
 from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX, TableIdentifier, validate_name
 
 if TYPE_CHECKING:

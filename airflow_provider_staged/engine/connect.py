@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.base import Engine, job_env
-from airflow_provider_staged.local.processes import ServiceError
+from airflow_provider_staged.staging.errors import ServiceError
 from airflow_provider_staged.staging.settings import StagedSettings
 
 log = logging.getLogger(__name__)

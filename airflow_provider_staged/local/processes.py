@@ -11,9 +11,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-
-class ServiceError(RuntimeError):
-    """A local service cannot be started or reached (the message says which and why)."""
+from airflow_provider_staged.staging.errors import ServiceError
+from airflow_provider_staged.staging.owner import pid_alive
 
 
 def free_port() -> int:
@@ -26,19 +25,6 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(FileNotFoundError):
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    return True
 
 
 def read_pid(pid_file: Path) -> int | None:

@@ -46,7 +46,7 @@ from airflow_provider_staged.materialized.freshness import (
     derive_refresh_mode,
     parse_duration,
 )
-from airflow_provider_staged.sql.materialized_grammar import Cursor, ErrorFactory, Token
+from airflow_provider_staged.materialized.grammar import Cursor, ErrorFactory, Token
 from airflow_provider_staged.staging.date_patterns import PartitionError, java_to_strftime
 from airflow_provider_staged.staging.identifiers import TableIdentifier, is_whole_number
 from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import pyarrow
+
+from airflow_provider_staged.staging.faults import fault_point
 
 CommT = TypeVar("CommT")
 GlobalCommT = TypeVar("GlobalCommT")
@@ -184,16 +184,6 @@ class Sink(ABC, Generic[CommT, GlobalCommT]):
 # Fault injection for the crash tests: SIGKILL the process group (the whole Spark driver) at
 # the point this variable names; ``FAULT_PGID_ENV`` names the group when the hook runs in a
 # Spark worker of another group.
-FAULT_ENV = "STAGED_SINK_FAULT"
-FAULT_PGID_ENV = "STAGED_SINK_FAULT_PGID"
-
-
-def fault_point(name: str) -> None:
-    """Die here, like a machine crash, when ``STAGED_SINK_FAULT`` is ``name`` (tests only)."""
-    if os.environ.get(FAULT_ENV) == name:
-        os.killpg(int(os.environ.get(FAULT_PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
-
-
 MAX_COMMIT_ROUNDS = 5
 
 

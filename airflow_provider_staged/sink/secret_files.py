@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from airflow_provider_staged.local.processes import pid_alive
+from airflow_provider_staged.staging.owner import pid_alive
 
 SECRETS_DIR = "secrets"
 

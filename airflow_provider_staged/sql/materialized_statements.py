@@ -37,7 +37,7 @@ from airflow_provider_staged.materialized.definition import (
     read_freshness,
     read_refresh_mode,
 )
-from airflow_provider_staged.sql.materialized_grammar import Cursor
+from airflow_provider_staged.materialized.grammar import Cursor
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
 
 

@@ -20,3 +20,8 @@ class CommitConflictError(StagingError):
 class CatalogConflictError(StagingError):
     """Another writer changed the table between this writer's read and its write, and the
     catalog refused the write (compare-and-set): nothing was changed; read again and retry."""
+
+
+class ServiceError(RuntimeError):
+    """A service cannot be started or reached: a gateway, a local metastore or Airflow (the message
+    says which and why)."""

@@ -9,12 +9,11 @@ start time (a pid can be reused). Anywhere else the answer is "unknown" and the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
 
 
 def _namespace() -> str | None:
@@ -35,13 +34,31 @@ class ProcessRef:
 
     @classmethod
     def current(cls) -> ProcessRef:
+        import psutil  # on use: the CLI and `staged sql` start without it
+
         return cls(_namespace(), os.getpid(), psutil.Process().create_time())
 
     def gone(self) -> bool:
         """Whether the process certainly no longer runs (False when that cannot be known here)."""
         if self.namespace is None or self.namespace != _namespace():
             return False
+        import psutil
+
         try:
             return psutil.Process(self.pid).create_time() != self.started
         except psutil.NoSuchProcess:
             return True
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this machine (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(FileNotFoundError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from airflow_provider_staged.engine.session import build_session
-from airflow_provider_staged.sink.api import FAULT_ENV, FAULT_PGID_ENV, SinkWriter, WriterContext
+from airflow_provider_staged.sink.api import SinkWriter, WriterContext
 from airflow_provider_staged.sink.hive import HiveFilesCommittable, HiveSink
 from airflow_provider_staged.sink.runtime import write_batch, write_stream
+from airflow_provider_staged.staging.faults import FAULT_ENV, FAULT_PGID_ENV
 from airflow_provider_staged.staging.settings import StagedSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,9 +31,9 @@ import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER_KEY
-from airflow_provider_staged.sink.api import FAULT_ENV, FAULT_PGID_ENV
 from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.sink.runtime import stream_query_id
+from airflow_provider_staged.staging.faults import FAULT_ENV, FAULT_PGID_ENV
 from airflow_provider_staged.staging.journal import AttemptJournal
 from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
 from airflow_provider_staged.staging.reconcile import reconcile

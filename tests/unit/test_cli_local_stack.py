@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from airflow_provider_staged.cli import main as cli
 from airflow_provider_staged.cli.main import app
-from airflow_provider_staged.local.processes import ServiceError
+from airflow_provider_staged.staging.errors import ServiceError
 
 STAGED = Path(sys.executable).with_name("staged")
 

@@ -20,8 +20,8 @@ from airflow_provider_staged.engine.connect import (
 from airflow_provider_staged.engine.runners import make_engine
 from airflow_provider_staged.engine.spark_job import leading_keyword, query_frame
 from airflow_provider_staged.local.gateway import TOKEN_ENV, gateway_command, gateway_status
-from airflow_provider_staged.local.processes import ServiceError
 from airflow_provider_staged.materialized.definition import DefinitionError, parse_definition
+from airflow_provider_staged.staging.errors import ServiceError
 from airflow_provider_staged.staging.settings import StagedSettings
 
 SETTINGS = StagedSettings("thrift://127.0.0.1:9083", "/tmp/wh", "/tmp/journal")

@@ -24,7 +24,6 @@ LOCAL_READERS = {
     "airflow.hooks.staged_table",
     "airflow.ui.app",
     "engine.connect",
-    "sink.secret_files",
     "sql.client",
 }
 

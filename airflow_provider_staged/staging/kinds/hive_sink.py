@@ -64,9 +64,9 @@ from airflow_provider_staged.catalogs.metastore.tables import (
     schema_parameters,
     tracks_partitions,
 )
-from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError
+from airflow_provider_staged.staging.faults import fault_point
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_partitions import (

@@ -21,9 +21,9 @@ from psycopg import sql
 
 from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection, postgres_connection
 from airflow_provider_staged.catalogs.postgres_types import POSTGRES_MAX_NAME_LENGTH
-from airflow_provider_staged.sink.api import fault_point
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.faults import fault_point
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcTarget,
