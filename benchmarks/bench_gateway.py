@@ -51,6 +51,7 @@ from _common import (
 from airflow_provider_staged.engine.base import Engine
 from airflow_provider_staged.engine.connect import ConnectEngine
 from airflow_provider_staged.engine.execution import execute_staged
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.local.gateway import start_gateway, stop_gateway
 from airflow_provider_staged.local.stack import definitions_dir, stack_down, stack_up
 from airflow_provider_staged.materialized.naming import dag_id_for, manual_run_fields
@@ -206,7 +207,7 @@ class Stack:
                                      master="local[2]")
         print(f"stack + gateway up in {time.perf_counter() - started:.0f}s", flush=True)
         self.http = httpx.Client(base_url=f"{self.airflow.endpoint}/api/v2", timeout=120,
-                                 headers={"Authorization": f"Bearer {self.airflow.token()}"})
+                                 headers={"Authorization": f"Bearer {api_token(self.airflow)}"})
         self.journal = AttemptJournal(self.home / "journal")
         self.timelines: dict[str, list[tuple[float, dict[str, float]]]] = {}
 

@@ -52,7 +52,8 @@ from airflow_provider_staged.airflow.ui.rows import (
 from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_entries
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import new_table
-from airflow_provider_staged.local.airflow_server import AirflowInfo, start_airflow, stop_airflow
+from airflow_provider_staged.discovery.embedded import AirflowInfo
+from airflow_provider_staged.local.airflow_server import api_token, start_airflow, stop_airflow
 from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY, read_state, status_from
 from airflow_provider_staged.materialized.naming import dag_id_for
@@ -190,7 +191,7 @@ def main() -> None:
             "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "900",
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "900",
         })
-        headers = {"Authorization": f"Bearer {info.token()}"}
+        headers = {"Authorization": f"Bearer {api_token(info)}"}
         with httpx.Client(base_url=info.endpoint, headers=headers, timeout=300) as http:
             parsed = wait_for_dags(http, args.tables, args.parse_timeout)
             print(f"Airflow up, {args.tables} DAGs parsed {parsed:.0f}s later; load average {load()}",

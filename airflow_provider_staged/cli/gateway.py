@@ -11,8 +11,8 @@ import typer
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.cli.output import Output, OutputOption, console, print_json
-from airflow_provider_staged.local.gateway import gateway_status, start_gateway, stop_gateway
-from airflow_provider_staged.local.metastore import staged_home
+from airflow_provider_staged.discovery.embedded import gateway_status, staged_home
+from airflow_provider_staged.local.gateway import start_gateway, stop_gateway
 
 app = typer.Typer(
     help="The gateway: a Spark Connect server on 127.0.0.1 with a token, on the staged metastore, "

@@ -33,12 +33,8 @@ from airflow_provider_staged.cli.output import (
     print_json,
     print_rows,
 )
-from airflow_provider_staged.local.metastore import (
-    metastore_status,
-    staged_home,
-    start_metastore,
-    stop_metastore,
-)
+from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
+from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.materialized.workflow.scheduler import WorkflowException
 from airflow_provider_staged.staging.errors import ServiceError, StagingError
 from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX, TableIdentifier, validate_name

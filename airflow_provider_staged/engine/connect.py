@@ -66,7 +66,7 @@ def resolve_url(spark_conn_id: str | None = None, url: str | None = None) -> str
         return SparkConnectHook(spark_conn_id).get_connection_url()
     if os.environ.get(GATEWAY_URL_ENV):
         return os.environ[GATEWAY_URL_ENV]
-    from airflow_provider_staged.local.gateway import require_gateway
+    from airflow_provider_staged.discovery.embedded import require_gateway
 
     return require_gateway().url
 

@@ -14,17 +14,25 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from airflow_provider_staged.discovery.embedded import (
+    USERS,
+    AirflowInfo,
+    airflow_pid_file,
+    airflow_state_file,
+    airflow_status,
+    passwords_file,
+    read_pid,
+)
 from airflow_provider_staged.local.processes import (
     ServiceError,
     free_port,
     pid_alive,
-    read_pid,
     start_background,
     stop_pid,
     wait_for_port,
@@ -63,51 +71,9 @@ TASK_PRELOAD = (
 )
 
 
-# The simple auth manager's users (name, role): an admin who may do anything, a viewer who
-# may only read, so that a UI or a test can check what a read-only user is refused.
-USERS = {"admin": "admin", "viewer": "viewer"}
-PASSWORDS_FILE = "simple_auth_manager_passwords.json"
-
-
-@dataclass(frozen=True)
-class AirflowInfo:
-    """A running local Airflow: where it answers and what it reads."""
-
-    home: str
-    port: int
-    dags_folder: str
-    pids: dict[str, int]
-    env: dict[str, str]
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def log_server_port(self) -> int:
-        return int(self.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
-
-    @property
-    def passwords_file(self) -> Path:
-        """Where the passwords of :data:`USERS` are kept (JSON ``{user: password}``): the file
-        this Airflow reads, which an ``extra_env`` (e.g. the compose topology's) may move."""
-        configured = self.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
-        return Path(configured) if configured else passwords_file(Path(self.home))
-
-    def credentials(self, user: str = "admin") -> tuple[str, str]:
-        """``(user, password)`` of one of :data:`USERS` for logging in to this Airflow."""
-        passwords = json.loads(self.passwords_file.read_text())
-        if user not in passwords:
-            raise ValueError(f"unknown Airflow user {user!r}: the local Airflow has {', '.join(USERS)}")
-        return user, passwords[user]
-
-    def token(self, user: str = "admin") -> str:
-        """A fresh API token, logged in as ``user``."""
-        return fetch_token(self.endpoint, *self.credentials(user))
-
-
-def passwords_file(home: Path) -> Path:
-    return home / PASSWORDS_FILE
+def api_token(info: AirflowInfo, user: str = "admin") -> str:
+    """A fresh API token of ``info``'s Airflow, logged in as ``user``."""
+    return fetch_token(info.endpoint, *info.credentials(user))
 
 
 def ensure_passwords(home: Path) -> Path:
@@ -187,14 +153,6 @@ def airflow_env(
     return env
 
 
-def _state_file(home: Path) -> Path:
-    return home / "airflow-local.json"
-
-
-def _pid_file(home: Path, component: str) -> Path:
-    return home / f"{component}.pid"
-
-
 def _log_file(home: Path, component: str) -> Path:
     return home / "logs" / f"{component}.log"
 
@@ -228,7 +186,7 @@ def start_airflow(
             if component == "log-server":
                 command.append(env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
             pids[component] = start_background(
-                command, _pid_file(home, component), _log_file(home, component), env, home
+                command, airflow_pid_file(home, component), _log_file(home, component), env, home
             )
         wait_for_port(port, pids["api-server"], timeout, _log_file(home, "api-server"))
         info = AirflowInfo(str(home), port, str(dags_folder), pids, env)
@@ -239,7 +197,7 @@ def start_airflow(
         for pid in pids.values():
             stop_pid(pid)
         raise
-    _state_file(home).write_text(json.dumps(asdict(info)))
+    airflow_state_file(home).write_text(json.dumps(asdict(info)))
     return info
 
 
@@ -255,7 +213,7 @@ def register_scheduler_connection(info: AirflowInfo) -> None:
     user, password = info.credentials("admin")
     body = {"connection_id": SCHEDULER_CONN_ID, "conn_type": "http", "host": info.endpoint,
             "login": user, "password": password}
-    headers = {"Authorization": f"Bearer {info.token()}"}
+    headers = {"Authorization": f"Bearer {api_token(info)}"}
     connections = f"{info.endpoint}/api/v2/connections"
     response = httpx.post(connections, json=body, headers=headers, timeout=60)
     if response.status_code == 409:  # a restart of the same home: the password is the same
@@ -310,29 +268,18 @@ def wait_for_health(info: AirflowInfo, timeout: float) -> None:
     raise ServiceError(f"Airflow at {info.endpoint} not healthy within {timeout:.0f}s: {last}")
 
 
-def airflow_status(home: Path) -> AirflowInfo | None:
-    """The local Airflow recorded under ``home`` if all its processes still run, else None."""
-    try:
-        info = AirflowInfo(**json.loads(_state_file(home.resolve()).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    if any(read_pid(_pid_file(Path(info.home), c)) != pid for c, pid in info.pids.items()):
-        return None
-    return info
-
-
 def stop_airflow(home: Path) -> bool:
     """Stop every process recorded under ``home`` (by pid, process group); return whether any ran."""
     home = home.resolve()
-    _state_file(home).unlink(missing_ok=True)
+    airflow_state_file(home).unlink(missing_ok=True)
     stopped = False
     # Reverse order: stop the scheduler and dag-processor before the API they report to.
     for component in reversed(list(COMPONENTS)):
-        pid = read_pid(_pid_file(home, component))
+        pid = read_pid(airflow_pid_file(home, component))
         if pid is not None:
             stop_pid(pid)
             stopped = True
-        _pid_file(home, component).unlink(missing_ok=True)
+        airflow_pid_file(home, component).unlink(missing_ok=True)
     return stopped
 
 
@@ -345,7 +292,7 @@ def run_dag(info: AirflowInfo, dag_id: str, timeout: float = 900) -> dict[str, A
     started = time.monotonic()
     deadline = started + timeout
     with httpx.Client(base_url=info.endpoint + "/api/v2", timeout=60,
-                      headers={"Authorization": f"Bearer {info.token()}"}) as api:
+                      headers={"Authorization": f"Bearer {api_token(info)}"}) as api:
         # A DAG file is parsed within seconds (refresh_interval 2 s), the first time a bit later.
         while api.get(f"/dags/{dag_id}").status_code == 404:
             if time.monotonic() > min(deadline, started + 60):

@@ -18,15 +18,22 @@ import json
 import os
 import secrets
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from airflow_provider_staged.engine.session import hive_conf, jdbc_jars_conf, spark_submit_env
-from airflow_provider_staged.local.metastore import spark_home, staged_home
-from airflow_provider_staged.local.processes import (
-    ServiceError,
-    free_port,
+from airflow_provider_staged.discovery.embedded import (
+    GatewayInfo,
+    gateway_pid_file,
+    gateway_state_file,
+    gateway_status,
     read_pid,
+    staged_home,
+    token_file,
+)
+from airflow_provider_staged.engine.session import hive_conf, jdbc_jars_conf, spark_submit_env
+from airflow_provider_staged.local.metastore import spark_home
+from airflow_provider_staged.local.processes import (
+    free_port,
     start_background,
     stop_pid,
     wait_for_port,
@@ -37,46 +44,6 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 # A loaded machine needs ~25 s for the server's JVM and SparkContext.
 START_TIMEOUT_SECONDS = 180.0
-
-
-@dataclass(frozen=True)
-class GatewayInfo:
-    """A running gateway, as recorded in ``$STAGED_HOME/gateway.json``."""
-
-    port: int
-    pid: int
-    token: str
-    metastore_uri: str
-    warehouse: str
-    home: str
-
-    @property
-    def public_url(self) -> str:
-        """The address without the token (safe to print and log)."""
-        return f"sc://localhost:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """What a client connects to: ``SparkSession.builder.remote(info.url)``."""
-        return f"{self.public_url}/;token={self.token}"
-
-    def as_dict(self) -> dict[str, object]:
-        """The status without the token."""
-        return {"url": self.public_url, "pid": self.pid, "port": self.port,
-                "metastore": self.metastore_uri, "warehouse": self.warehouse,
-                "token_file": str(token_file(Path(self.home)))}
-
-
-def _state_file(home: Path) -> Path:
-    return home / "gateway.json"
-
-
-def _pid_file(home: Path) -> Path:
-    return home / "gateway.pid"
-
-
-def token_file(home: Path) -> Path:
-    return home / "gateway.token"
 
 
 def log_file(home: Path) -> Path:
@@ -153,7 +120,7 @@ def start_gateway(
     }
     command = gateway_command(port, metastore_uri, warehouse, master, spark_conf)
     log = log_file(home)
-    pid = start_background(command, _pid_file(home), log, env, home)
+    pid = start_background(command, gateway_pid_file(home), log, env, home)
     try:
         wait_for_port(port, pid, timeout=START_TIMEOUT_SECONDS, log_file=log)
     except BaseException:
@@ -166,7 +133,7 @@ def start_gateway(
         stop_pid(pid)
         raise
     state = {key: value for key, value in asdict(info).items() if key != "token"}
-    _state_file(home).write_text(json.dumps(state))
+    gateway_state_file(home).write_text(json.dumps(state))
     return info
 
 
@@ -184,35 +151,14 @@ def _warm_up(info: GatewayInfo) -> None:
         session.stop()
 
 
-def gateway_status(home: Path | None = None) -> GatewayInfo | None:
-    """The running gateway recorded under ``home``, or None."""
-    home = (home or staged_home()).resolve()
-    try:
-        state = json.loads(_state_file(home).read_text())
-        token = token_file(home).read_text().strip()
-        info = GatewayInfo(token=token, **state)
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    return info if read_pid(_pid_file(home)) == info.pid else None
-
-
 def stop_gateway(home: Path | None = None) -> bool:
     """Stop the gateway recorded under ``home`` (SIGTERM, then SIGKILL); whether one ran."""
     home = (home or staged_home()).resolve()
-    pid = read_pid(_pid_file(home))
-    _state_file(home).unlink(missing_ok=True)
+    pid = read_pid(gateway_pid_file(home))
+    gateway_state_file(home).unlink(missing_ok=True)
     token_file(home).unlink(missing_ok=True)
     if pid is None:
         return False
     stop_pid(pid)
-    _pid_file(home).unlink(missing_ok=True)
+    gateway_pid_file(home).unlink(missing_ok=True)
     return True
-
-
-def require_gateway(home: Path | None = None) -> GatewayInfo:
-    """The running local gateway, or a clear error saying how to start one."""
-    info = gateway_status(home)
-    if info is None:
-        where = (home or staged_home()).resolve()
-        raise ServiceError(f"no gateway runs under {where}: start one with `staged gateway start`")
-    return info

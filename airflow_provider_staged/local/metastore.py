@@ -15,13 +15,20 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from airflow_provider_staged.discovery.embedded import (
+    MetastoreInfo,
+    metastore_pid_file,
+    metastore_state_file,
+    metastore_status,
+    read_pid,
+    staged_home,
+)
 from airflow_provider_staged.local.processes import (
     ServiceError,
     free_port,
-    read_pid,
     start_background,
     stop_pid,
     wait_for_port,
@@ -35,28 +42,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def staged_home() -> Path:
-    """Where the embedded runtime keeps its metastore, warehouse, journal, pids and logs."""
-    return Path(os.environ.get("STAGED_HOME", Path.home() / ".staged")).resolve()
-
-
-@dataclass(frozen=True)
-class MetastoreInfo:
-    host: str
-    port: int
-    pid: int
-    warehouse: str
-    home: str
-
-    @property
-    def uri(self) -> str:
-        return f"thrift://{self.host}:{self.port}"
-
-
-def _state_file(home: Path) -> Path:
-    return home / "metastore.json"
 
 
 def derby_conf(home: Path) -> dict[str, str]:
@@ -219,7 +204,7 @@ def start_metastore(
         stop_pid(pid)
         raise
     info = MetastoreInfo("127.0.0.1", port, pid, str(warehouse), str(home))
-    _state_file(home).write_text(json.dumps(asdict(info)))
+    metastore_state_file(home).write_text(json.dumps(asdict(info)))
     return info
 
 
@@ -240,25 +225,13 @@ def _wait_for_lock_tables(uri: str, deadline: float) -> None:
             time.sleep(0.1)
 
 
-def metastore_status(home: Path | None = None) -> MetastoreInfo | None:
-    """The running metastore recorded under ``home``, or None."""
-    home = (home or staged_home()).resolve()
-    try:
-        info = MetastoreInfo(**json.loads(_state_file(home).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    if read_pid(home / "metastore.pid") != info.pid:
-        return None
-    return info
-
-
 def stop_metastore(home: Path | None = None) -> bool:
     """Stop the metastore recorded under ``home``; return whether one was running."""
     home = (home or staged_home()).resolve()
-    pid = read_pid(home / "metastore.pid")
-    _state_file(home).unlink(missing_ok=True)
+    pid = read_pid(metastore_pid_file(home))
+    metastore_state_file(home).unlink(missing_ok=True)
     if pid is None:
         return False
     stop_pid(pid)
-    (home / "metastore.pid").unlink(missing_ok=True)
+    metastore_pid_file(home).unlink(missing_ok=True)
     return True

@@ -28,8 +28,9 @@ from xml.sax.saxutils import escape
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.session import DEFAULT_JDBC_JAR
-from airflow_provider_staged.local.metastore import MetastoreInfo, metastore_command, start_metastore
+from airflow_provider_staged.local.metastore import metastore_command, start_metastore
 
 DB_ENV = "STAGED_METASTORE_DB"
 PASSWORD_FILE_ENV = "STAGED_METASTORE_DB_PASSWORD_FILE"

@@ -27,14 +27,6 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def read_pid(pid_file: Path) -> int | None:
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    return pid if pid_alive(pid) else None
-
-
 def start_background(
     command: Sequence[str],
     pid_file: Path,

@@ -11,26 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_provider_staged.local.airflow_server import (
+from airflow_provider_staged.discovery.embedded import (
+    DEFINITIONS_ENV,
     AirflowInfo,
-    airflow_status,
-    start_airflow,
-    stop_airflow,
-)
-from airflow_provider_staged.local.metastore import (
     MetastoreInfo,
+    airflow_home,
+    airflow_status,
     metastore_status,
-    start_metastore,
-    stop_metastore,
 )
+from airflow_provider_staged.local.airflow_server import start_airflow, stop_airflow
+from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.local.processes import ServiceError, listening_sockets
 
-DEFINITIONS_ENV = "STAGED_MT_DEFINITIONS_DIR"
 FACTORY_FILE = "materialized_tables.py"
-
-
-def airflow_home(home: Path) -> Path:
-    return home / "airflow"
 
 
 def definitions_dir(home: Path) -> Path:

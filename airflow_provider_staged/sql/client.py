@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from airflow_provider_staged.local.metastore import metastore_status, staged_home
+from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
 from airflow_provider_staged.sql.output import RENDERERS, ResultSet, changelog_head, changelog_lines
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,
@@ -285,7 +285,7 @@ def make_session(
 
 
 def _local_gateway() -> Any:
-    from airflow_provider_staged.local.gateway import require_gateway
+    from airflow_provider_staged.discovery.embedded import require_gateway
 
     return require_gateway()
 

@@ -17,8 +17,8 @@ import psutil
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import current_location
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState

@@ -46,13 +46,8 @@ import pytest
 import yaml
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.local.airflow_server import (
-    AirflowInfo,
-    fetch_token,
-    start_airflow,
-    stop_airflow,
-)
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo, MetastoreInfo
+from airflow_provider_staged.local.airflow_server import fetch_token, start_airflow, stop_airflow
 from airflow_provider_staged.local.processes import free_port, start_background, stop_pid, wait_for_port
 from tests.fixtures.postgres_server import PostgresServer, start_postgres, stop_postgres
 from tests.fixtures.spark_standalone import StandaloneCluster, start_cluster, stop_cluster

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_staged.local.gateway import GatewayInfo, gateway_status, token_file
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.discovery.embedded import GatewayInfo, MetastoreInfo, gateway_status, token_file
 from airflow_provider_staged.local.processes import listening_sockets, pid_alive
 
 

@@ -22,10 +22,10 @@ import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
+from airflow_provider_staged.discovery.embedded import GatewayInfo, MetastoreInfo
 from airflow_provider_staged.engine.connect import ConnectEngine
 from airflow_provider_staged.engine.runners import make_engine
-from airflow_provider_staged.local.gateway import GatewayInfo, log_file
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.local.gateway import log_file
 from airflow_provider_staged.materialized.continuous_run import ContinuousRefresh
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.params import parse_refresh_request

@@ -25,8 +25,8 @@ from psycopg import sql
 
 from airflow_provider_staged.catalogs.postgres_connections import APPLICATION_NAME
 from airflow_provider_staged.catalogs.postgres_types import UnsupportedColumnTypeError
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import run_staged_write
-from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError

@@ -29,8 +29,8 @@ import pytest
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.locks import DEFAULT_LOCK_TIMEOUT_SECONDS, MetastoreLockError
 from airflow_provider_staged.catalogs.metastore.tables import current_location
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import local_path
-from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,

@@ -14,13 +14,8 @@ import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.local.metastore import (
-    MetastoreInfo,
-    _jdk_tool,
-    derby_conf,
-    start_metastore,
-    stop_metastore,
-)
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
+from airflow_provider_staged.local.metastore import _jdk_tool, derby_conf, start_metastore, stop_metastore
 from tests.fixtures.metastore import new_database
 
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"

@@ -27,8 +27,8 @@ from airflow_provider_staged.catalogs.metastore.tables import (
     current_location,
     new_table,
 )
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import local_path
-from airflow_provider_staged.local.metastore import MetastoreInfo
 from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix

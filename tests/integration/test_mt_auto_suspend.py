@@ -19,7 +19,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.failure_streak import SUSPENDED_DUE_TO_ERRORS, FailureStreak
 from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
@@ -49,7 +50,7 @@ def api(airflow_server: AirflowInfo) -> Iterator[httpx.Client]:
     """REST API v2 as the admin. The refresh tasks log in with the connection that
     ``start_airflow`` registered (checked here: auto-suspend depends on it)."""
     client = httpx.Client(base_url=airflow_server.endpoint + "/api/v2", timeout=HTTP_TIMEOUT,
-                          headers={"Authorization": f"Bearer {airflow_server.token()}"})
+                          headers={"Authorization": f"Bearer {api_token(airflow_server)}"})
     connection = client.get(f"/connections/{SCHEDULER_CONN_ID}").raise_for_status().json()
     assert (connection["host"], connection["login"]) == (airflow_server.endpoint, "admin")
     yield client

@@ -25,8 +25,9 @@ import httpx
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.discovery.embedded import AirflowInfo
 from airflow_provider_staged.engine.runners import EmbeddedEngine
-from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.continuous import NotStreamableError, SourceReplacedError
 from airflow_provider_staged.materialized.continuous_run import (
     ContinuousRefresh,
@@ -318,7 +319,7 @@ def test_continuous_table_lifecycle_on_airflow(
     scheduler = AirflowWorkflowScheduler(airflow_server.endpoint, definitions_dir, user, password,
                                          parse_timeout=90)
     api = httpx.Client(base_url=airflow_server.endpoint + "/api/v2", timeout=180,
-                       headers={"Authorization": f"Bearer {airflow_server.token()}"})
+                       headers={"Authorization": f"Bearer {api_token(airflow_server)}"})
 
     def running_runs() -> list[dict[str, Any]]:
         found = api.get(f"/dags/{dag_id}/dagRuns", params={"state": ["running"]}).raise_for_status()

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.local.airflow_server import AirflowInfo
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo, MetastoreInfo
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY
 from airflow_provider_staged.sql.client import catalog_settings, make_session
 from airflow_provider_staged.sql.properties import SessionProperties, Source
@@ -156,7 +156,7 @@ def test_create_over_a_table_or_view_refuses_and_changes_nothing(
     for table in ("t", "s", "v"):
         assert leftovers(definitions_dir, db, table) == [], table
         dag = httpx.get(f"{airflow_server.endpoint}/api/v2/dags/mt__{db}__{table}", timeout=180,
-                        headers={"Authorization": f"Bearer {airflow_server.token()}"})
+                        headers={"Authorization": f"Bearer {api_token(airflow_server)}"})
         assert dag.status_code == 404, dag.text
     spark.sql(f"DROP DATABASE {db} CASCADE")
 

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
@@ -66,7 +67,7 @@ class Rest:
     def __init__(self, server: AirflowInfo) -> None:
         self.http = httpx.Client(
             base_url=server.endpoint + "/api/v2",
-            headers={"Authorization": f"Bearer {server.token()}"},
+            headers={"Authorization": f"Bearer {api_token(server)}"},
             timeout=HTTP_TIMEOUT,
         )
 

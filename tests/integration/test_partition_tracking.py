@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import tracks_partitions
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.runtime import _write_task, new_write_id

@@ -30,7 +30,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from psycopg import sql
 
 from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.fixtures.postgres_server import PostgresServer

@@ -22,9 +22,7 @@ import pexpect
 import pytest
 from prompt_toolkit.history import FileHistory
 
-from airflow_provider_staged.local.airflow_server import AirflowInfo
-from airflow_provider_staged.local.gateway import GatewayInfo
-from airflow_provider_staged.local.metastore import MetastoreInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo, GatewayInfo, MetastoreInfo
 from airflow_provider_staged.sql.client import catalog_settings, gateway_spark, make_session, run_init
 from airflow_provider_staged.sql.output import ResultSet
 from airflow_provider_staged.sql.properties import SessionProperties, Source

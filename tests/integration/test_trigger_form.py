@@ -23,7 +23,8 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
@@ -63,7 +64,7 @@ class Airflow:
 
     def __init__(self, server: AirflowInfo) -> None:
         self.http = httpx.Client(base_url=server.endpoint + "/api/v2", timeout=HTTP_TIMEOUT,
-                                 headers={"Authorization": f"Bearer {server.token('admin')}"})
+                                 headers={"Authorization": f"Bearer {api_token(server, 'admin')}"})
 
     def wait_for_dag(self, dag_id: str) -> dict[str, Any]:
         deadline = time.monotonic() + RUN_TIMEOUT

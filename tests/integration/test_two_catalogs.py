@@ -23,8 +23,9 @@ import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import current_location
+from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import local_path
-from airflow_provider_staged.local.metastore import MetastoreInfo, start_metastore, stop_metastore
+from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef

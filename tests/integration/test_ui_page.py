@@ -18,7 +18,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.local.airflow_server import AirflowInfo
+from airflow_provider_staged.discovery.embedded import AirflowInfo
+from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import CatalogStatusStore
 from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus, create_workflow_scheduler
@@ -51,7 +52,7 @@ AS SELECT count(*) AS orders FROM VALUES (1), (2) AS src(x);
 
 def client_as(server: AirflowInfo, user: str) -> httpx.Client:
     return httpx.Client(base_url=server.endpoint, timeout=HTTP_TIMEOUT,
-                        headers={"Authorization": f"Bearer {server.token(user)}"})
+                        headers={"Authorization": f"Bearer {api_token(server, user)}"})
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from unittest.mock import Mock
 
 import pytest
 
+from airflow_provider_staged.discovery.embedded import gateway_status
 from airflow_provider_staged.engine.connect import (
     GATEWAY_URL_ENV,
     check_reachable,
@@ -19,7 +20,7 @@ from airflow_provider_staged.engine.connect import (
 )
 from airflow_provider_staged.engine.runners import make_engine
 from airflow_provider_staged.engine.spark_job import leading_keyword, query_frame
-from airflow_provider_staged.local.gateway import TOKEN_ENV, gateway_command, gateway_status
+from airflow_provider_staged.local.gateway import TOKEN_ENV, gateway_command
 from airflow_provider_staged.materialized.definition import DefinitionError, parse_definition
 from airflow_provider_staged.staging.errors import ServiceError
 from airflow_provider_staged.staging.settings import StagedSettings

@@ -17,15 +17,10 @@ CORE_FORBIDDEN = {
     f"{PACKAGE}.{name}" for name in ("engine", "airflow", "cli", "local", "sql", "materialized")
 }
 CORE_FORBIDDEN_THIRD_PARTY = {"airflow", "pyspark"}
-# Readers of the local stack's state files outside the CLI: the embedded default's discovery
-# (where the local metastore, gateway and Airflow are when no connection names them). Known
-# gap: a discovery module apart from the launchers replaces these; none may be added.
-LOCAL_READERS = {
-    "airflow.hooks.staged_table",
-    "airflow.ui.app",
-    "engine.connect",
-    "sql.client",
-}
+# The one importer of the local stack outside the CLI: `staged sql` (embedded mode) starts the
+# local metastore when none runs. Everything else finds the embedded services through
+# discovery/, which only reads what the stack announces.
+LOCAL_IMPORTERS = {"sql.client"}
 
 
 def _modules() -> dict[str, Path]:
@@ -131,14 +126,14 @@ def test_the_staging_core_imports_no_engine_airflow_cli_or_local_stack() -> None
     assert {module: names for module, names in offending.items() if names} == {}
 
 
-def test_only_the_cli_and_known_discovery_read_the_local_stack() -> None:
+def test_only_the_cli_imports_the_local_stack() -> None:
     local = f"{PACKAGE}.local"
     readers = {
         module.removeprefix(PACKAGE + ".")
         for module, (ours, _) in GRAPH.items()
         if not module.startswith((local, f"{PACKAGE}.cli")) and any(n.startswith(local) for n in ours)
     }
-    assert readers <= LOCAL_READERS, f"new importers of the local stack: {sorted(readers - LOCAL_READERS)}"
+    assert readers == LOCAL_IMPORTERS
 
 
 def test_the_rules_see_imports_inside_functions_and_type_checking() -> None:

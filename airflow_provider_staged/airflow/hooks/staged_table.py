@@ -8,7 +8,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
-from airflow_provider_staged.local.metastore import metastore_status, staged_home
+from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
 from airflow_provider_staged.staging.settings import StagedSettings
 
 

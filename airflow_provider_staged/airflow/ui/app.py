@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from airflow_provider_staged.airflow.ui.airflow_reads import read_airflow
 from airflow_provider_staged.airflow.ui.rows import page_row, refresh_from_table
 from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_entries, read_state_file
-from airflow_provider_staged.local.metastore import metastore_status
+from airflow_provider_staged.discovery.embedded import metastore_status
 from airflow_provider_staged.materialized.catalog_status import status_from
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger, WorkflowException
