@@ -11,7 +11,7 @@ real ``DagBag``:
 
 Imports are warmed first, so the times are the parse itself. Then one DAG is built under a
 parsing context (what a worker does) at the largest size. Run: ``python benchmarks/bench_dag_parse.py``
-(``--sizes 100,500 --repeat 1`` for a quick run, ``--write-results`` to update RESULTS.md).
+(``--sizes 100,500 --repeat 1`` for a quick run).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
-HEADING = "## Materialized-table DAG parsing (issue 4)"
 CONTEXT_ENV = "_AIRFLOW_PARSING_CONTEXT_DAG_ID"
 # (freshness, cron): a mix of daily, hourly and 15-minute tables.
 FRESHNESS = [("INTERVAL '1' DAY", "0 0 * * *"), ("INTERVAL '1' HOUR", "0 * * * *"),
@@ -268,23 +266,10 @@ def query_check_line(ours: Path, n: int) -> str:
     )
 
 
-def write_results(command: str, table: str) -> None:
-    section = f"{HEADING}\n\n```\n$ {command}\n```\n\n{table}\n"
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if HEADING in text:  # replace our own section only
-        start = text.index(HEADING)
-        end = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,500,1000")
     parser.add_argument("--repeat", type=int, default=3, help="best of N parses per cell")
-    parser.add_argument("--write-results", action="store_true", help=f"update {RESULTS.name}")
     args = parser.parse_args()
     home = setup_airflow_home()
     try:
@@ -293,13 +278,6 @@ def main() -> None:
               "imports warm; wall and process CPU seconds")
         table = run(sizes, args.repeat)
         print(table)
-        if args.write_results:
-            command = "python benchmarks/bench_dag_parse.py " + " ".join(sys.argv[1:])
-            write_results(
-                command.strip(),
-                f"Best of {args.repeat} interleaved runs per cell, imports warm, wall and "
-                f"process CPU seconds, {os.cpu_count()} shared CPUs.\n\n{table}",
-            )
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
