@@ -94,7 +94,7 @@ class PostgresConnection:
 
     def reused(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
         """An open connection of this process for the same server and role, else a new one;
-        kept for reuse afterwards (``connection_cache``)."""
+        kept for reuse afterwards (``POSTGRES_CONNECTIONS``)."""
         return POSTGRES_CONNECTIONS.connection(self, self.connect)
 
     def jdbc_url(self) -> str:

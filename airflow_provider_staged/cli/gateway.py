@@ -1,4 +1,4 @@
-"""``staged gateway start|stop|status``: the local Spark Connect server (``services/gateway.py``).
+"""``staged gateway start|stop|status``: the local Spark Connect server (``local/gateway.py``).
 
 Registered on the main ``staged`` app (so its one-line errors apply).
 """

@@ -2,7 +2,7 @@
 
 The scheduler is configured FLIP-style (``--conf workflow-scheduler.airflow.endpoint=...``) or
 by the shorthand options / environment variables below; with neither, the local Airflow that
-``airflow_local`` started under ``$STAGED_HOME/airflow`` is used. Input is checked before any
+``local/airflow_server.py`` started under ``$STAGED_HOME/airflow`` is used. Input is checked before any
 server is contacted; errors are reported by the ``staged`` command (one line, exit code 1).
 """
 

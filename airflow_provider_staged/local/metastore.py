@@ -48,7 +48,7 @@ def derby_conf(home: Path) -> dict[str, str]:
     """The embedded backing database: Derby under ``home``.
 
     The lock API (metastore.locks) needs the transaction tables: on Derby, Hive 2.3 creates them
-    only in its test mode (on PostgreSQL see ``services/metastore_postgres.py``). Derby reads
+    only in its test mode (on PostgreSQL see ``local/metastore_postgres.py``). Derby reads
     have no snapshot, so the store makes table reads and partition listings wait for a write
     that is under way (``java/SnapshotReadsStore.java``).
     """

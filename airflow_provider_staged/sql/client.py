@@ -183,13 +183,13 @@ def run_init(session: SqlSession, text: str, source: str) -> int:
 def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
     """The staged catalog: ``--conn`` (an Airflow connection), ``STAGED_METASTORE_URI``, or the
     local metastore under $STAGED_HOME (started when ``start_local`` and none runs)."""
-    from airflow_provider_staged.cli import context as mt_cli
+    from airflow_provider_staged.cli import context as cli_context
 
     if conn:
         from airflow_provider_staged.cli.context import connection_settings
 
         return connection_settings(conn)
-    uri = os.environ.get(mt_cli.ENV["metastore_uri"])
+    uri = os.environ.get(cli_context.ENV["metastore_uri"])
     if uri:
         return catalog_settings(uri, None)
     info = metastore_status()
@@ -266,12 +266,12 @@ def gateway_spark(url: str) -> Any:
 def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
     """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
     and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
-    from airflow_provider_staged.cli import context as mt_cli
+    from airflow_provider_staged.cli import context as cli_context
 
-    given = {name: os.environ.get(variable) for name, variable in mt_cli.ENV.items()}
+    given = {name: os.environ.get(variable) for name, variable in cli_context.ENV.items()}
     folder = given.pop("definitions_dir")
-    setup = mt_cli.scheduler_setup(options, definitions_dir=Path(folder) if folder else None, **given)
-    with mt_cli.open_tables(setup) as tables:
+    setup = cli_context.scheduler_setup(options, definitions_dir=Path(folder) if folder else None, **given)
+    with cli_context.open_tables(setup) as tables:
         yield tables
 
 

@@ -9,7 +9,7 @@ addresses become loopback ports, container paths temporary directories):
 - the ``secrets`` service's script, which generates the secrets every Airflow process shares;
 - the ``metastore-schema`` and ``metastore`` commands: the Hive Metastore on PostgreSQL;
 - a Spark standalone master and worker (``tests/fixtures/spark_standalone.py``);
-- Airflow (``services/airflow_local.py``: api-server, scheduler, dag-processor, triggerer) with the
+- Airflow (``local/airflow_server.py``: api-server, scheduler, dag-processor, triggerer) with the
   environment of the compose file's Airflow services: LocalExecutor on PostgreSQL, the shared
   secrets (their ``_CMD`` commands run here, as Airflow would run them), the connections, the
   cluster as the refresh tasks' Spark master; the DAGs folder is the project's ``dags/``, as the

@@ -38,7 +38,7 @@ _MODIFIED = "The table has been modified"
 _STABLE_READS = 20
 # Per metastore URI, whether its alter_table enforces an expected parameter (probed once).
 _ENFORCES_EXPECTED: dict[str, bool] = {}
-# The same for a partition switch's expectations (services/java/SnapshotReadsStore.java).
+# The same for a partition switch's expectations (local/java/SnapshotReadsStore.java).
 _ENFORCES_PARTITION_EXPECTED: dict[str, bool] = {}
 _PARTITIONS_CHANGED = "changed since this writer read them"
 _PARTITION_EXPECTATIONS_ENFORCED = "partition switch expectations are enforced"

@@ -20,7 +20,7 @@ recorded (``written``): under the lock it reads the table, registers the new par
 placeholder and computes the switch. The commit is then that one ``alter_partitions`` alone,
 without the lock: a compare-and-set that the embedded metastore's store checks in the call's
 transaction (the table's revision, the partitions inside the spec and their locations as read,
-no lock holder; ``services/java/SnapshotReadsStore.java``), as Iceberg commits a prepared
+no lock holder; ``local/java/SnapshotReadsStore.java``), as Iceberg commits a prepared
 metadata file. When the table changed since, the switch is refused, nothing changes, and the
 commit does everything again under the lock. A metastore that cannot check it gets the locked
 commit only.

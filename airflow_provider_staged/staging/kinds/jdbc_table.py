@@ -14,7 +14,7 @@ attempt id>`` in the same schema:
   dropped right after (``housekeep``), so the switch never waits for its files to be deleted;
 - ``abort`` ends the sessions still writing into the staged table and drops it.
 
-Every step borrows its connection from this process's ``connection_cache``: a build
+Every step borrows its connection from this process's ``catalogs.postgres_connections``: a build
 authenticates once instead of four times.
 
 The password comes from the Airflow connection and reaches the job only as an environment
