@@ -281,13 +281,21 @@ def reconcile(
 
 @app.command()
 def attempts(conn: ConnOption = DEFAULT_CONN_ID, output: OutputOption = Output.text) -> None:
-    """List journaled staged attempts."""
+    """List journaled staged attempts, newest first: what each did, for which run, how it ended."""
+    records = sorted(connection_settings(conn).journal.records(), key=lambda r: r.created_at, reverse=True)
     rows = []
-    for record in connection_settings(conn).journal.records():
-        task = f"{record.task.dag_id}.{record.task.task_id} #{record.task.try_number}" if record.task else ""
-        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.updated_at))
-        rows.append({"attempt": record.attempt_id, "target": record.target, "purpose": record.purpose,
-                     "state": record.state.value, "updated": updated, "task": task})
+    for record in records:
+        task = record.task
+        error = one_line(record.error or "")
+        rows.append({
+            "began": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at)),
+            "target": record.target,
+            "operation": record.operation,
+            "partition": record.partitions_text,
+            "run": f"{task.dag_id} {task.run_id} #{task.try_number}" if task else "(no task)",
+            "outcome": f"{record.state.value}: {error}" if error else record.state.value,
+            "attempt": record.attempt_id,
+        })
     print_rows(rows, output, "no attempts in the journal")
 
 

@@ -180,7 +180,9 @@ class JournaledStagedTable(StagedTable):
             )
         if existing is None:
             self.journal.create(record)
-        log.info("began staged %s of %s at %s", self.purpose.value, self.target, record.location)
+        spec = record.partitions_text
+        log.info("began staged %s%s of %s at %s", record.operation, f" ({spec})" if spec else "",
+                 self.target, record.location)
 
     @property
     def location(self) -> str:

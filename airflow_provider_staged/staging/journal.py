@@ -71,6 +71,24 @@ class TaskRef:
     map_index: int = -1
 
 
+# What an attempt does, in the words its user asked for it: kinds that are one operation
+# whatever their purpose, then the purposes of a build (a partition refresh names its partitions).
+_KIND_OPERATIONS = {
+    "hive_expire": "partition expiry",
+    "hive_rollback": "rollback",
+    "hive_append": "append",
+    "hive_overwrite": "overwrite",
+    "jdbc_append": "append",
+    "sink": "sink write",
+}
+_PURPOSE_OPERATIONS = {
+    "create": "create table as",
+    "create_if_not_exists": "create table if not exists as",
+    "replace": "replace table as",
+    "create_or_replace": "create or replace table as",
+}
+
+
 @dataclass
 class AttemptRecord:
     attempt_id: str
@@ -94,6 +112,26 @@ class AttemptRecord:
     updated_at: float = field(default_factory=time.time)
     heartbeat_at: float = field(default_factory=time.time)
     history: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def partition_spec(self) -> dict[str, str]:
+        """The partitions a partition refresh replaces (empty for a whole-table build)."""
+        return dict(self.catalog.get("partition_spec") or {})
+
+    @property
+    def partitions_text(self) -> str:
+        """``ds=2024-01-03,hr=01``: the partition spec as a person reads it ("" for none)."""
+        return ",".join(f"{column}={value}" for column, value in self.partition_spec.items())
+
+    @property
+    def operation(self) -> str:
+        """What the attempt does as its user asked for it: ``partition refresh`` for a build of
+        some partitions, ``create or replace table as`` for a whole table, ``rollback``, ..."""
+        if self.kind in _KIND_OPERATIONS:
+            return _KIND_OPERATIONS[self.kind]
+        if self.partition_spec:
+            return "partition refresh"
+        return _PURPOSE_OPERATIONS.get(self.purpose, self.purpose)
 
     def to_json(self) -> str:
         data = asdict(self)
