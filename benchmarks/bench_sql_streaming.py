@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100, help="distinct keys of the aggregation")
     args = parser.parse_args()
 
-    from airflow_provider_staged.sql.client import catalog_settings, make_session
+    from airflow_provider_staged.cli.sql import catalog_settings, make_session
     from airflow_provider_staged.sql.properties import SessionProperties
     from airflow_provider_staged.sql.splitting import split_statements
 

@@ -54,7 +54,7 @@ DEBUG_FLAG = "--debug"
 LAZY_COMMANDS = {
     "mt": ("airflow_provider_staged.cli.materialized", "app"),
     "gateway": ("airflow_provider_staged.cli.gateway", "app"),
-    "sql": ("airflow_provider_staged.sql.client", "app"),
+    "sql": ("airflow_provider_staged.cli.sql", "app"),
 }
 
 

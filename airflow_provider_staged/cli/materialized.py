@@ -148,9 +148,9 @@ def _check_definition(
     from pyspark.sql import SparkSession
 
     from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+    from airflow_provider_staged.cli.sql import catalog_settings, embedded_spark, quiet_spark_errors
     from airflow_provider_staged.materialized.definition import parse_definition
     from airflow_provider_staged.materialized.output_schema import refresh_query
-    from airflow_provider_staged.sql.client import catalog_settings, embedded_spark, quiet_spark_errors
 
     try:
         definition = parse_definition(text, path)

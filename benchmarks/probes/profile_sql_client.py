@@ -33,7 +33,7 @@ def mark(name):
 import airflow_provider_staged.cli.main
 atexit.register(gc.freeze)  # as cli.main does
 mark("import staged CLI (cli.py: typer, rich, ...)")
-from airflow_provider_staged.sql import client
+from airflow_provider_staged.cli import sql as client
 mark("import sql.client (sqlglot's Spark tokenizer)")
 import typer._adapters
 mark("typer's parameter coercion (pydantic)")

@@ -21,10 +21,10 @@ import httpx
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.cli.sql import catalog_settings, make_session
 from airflow_provider_staged.discovery.embedded import AirflowInfo, MetastoreInfo
 from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY
-from airflow_provider_staged.sql.client import catalog_settings, make_session
 from airflow_provider_staged.sql.properties import SessionProperties, Source
 from airflow_provider_staged.sql.session import SqlSession, StatementError
 from airflow_provider_staged.sql.splitting import split_statements

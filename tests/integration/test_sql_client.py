@@ -22,8 +22,8 @@ import pexpect
 import pytest
 from prompt_toolkit.history import FileHistory
 
+from airflow_provider_staged.cli.sql import catalog_settings, gateway_spark, make_session, run_init
 from airflow_provider_staged.discovery.embedded import AirflowInfo, GatewayInfo, MetastoreInfo
-from airflow_provider_staged.sql.client import catalog_settings, gateway_spark, make_session, run_init
 from airflow_provider_staged.sql.output import ResultSet
 from airflow_provider_staged.sql.properties import SessionProperties, Source
 from airflow_provider_staged.sql.session import SqlSession, StatementError

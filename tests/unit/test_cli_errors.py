@@ -226,7 +226,7 @@ def test_sql_client_names_a_metastore_uri_with_a_bad_port(uri: str) -> None:
 
 
 def test_catalog_settings_keeps_the_metastore_uri() -> None:
-    from airflow_provider_staged.sql.client import catalog_settings
+    from airflow_provider_staged.cli.sql import catalog_settings
 
     assert catalog_settings("thrift://127.0.0.1:9083", None).metastore_uri == "thrift://127.0.0.1:9083"
     assert catalog_settings("thrift://[::1]:9083", None).metastore_uri == "thrift://[::1]:9083"

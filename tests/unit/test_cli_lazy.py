@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from airflow_provider_staged.cli.main import LAZY_COMMANDS, app
-from airflow_provider_staged.sql.client import loading_modules
+from airflow_provider_staged.cli.sql import loading_modules
 
 PROBE = """
 import sys
@@ -34,7 +34,7 @@ def test_sql_starts_without_the_other_commands_modules() -> None:
 STATEMENT_PROBE = """
 import sys
 import airflow_provider_staged.cli.main
-import airflow_provider_staged.sql.client, airflow_provider_staged.sql.session
+import airflow_provider_staged.cli.sql, airflow_provider_staged.sql.session
 ours = (
     "staging.settings", "staging.journal", "engine.runners", "lineage.datasets", "sql.session_engine"
 )

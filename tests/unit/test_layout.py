@@ -17,10 +17,6 @@ CORE_FORBIDDEN = {
     f"{PACKAGE}.{name}" for name in ("engine", "airflow", "cli", "local", "sql", "materialized")
 }
 CORE_FORBIDDEN_THIRD_PARTY = {"airflow", "pyspark"}
-# The one importer of the local stack outside the CLI: `staged sql` (embedded mode) starts the
-# local metastore when none runs. Everything else finds the embedded services through
-# discovery/, which only reads what the stack announces.
-LOCAL_IMPORTERS = {"sql.client"}
 
 
 def _modules() -> dict[str, Path]:
@@ -133,7 +129,8 @@ def test_only_the_cli_imports_the_local_stack() -> None:
         for module, (ours, _) in GRAPH.items()
         if not module.startswith((local, f"{PACKAGE}.cli")) and any(n.startswith(local) for n in ours)
     }
-    assert readers == LOCAL_IMPORTERS
+    # The rest of the product finds the embedded services through discovery/, which starts nothing.
+    assert readers == set()
 
 
 def test_the_rules_see_imports_inside_functions_and_type_checking() -> None:

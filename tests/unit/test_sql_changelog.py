@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from airflow_provider_staged.cli.sql import Printer, ScriptOutput
 from airflow_provider_staged.sql.changelog import (
     ChangelogError,
     ChangelogPlan,
     ChangelogTracker,
     changelog_plan,
 )
-from airflow_provider_staged.sql.client import Printer, ScriptOutput
 from airflow_provider_staged.sql.output import ResultSet, changelog_lines, render_changelog
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,

@@ -1,7 +1,7 @@
 """``staged sql``: the SQL client (FLIP-24) in embedded or gateway mode.
 
-Thin over :mod:`.session`: it builds the Spark session of the mode, runs ``-i``, ``-e``, ``-f``
-or the interactive prompt, and prints results (:mod:`.output`). Errors are one line on stderr.
+Thin over ``sql.session``: it builds the Spark session of the mode, runs ``-i``, ``-e``, ``-f``
+or the interactive prompt, and prints results (``sql.output``). Errors are one line on stderr.
 """
 
 from __future__ import annotations
