@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from airflow_provider_staged.staging.errors import ServiceError
 from airflow_provider_staged.staging.owner import pid_alive
 
 DEFINITIONS_ENV = "STAGED_MT_DEFINITIONS_DIR"
+
+
+class _Announced(Protocol):
+    pid: int
+
+
+Info = TypeVar("Info", bound=_Announced)
 
 
 def staged_home() -> Path:
@@ -31,6 +40,15 @@ def read_pid(pid_file: Path) -> int | None:
     except (FileNotFoundError, ValueError):
         return None
     return pid if pid_alive(pid) else None
+
+
+def _announced(state_file: Path, pid_file: Path, info: Callable[[dict[str, Any]], Info]) -> Info | None:
+    """The service ``state_file`` describes, if its process (``pid_file``) still runs."""
+    try:
+        found = info(json.loads(state_file.read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    return found if read_pid(pid_file) == found.pid else None
 
 
 # -- the metastore ---------------------------------------------------------------------------
@@ -60,13 +78,8 @@ def metastore_state_file(home: Path) -> Path:
 def metastore_status(home: Path | None = None) -> MetastoreInfo | None:
     """The running metastore recorded under ``home``, or None."""
     home = (home or staged_home()).resolve()
-    try:
-        info = MetastoreInfo(**json.loads(metastore_state_file(home).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    if read_pid(metastore_pid_file(home)) != info.pid:
-        return None
-    return info
+    return _announced(metastore_state_file(home), metastore_pid_file(home),
+                      lambda state: MetastoreInfo(**state))
 
 
 # -- the gateway (Spark Connect) ---------------------------------------------------------------
@@ -115,13 +128,8 @@ def token_file(home: Path) -> Path:
 def gateway_status(home: Path | None = None) -> GatewayInfo | None:
     """The running gateway recorded under ``home``, or None."""
     home = (home or staged_home()).resolve()
-    try:
-        state = json.loads(gateway_state_file(home).read_text())
-        token = token_file(home).read_text().strip()
-        info = GatewayInfo(token=token, **state)
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    return info if read_pid(gateway_pid_file(home)) == info.pid else None
+    return _announced(gateway_state_file(home), gateway_pid_file(home),
+                      lambda state: GatewayInfo(token=token_file(home).read_text().strip(), **state))
 
 
 def require_gateway(home: Path | None = None) -> GatewayInfo:
