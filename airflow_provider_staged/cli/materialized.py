@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +36,8 @@ from airflow_provider_staged.cli.output import (
 from airflow_provider_staged.materialized.definition import DefinitionError, load_definition
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.params import (
+    SCHEDULE_TIME,
+    STATIC_PARTITIONS,
     RefreshRequestError,
     execution_conf,
     parse_refresh_request,
@@ -278,14 +280,26 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
     ])
     if info.refresh_mode == "CONTINUOUS":
         facts.update(_streaming_facts(info.progress))
-    runs = [{"run": run["run_id"], "state": run["state"], "run after": run["run_after"],
-             "ended": run["end_date"] or "-", "conf": json.dumps(run["conf"])} for run in info.last_runs]
     if output is Output.json:
+        runs = [{"run": run["run_id"], "state": run["state"], "run after": run["run_after"],
+                 "ended": run["end_date"] or "-", "conf": json.dumps(run["conf"])} for run in info.last_runs]
         print_json({**facts, "last refreshes": runs, "definition text": info.definition})
         return
     print_facts(facts, output)
-    print_rows(runs, output, "no refreshes yet", title="last refreshes")
+    print_rows([_run_row(run) for run in info.last_runs], output, "no refreshes yet", title="last refreshes")
     console.print(info.definition, markup=False, highlight=False)
+
+
+def _run_row(run: Mapping[str, Any]) -> dict[str, str]:
+    """One refresh for a person: its run id whole, what it refreshed, when, how long."""
+    conf = run["conf"] or {}
+    partitions = conf.get(STATIC_PARTITIONS) or {}
+    refreshed = (",".join(f"{column}={value}" for column, value in partitions.items())
+                 or (f"period of {conf[SCHEDULE_TIME]}" if conf.get(SCHEDULE_TIME) else "-"))
+    started, ended = run["run_after"], run["end_date"]
+    took = f"{(ended - started).total_seconds():.0f} s" if started and ended else "-"
+    return {"run": run["run_id"], "state": run["state"], "refreshed": refreshed,
+            "run after": f"{started:%Y-%m-%d %H:%M:%S}" if started else "-", "took": took}
 
 
 def _streaming_facts(progress: Progress | None) -> dict[str, str]:

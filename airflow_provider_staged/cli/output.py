@@ -53,7 +53,11 @@ def print_rows(
     if not rows:
         console.print(empty, markup=False)
         return
-    table = Table(*rows[0].keys(), title=title)
+    table = Table(title=title)
+    for key in rows[0]:
+        # A narrow terminal folds a long value onto more lines; "…" would cut run ids and
+        # timestamps to prefixes that look alike.
+        table.add_column(key, overflow="fold")
     for row in rows:
         table.add_row(*("" if value is None else str(value) for value in row.values()))
     console.print(table)

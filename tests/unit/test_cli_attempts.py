@@ -67,3 +67,37 @@ def test_a_whole_table_build_of_a_partitioned_table_is_named_by_its_purpose(jour
 def test_an_empty_journal_says_so(journal: AttemptJournal) -> None:
     result = CliRunner().invoke(app, ["attempts"])
     assert result.exit_code == 0 and "no attempts in the journal" in result.output
+
+
+def test_a_narrow_terminal_folds_run_ids_instead_of_cutting_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from airflow_provider_staged.cli import output
+
+    screen = StringIO()
+    monkeypatch.setattr(output, "console", Console(width=60, file=screen))
+    ids = ["manual__2024-01-03T10:15:42.123456+00:00", "manual__2024-01-03T10:15:42.654321+00:00"]
+    output.print_rows([{"run": run_id, "state": "success", "took": "12 s"} for run_id in ids],
+                      output.Output.text, "")
+    text = screen.getvalue()
+    assert "…" not in text
+    cells = [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") >= 3]
+    assert "".join(cells) == "".join(ids)  # each id whole, folded onto a second line
+
+
+def test_a_refresh_reads_as_what_it_refreshed_and_how_long_it_took() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_provider_staged.cli.materialized import _run_row
+
+    queued = datetime(2024, 1, 3, 10, 0, tzinfo=timezone.utc)
+    run = {"run_id": "manual__x", "state": "success", "run_after": queued,
+           "end_date": queued + timedelta(seconds=7.4), "conf": {"staticPartitions": {"ds": "2024-01-03"}}}
+    assert _run_row(run) == {"run": "manual__x", "state": "success", "refreshed": "ds=2024-01-03",
+                             "run after": "2024-01-03 10:00:00", "took": "7 s"}
+    periodic = {**run, "end_date": None, "conf": {"isPeriodic": True, "scheduleTime": "2024-01-02 00:00:00"}}
+    assert _run_row(periodic)["refreshed"] == "period of 2024-01-02 00:00:00"
+    assert _run_row(periodic)["took"] == "-"
+    assert _run_row({**run, "conf": None})["refreshed"] == "-"
