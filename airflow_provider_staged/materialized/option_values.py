@@ -4,7 +4,7 @@ A value is checked the way Spark reads it (``ConfigBuilder``'s typed settings, t
 writer's options), without a Spark session, when a request or a stored default is made: one that
 Spark refuses would otherwise be stored and fail every later refresh. Only the allowlisted keys
 whose type is plain are checked (booleans, whole numbers, sizes, durations, names from a fixed
-set); the others (a time zone, a rule list) are left to Spark. Compared with a Spark 4.2
+set); a time zone as Java's ``ZoneId`` reads it; a rule list is left to Spark. Compared with a Spark 4.2
 session, the checks refuse more only where Spark's reading is an accident: digits other than
 ASCII (Java also takes fullwidth ones), hexadecimal numbers (Hadoop reads them), an infinite
 factor, and a dictionary flag that is no boolean (Hadoop uses its default without a word).
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import cache
+from zoneinfo import available_timezones
 
 from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX
 
@@ -109,6 +111,34 @@ def one_of(names: tuple[str, ...], trim: bool) -> Check:
     return check
 
 
+# Java's ZoneId.SHORT_IDS, which Spark's getZoneId also accepts ("PST", "EST", ...).
+_SHORT_ZONE_IDS = frozenset((
+    "ACT", "AET", "AGT", "ART", "AST", "BET", "BST", "CAT", "CNT", "CST", "CTT", "EAT", "ECT", "IET",
+    "IST", "JST", "MIT", "NET", "NST", "PLT", "PNT", "PRT", "PST", "SST", "VST", "EST", "MST", "HST",
+))
+# ZoneOffset's forms (+h, +hh, +hh:mm, +hhmm, +hh:mm:ss, +hhmmss), alone or after UTC, GMT, UT;
+# Spark also takes one-digit hours before a colon (+8:00).
+_ZONE_OFFSET = re.compile(
+    r"(?:UTC|GMT|UT)?[+-]([0-9]{1,2})(?:(?::[0-9]{2}(?::[0-9]{2})?)|(?:[0-9]{2}(?:[0-9]{2})?))?"
+)
+
+
+@cache
+def _region_ids() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def zone_id(text: str) -> str | None:
+    """A time zone as Spark's ``getZoneId`` (Java's ``ZoneId.of``) reads it: a region id of the
+    tz database, Z/UTC/GMT/UT, an offset, or one of Java's short ids."""
+    if text in ("Z", "UTC", "GMT", "UT") or text in _SHORT_ZONE_IDS or text in _region_ids():
+        return None
+    offset = _ZONE_OFFSET.fullmatch(text)
+    if text.isascii() and offset and int(offset.group(1)) <= 18:
+        return None
+    return "a time zone such as UTC, +08:00 or America/Los_Angeles"
+
+
 # Per allowlisted key (params.WRITER_OPTIONS, params.EXECUTION_CONFIG_KEYS): its check, or None
 # where the value is free text Spark checks (a test keeps this in step with the allowlists).
 # Spark 4.2 also refuses what the least values refuse (e.g. 0 shuffle partitions).
@@ -144,6 +174,6 @@ EXECUTION_CONFIG_CHECKS: dict[str, Check | None] = {
     "spark.sql.optimizer.excludedRules": None,
     "spark.sql.parquet.compression.codec": one_of(PARQUET_CODECS, trim=False),
     "spark.sql.parquet.filterPushdown": boolean,
-    "spark.sql.session.timeZone": None,  # Java's zone ids and offsets, not Python's
+    "spark.sql.session.timeZone": zone_id,
     "spark.sql.shuffle.partitions": whole(1, JAVA_INT_MAX),
 }

@@ -44,6 +44,9 @@ _END = "$(?!\\n)"
 # Hive's and Spark's directory name of the null partition: as a value it would filter the rows
 # that are the string while replacing the partition of the null ones (their rows lost).
 NULL_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
+# The longest partition value the metastore stores (PARTITION_KEY_VALS.PART_KEY_VAL), in bytes:
+# a longer one passes Spark and fails the partition's registration, after the write.
+MAX_VALUE_BYTES = 255
 # JSON Schema pattern of a value without a date-formatter.
 SAFE_VALUE_PATTERN = f"^(?!{NULL_PARTITION_NAME}{_END})[^{_UNSAFE_CHARACTERS}]+{_END}"
 
@@ -231,6 +234,11 @@ def validate_static_partitions(
             raise PartitionError(
                 f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
                 "string without quotes, backslashes, semicolons or control characters"
+            )
+        if len(value.encode()) > MAX_VALUE_BYTES:
+            raise PartitionError(
+                f"invalid value {value[:40]!r}… for partition column {key!r}: it is "
+                f"{len(value.encode())} bytes long, the metastore stores at most {MAX_VALUE_BYTES}"
             )
         if value == NULL_PARTITION_NAME:
             raise PartitionError(

@@ -120,6 +120,12 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
             continue
         if isinstance(prop, exp.OptionsProperty):
             options = {_literal(item.this): _literal(item.args["value"]) for item in prop.expressions}
+            located = [key for key in options if key.lower() == "path"]
+            if located:
+                raise CtasError(
+                    f"OPTIONS ({located[0]!r} = {options[located[0]]!r}) in an atomic CTAS of {target}: "
+                    f"the build writes a new version directory of its own; {_FALLBACK}"
+                )
             continue
         if isinstance(prop, exp.SchemaCommentProperty):
             properties[COMMENT_KEY] = _checked_value(COMMENT_KEY, _text(prop.this, "COMMENT"))

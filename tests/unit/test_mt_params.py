@@ -160,7 +160,7 @@ def test_execution_config_allowlist_names_the_key_and_the_allowed_ones(key: str)
 
 
 def test_every_allowed_execution_config_key_is_a_spark_sql_setting() -> None:
-    samples = ("1", "true", "snappy", "legacy")  # one of them is good for each key
+    samples = ("1", "true", "snappy", "legacy", "UTC")  # one of them is good for each key
     checks = EXECUTION_CONFIG_CHECKS
     conf = {key: next(v for v in samples if not checks[key] or not checks[key](v)) for key in checks}
     request = parse_refresh_request({"executionConfig": conf}, PARTITIONED, FIRED)
@@ -190,7 +190,10 @@ GOOD_AND_BAD_VALUES = [
      ["lenient"], "one of exception, legacy, corrected"),
     ("executionConfig", "spark.sql.parquet.compression.codec", ["zstd", "SNAPPY", "lz4_raw"],
      ["zip", " zstd"], "one of none, uncompressed, snappy"),
-    ("executionConfig", "spark.sql.session.timeZone", ["UTC", "+08:00", "America/Los_Angeles"], [], ""),
+    ("executionConfig", "spark.sql.session.timeZone",
+     ["UTC", "Z", "+08:00", "-8:00", "+0530", "GMT+01:00", "UTC-05", "America/Los_Angeles", "PST"],
+     ["UTC'; DROP TABLE t; --", "Mars/Olympus", "+19:00", "utc+1", "Europe/Paris ", "\uff0b08:00"],
+     "a time zone such as UTC"),
     ("dynamicOptions", "compression", ["zstd", "GZIP"], ["zip", "zstd "], "one of none, uncompressed"),
     ("dynamicOptions", "maxRecordsPerFile", ["1000", "+5", "-1"], [" 5", "5.5", "1e3"], "a whole number"),
     ("dynamicOptions", "parquet.block.size", ["134217728", " 0 ", "-1"], ["128m", "0x100000"],

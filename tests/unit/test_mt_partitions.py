@@ -121,6 +121,7 @@ def test_static_partitions_are_checked_and_normalized() -> None:
         "region": "eu",
     }
     assert validate_static_partitions({}, (), {}) == {}
+    assert validate_static_partitions({"region": "é" * 127}, ("ds", "region"), DS) == {"region": "é" * 127}
 
 
 @pytest.mark.parametrize(
@@ -137,6 +138,8 @@ def test_static_partitions_are_checked_and_normalized() -> None:
         ({"region": "e\nu"}, "without quotes"),
         ({"region": ""}, "non-empty"),
         ({"region": "__HIVE_DEFAULT_PARTITION__"}, "partition of null values"),
+        ({"region": "e" * 256}, "256 bytes long, the metastore stores at most 255"),
+        ({"region": "é" * 128}, "256 bytes long"),  # bytes, not characters
         ({"region": 7}, "7"),
         (["ds"], "expected an object"),
     ],

@@ -128,6 +128,8 @@ def test_table_properties(sql: str, properties: dict[str, str]) -> None:
             "unsupported clause",
         ),
         ("CREATE TABLE t (a INT) AS SELECT 1", "column list"),
+        ("CREATE TABLE t USING parquet OPTIONS ('PATH' = '/elsewhere') AS SELECT 1",
+         "'PATH' = '/elsewhere'.? in an atomic CTAS of cur.t: the build writes a new version directory"),
         ("CREATE TABLE other.db.t AS SELECT 1", "catalog 'other'"),
         ("CREATE TABLE `x-y` AS SELECT 1", "invalid table name 'x-y'"),
         ("CREATE TABLE t PARTITIONED BY (`a b`) AS SELECT 1", "invalid partition column 'a b'"),
