@@ -41,6 +41,7 @@ from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX, TableIdent
 
 if TYPE_CHECKING:
     from airflow_provider_staged.local.stack import StackStatus
+    from airflow_provider_staged.staging.journal import AttemptRecord
 
 # Errors the user can act on: bad input (ValueError covers InvalidIdentifierError,
 # RefreshRequestError, DefinitionError), a failed staged operation or unreachable metastore
@@ -283,20 +284,24 @@ def reconcile(
 def attempts(conn: ConnOption = DEFAULT_CONN_ID, output: OutputOption = Output.text) -> None:
     """List journaled staged attempts, newest first: what each did, for which run, how it ended."""
     records = sorted(connection_settings(conn).journal.records(), key=lambda r: r.created_at, reverse=True)
-    rows = []
-    for record in records:
-        task = record.task
-        error = one_line(record.error or "")
-        rows.append({
-            "began": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at)),
-            "target": record.target,
-            "operation": record.operation,
-            "partition": record.partitions_text,
+    print_rows([_attempt_row(record, output) for record in records], output, "no attempts in the journal")
+
+
+def _attempt_row(record: AttemptRecord, output: Output) -> dict[str, Any]:
+    """One attempt; as text, with fewer columns (a terminal of 100 columns folds fewer cells)."""
+    task = record.task
+    error = one_line(record.error or "")
+    began = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at))
+    outcome = f"{record.state.value}: {error}" if error else record.state.value
+    if output is Output.json:
+        return {"began": began, "target": record.target, "operation": record.operation,
+                "partition": record.partitions_text, "dag_id": task.dag_id if task else None,
+                "run_id": task.run_id if task else None, "try": task.try_number if task else None,
+                "outcome": outcome, "attempt": record.attempt_id}
+    return {"began": began, "target": record.target,
+            "operation": f"{record.operation} {record.partitions_text}".rstrip(),
             "run": f"{task.dag_id} {task.run_id} #{task.try_number}" if task else "(no task)",
-            "outcome": f"{record.state.value}: {error}" if error else record.state.value,
-            "attempt": record.attempt_id,
-        })
-    print_rows(rows, output, "no attempts in the journal")
+            "outcome": outcome, "attempt": record.attempt_id}
 
 
 @app.command()

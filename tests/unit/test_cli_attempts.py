@@ -52,10 +52,17 @@ def test_newest_first_with_operation_partition_run_and_outcome(journal: AttemptJ
     newest = rows[0]
     assert newest["operation"] == "partition refresh"  # not the purpose it was built with
     assert newest["partition"] == "ds=2024-01-03"
-    assert newest["run"] == "mt__analytics__daily manual__2024-01-03T00:00:00 #2"
+    assert (newest["dag_id"], newest["run_id"], newest["try"]) == (
+        "mt__analytics__daily", "manual__2024-01-03T00:00:00", 2)
     assert newest["outcome"] == "ABORTED: job failed: AnalysisException at line 1"
     assert [row["operation"] for row in rows[1:]] == ["rollback", "create or replace table as"]
-    assert rows[2]["run"] == "(no task)" and rows[2]["outcome"] == "BEGUN" and rows[2]["partition"] == ""
+    assert rows[2]["run_id"] is None and rows[2]["outcome"] == "BEGUN" and rows[2]["partition"] == ""
+
+    text = CliRunner().invoke(app, ["attempts"]).output  # piped: every cell whole, one line a row
+    lines = [line for line in text.splitlines() if "│" in line]
+    assert "partition refresh ds=2024-01-03" in lines[0]
+    assert "mt__analytics__daily manual__2024-01-03T00:00:00 #2" in lines[0]
+    assert "(no task)" in lines[2]
 
 
 def test_a_whole_table_build_of_a_partitioned_table_is_named_by_its_purpose(journal: AttemptJournal) -> None:
