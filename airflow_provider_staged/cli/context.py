@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
+from airflow_provider_staged.discovery.embedded import (
+    DEFINITIONS_ENV,
+    airflow_home,
+    airflow_status,
+    metastore_status,
+    staged_home,
+)
 from airflow_provider_staged.materialized.workflow.scheduler import (
     WORKFLOW_SCHEDULER_TYPE,
     WorkflowException,
@@ -100,9 +106,6 @@ def scheduler_setup(
     metastore_uri: str | None = None,
 ) -> SchedulerSetup:
     """FLIP-448 options (``conf``), the shorthand ones on top, `staged up`'s Airflow for the rest."""
-    # Imported here: `staged` and `staged sql` start without the Airflow REST client.
-    from airflow_provider_staged.discovery.embedded import DEFINITIONS_ENV, airflow_home, airflow_status
-
     config = {WORKFLOW_SCHEDULER_TYPE: "airflow", **conf}
     shorthand = {"endpoint": endpoint, "definitions-dir": definitions_dir, "username": username,
                  "password": password}

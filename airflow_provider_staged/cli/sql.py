@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
+from airflow_provider_staged.cli import context as cli_context
+from airflow_provider_staged.cli.output import one_line
+from airflow_provider_staged.discovery.embedded import metastore_status, require_gateway, staged_home
 from airflow_provider_staged.sql.output import RENDERERS, ResultSet, changelog_head, changelog_lines
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,
@@ -124,8 +126,6 @@ class Printer:
 
 
 def report(message: str, where: str) -> None:
-    from airflow_provider_staged.cli.output import one_line
-
     typer.echo(f"error: {where}{one_line(message)}", err=True)
 
 
@@ -183,12 +183,8 @@ def run_init(session: SqlSession, text: str, source: str) -> int:
 def resolve_settings(conn: str | None, start_local: bool) -> StagedSettings:
     """The staged catalog: ``--conn`` (an Airflow connection), ``STAGED_METASTORE_URI``, or the
     local metastore under $STAGED_HOME (started when ``start_local`` and none runs)."""
-    from airflow_provider_staged.cli import context as cli_context
-
     if conn:
-        from airflow_provider_staged.cli.context import connection_settings
-
-        return connection_settings(conn)
+        return cli_context.connection_settings(conn)
     uri = os.environ.get(cli_context.ENV["metastore_uri"])
     if uri:
         return catalog_settings(uri, None)
@@ -266,8 +262,6 @@ def gateway_spark(url: str) -> Any:
 def open_tables(options: Mapping[str, str]) -> Iterator[MaterializedTables]:
     """``MaterializedTables`` configured as ``staged mt`` is: environment, `staged up`'s Airflow,
     and the session's ``workflow-scheduler.*`` properties (FLIP-448 keys) on top."""
-    from airflow_provider_staged.cli import context as cli_context
-
     given = {name: os.environ.get(variable) for name, variable in cli_context.ENV.items()}
     folder = given.pop("definitions_dir")
     setup = cli_context.scheduler_setup(options, definitions_dir=Path(folder) if folder else None, **given)
@@ -284,17 +278,16 @@ def make_session(
     return SqlSession(spark, properties, settings, open_tables, interactive)
 
 
-def _local_gateway() -> Any:
-    from airflow_provider_staged.discovery.embedded import require_gateway
-
-    return require_gateway()
-
-
 def _gateway_settings(url: str | None, conn: str | None) -> Callable[[], StagedSettings]:
     """The catalog of gateway mode: the local gateway's own metastore, else as in embedded mode."""
     if url is None and conn is None:
-        return lambda: catalog_settings(_local_gateway().metastore_uri, _local_gateway().warehouse)
+        return _local_gateway_settings
     return lambda: resolve_settings(conn, start_local=False)
+
+
+def _local_gateway_settings() -> StagedSettings:
+    gateway = require_gateway()  # one read of its state: both values from the same gateway
+    return catalog_settings(gateway.metastore_uri, gateway.warehouse)
 
 
 # -- interactive ---------------------------------------------------------------------------------
@@ -398,16 +391,14 @@ def sql(
     interactive_mode = execute is None and file is None
     defaults = {RESULT_MODE: "table"} if interactive_mode else {}
     properties = SessionProperties(defaults)
-    if conf:  # the materialized-table CLI (Airflow's REST client) is imported only when needed
-        from airflow_provider_staged.cli.context import parse_pairs
-
-        for key, value in parse_pairs(conf, "--conf").items():
+    if conf:
+        for key, value in cli_context.parse_pairs(conf, "--conf").items():
             properties.put(*properties.checked(key, value), layer=Source.CONFIG)
     mode = mode or (Mode.gateway if gateway else Mode.embedded)
     quiet_spark_errors()
     if mode is Mode.gateway:
         settings_factory = _gateway_settings(gateway, conn)
-        spark = gateway_spark(gateway or _local_gateway().url)
+        spark = gateway_spark(gateway or require_gateway().url)
         session = make_session(spark, properties, settings_factory, interactive_mode)
     else:
         settings = resolve_settings(conn, start_local=True)

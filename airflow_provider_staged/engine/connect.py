@@ -22,6 +22,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_provider_staged.discovery.embedded import require_gateway
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.base import Engine, job_env
 from airflow_provider_staged.staging.errors import ServiceError
@@ -66,8 +67,6 @@ def resolve_url(spark_conn_id: str | None = None, url: str | None = None) -> str
         return SparkConnectHook(spark_conn_id).get_connection_url()
     if os.environ.get(GATEWAY_URL_ENV):
         return os.environ[GATEWAY_URL_ENV]
-    from airflow_provider_staged.discovery.embedded import require_gateway
-
     return require_gateway().url
 
 
