@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 # A JDK, not only a JRE: javac compiles the launcher that keeps the local metastore on 127.0.0.1.
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+# Maven copies the JVM dependencies declared in jvm/pom.xml (hadoop-aws, the tests' S3 server...).
+command -v mvn >/dev/null || need_apt+=(maven)
 [ -x "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | head -1)" ] || need_apt+=(postgresql)
 [ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)
 # The test suite drives the Airflow UI with a real browser (scripts/test.sh sets STAGED_SETUP_TESTS).
@@ -52,6 +54,19 @@ if .venv/bin/python -m pip show dag-factory >/dev/null 2>&1; then
 fi
 [ -d .venv/opt/dag-factory/dagfactory ] ||
     .venv/bin/python -m pip install -q --no-deps --target .venv/opt/dag-factory "dag-factory==1.1.0"
+# JVM dependencies, each profile of jvm/pom.xml (versions there) into .venv/jvm/<profile>/.
+command -v mvn >/dev/null || { echo "setup: mvn (Apache Maven) is needed for the JVM dependencies" >&2; exit 1; }
+jvm_profiles=(s3)
+[ "${STAGED_SETUP_TESTS:-0}" = 1 ] && jvm_profiles+=(s3-server)
+for profile in "${jvm_profiles[@]}"; do
+    stamp=.venv/jvm/$profile/.pom-sha256
+    want=$(sha256sum jvm/pom.xml | cut -d' ' -f1)
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && continue
+    rm -rf ".venv/jvm/$profile"
+    mvn -q -B -f jvm/pom.xml -P "$profile" dependency:copy-dependencies -DoutputDirectory="$PWD/.venv/jvm/$profile"
+    echo "$want" >"$stamp"
+    echo "setup: JVM profile $profile: $(ls .venv/jvm/$profile | grep -c '\.jar$') jar(s)"
+done
 # The Spark provider's pyspark-client shares the pyspark/ package: make sure nothing clobbered it.
 .venv/bin/python - <<'PY'
 import pathlib, pyspark
