@@ -23,7 +23,7 @@ from typing import Any
 from _common import paired_ratios, runs_text  # also puts the repository root on sys.path (tests)
 
 from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNECTIONS, PostgresConnection
-from airflow_provider_staged.engine.session import jdbc_jars_conf
+from airflow_provider_staged.engine.session import jars_conf
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.journal import AttemptJournal
@@ -51,7 +51,7 @@ def spark_session() -> Any:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
-        **jdbc_jars_conf(),
+        **jars_conf(),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)

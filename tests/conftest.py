@@ -10,6 +10,7 @@ os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 pytest_plugins = [
     "tests.fixtures.airflow_home",
+    "tests.fixtures.s3",
     "tests.fixtures.metastore",
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",

@@ -14,9 +14,16 @@ from typing import Any
 
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.base import Engine, job_env
-from airflow_provider_staged.engine.session import build_session, hive_conf, jdbc_jars_conf, spark_submit_env
+from airflow_provider_staged.engine.session import (
+    build_session,
+    hive_conf,
+    jars_conf,
+    s3_conf,
+    spark_submit_env,
+)
 from airflow_provider_staged.staging.manifest import MANIFEST_NAME
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import warehouse_s3_env
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +92,8 @@ class SparkSubmitEngine(Engine):
             spec_path = Path(workdir) / "spec.json"
             spec_path.write_text(json.dumps({**spec, "sql": sql, "manifest_path": str(manifest_path)}))
             conf = {
-                **jdbc_jars_conf(),
+                **jars_conf(),
+                **s3_conf(),
                 **hive_conf(self.settings.metastore_uri, self.settings.warehouse),
                 "spark.pyspark.python": sys.executable,
                 "spark.pyspark.driver.python": sys.executable,
@@ -96,7 +104,8 @@ class SparkSubmitEngine(Engine):
                 conf=conf,
                 name="staged-write",
                 application_args=["--spec", str(spec_path)],
-                env_vars={**spark_submit_env(), **env} or None,
+                # The warehouse bucket's S3 keys in the job's environment, never on its command line.
+                env_vars={**spark_submit_env(), **warehouse_s3_env(self.settings.warehouse), **env},
                 **self.submit_kwargs,
             )
             self._hook.submit(application=spark_job.__file__)

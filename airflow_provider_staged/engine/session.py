@@ -27,10 +27,46 @@ _LOG4J_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
 
 
-def jdbc_jars_conf() -> dict[str, str]:
-    """``spark.jars`` with the PostgreSQL JDBC driver when the jar exists (JDBC staged tables)."""
-    jar = os.environ.get("STAGED_JDBC_JAR", DEFAULT_JDBC_JAR)
-    return {"spark.jars": jar} if Path(jar).is_file() else {}
+def jvm_dir() -> Path:
+    """Where scripts/setup.sh copies the profiles of jvm/pom.xml (``STAGED_JVM_DIR`` overrides)."""
+    return Path(os.environ.get("STAGED_JVM_DIR") or Path(sys.prefix) / "jvm")
+
+
+def jars_conf() -> dict[str, str]:
+    """``spark.jars``: the PostgreSQL JDBC driver (JDBC staged tables) and S3A with its AWS SDK
+    (``s3a://`` warehouses), each when installed."""
+    jdbc = Path(os.environ.get("STAGED_JDBC_JAR", DEFAULT_JDBC_JAR))
+    jars = [jdbc] if jdbc.is_file() else []
+    jars += sorted((jvm_dir() / "s3").glob("*.jar"))
+    return {"spark.jars": ",".join(map(str, jars))} if jars else {}
+
+
+def s3_conf() -> dict[str, str]:
+    """S3A's settings that are not secrets, from the process's default S3 options (the secrets
+    reach the JVM through its environment, or :func:`apply_s3_secrets`)."""
+    from airflow_provider_staged.storage.files import s3_options
+    from airflow_provider_staged.storage.s3 import SPARK_SCHEME_CONF
+
+    hadoop = s3_options("").hadoop_conf()
+    return {**SPARK_SCHEME_CONF, **{f"spark.hadoop.{key}": value for key, value in hadoop.items()}}
+
+
+def apply_s3_secrets(session: SparkSession, location: str) -> None:
+    """Give the running session's S3A the options (with their keys) of ``location``'s bucket,
+    e.g. from an Airflow ``aws`` connection: set in its Hadoop configuration, never in a conf
+    that Spark prints. A no-op for other locations and over Spark Connect."""
+    from urllib.parse import urlparse
+
+    from airflow_provider_staged.storage.files import s3_options
+    from airflow_provider_staged.storage.s3 import S3_SCHEMES
+
+    parsed = urlparse(location)
+    context = getattr(session, "sparkContext", None)
+    if parsed.scheme not in S3_SCHEMES or context is None:
+        return
+    hadoop = context._jsc.hadoopConfiguration()
+    for key, value in s3_options(parsed.netloc).hadoop_conf(parsed.netloc, secrets=True).items():
+        hadoop.set(key, value)
 
 
 
@@ -75,14 +111,17 @@ def build_session(
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "4",
-        **jdbc_jars_conf(),
+        **jars_conf(),
+        **s3_conf(),
         **hive_conf(metastore_uri, warehouse),
         **(conf or {}),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
     _launch_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
-    return builder.enableHiveSupport().getOrCreate()
+    session = builder.enableHiveSupport().getOrCreate()
+    apply_s3_secrets(session, warehouse)
+    return session
 
 
 def _launch_jvm(conf: Mapping[str, str]) -> None:

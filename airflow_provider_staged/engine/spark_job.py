@@ -14,34 +14,31 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-def local_path(location: str) -> Path:
-    """The local path of a ``file:`` URI or plain path."""
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
-        raise ValueError(f"staging location {location!r}: only local paths are supported here")
-    return Path(parsed.path)
-
 
 def hive_columns(schema: Any) -> list[tuple[str, str]]:
     return [(field.name, field.dataType.simpleString()) for field in schema.fields]
 
 
-def data_files(root: Path) -> list[dict[str, Any]]:
-    """Parquet files under ``root`` with their row counts (from footers, no data read)."""
+def data_files(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Parquet files under ``root`` (a path or URI) with their row counts (from footers, no data
+    read), through the storage layer: the same on a local disk and on S3."""
     import pyarrow.parquet as pq
 
+    from airflow_provider_staged.storage.files import list_files, open_input_file
+
     found = []
-    for path in sorted(root.rglob("*.parquet")):
-        relative = path.relative_to(root)
-        if any(part.startswith(("_", ".")) and "=" not in part for part in relative.parts):
+    for entry in list_files(os.fspath(root)):
+        parts = entry.path.split("/")
+        if not entry.path.endswith(".parquet") or any(
+            part.startswith(("_", ".")) and "=" not in part for part in parts
+        ):
             continue
-        rows = pq.ParquetFile(path).metadata.num_rows
-        found.append({"path": str(relative), "rows": rows, "bytes": path.stat().st_size})
+        with open_input_file(entry.location) as handle:
+            rows = pq.ParquetFile(handle).metadata.num_rows
+        found.append({"path": entry.path, "rows": rows, "bytes": entry.size})
     return found
 
 
@@ -67,7 +64,7 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
         "schema_json": ordered.json(),
         "hive_columns": columns,
         "partition_columns": partition_by,
-        "files": data_files(local_path(location)),
+        "files": data_files(location),
     }
 
 
@@ -191,11 +188,11 @@ def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dic
     return manifest
 
 
-def write_manifest(path: str, manifest: dict[str, Any]) -> None:
-    target = local_path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, target)
+def write_manifest(location: str, manifest: dict[str, Any]) -> None:
+    """Write the manifest where the submitting side reads it (a path or a URI of the store)."""
+    from airflow_provider_staged.storage.files import write_text
+
+    write_text(location, json.dumps(manifest, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:

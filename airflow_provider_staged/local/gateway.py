@@ -30,7 +30,7 @@ from airflow_provider_staged.discovery.embedded import (
     staged_home,
     token_file,
 )
-from airflow_provider_staged.engine.session import hive_conf, jdbc_jars_conf, spark_submit_env
+from airflow_provider_staged.engine.session import hive_conf, jars_conf, spark_submit_env
 from airflow_provider_staged.local.metastore import spark_home
 from airflow_provider_staged.local.processes import (
     free_port,
@@ -73,7 +73,7 @@ def server_conf(port: int, metastore_uri: str, warehouse: str) -> dict[str, str]
         "spark.sql.shuffle.partitions": "4",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-        **jdbc_jars_conf(),
+        **jars_conf(),
         **hive_conf(metastore_uri, warehouse),
     }
 

@@ -26,6 +26,7 @@ from airflow_provider_staged.discovery.embedded import (
     read_pid,
     staged_home,
 )
+from airflow_provider_staged.engine.session import jvm_dir
 from airflow_provider_staged.local.processes import (
     ServiceError,
     free_port,
@@ -33,6 +34,7 @@ from airflow_provider_staged.local.processes import (
     stop_pid,
     wait_for_port,
 )
+from airflow_provider_staged.storage.s3 import S3Options
 
 
 def spark_home() -> Path:
@@ -123,6 +125,9 @@ def metastore_command(
         # One batched read of the old partitions in alter_partitions (java/BatchedAlterHandler.java).
         **({"hive.metastore.alter.impl": f"{JAVA_PACKAGE}.BatchedAlterHandler"} if launcher else {}),
         **(derby_conf(home) if database is None else database),
+        # It checks and makes table and database directories: S3A for s3a:// ones (its keys
+        # come from the environment, Hadoop's default credential chain).
+        **S3Options.from_env().hadoop_conf(),
     }
     database_args = [arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")]
     return [
@@ -135,6 +140,7 @@ def metastore_command(
         os.pathsep.join([
             *([str(launcher_classes())] if launcher else []),
             f"{spark_home() / 'jars'}/*",
+            *map(str, sorted((jvm_dir() / "s3").glob("*.jar"))),
             *map(str, classpath),
         ]),
         # HiveMetaStore's main on a 127.0.0.1 socket, or Hive's own on every interface.

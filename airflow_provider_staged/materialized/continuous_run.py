@@ -47,7 +47,14 @@ from airflow_provider_staged.materialized.definition import MaterializedTableDef
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.settings import StagedSettings
-from airflow_provider_staged.storage.files import delete_dir, exists, list_dir, normalize_location, read_text
+from airflow_provider_staged.storage.files import (
+    delete_dir,
+    exists,
+    list_dir,
+    normalize_location,
+    read_text,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_staged.staging.journal import TaskRef
@@ -93,14 +100,8 @@ def write_progress(table_root: str, progress: Progress) -> None:
 
 
 def _write_json(location: str, data: Mapping[str, Any]) -> None:
-    from pyarrow import fs as pafs
-
-    filesystem, path = pafs.FileSystem.from_uri(normalize_location(location))
-    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    temporary = f"{path}.tmp"
-    with filesystem.open_output_stream(temporary) as stream:
-        stream.write(json.dumps(data, sort_keys=True).encode())
-    filesystem.move(temporary, path)  # readers see the old or the new file, never half of one
+    # Readers see the old or the new file, never half of one.
+    write_text(normalize_location(location), json.dumps(data, sort_keys=True))
 
 
 def recorded_sources(table_root: str) -> dict[str, str]:

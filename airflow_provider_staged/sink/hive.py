@@ -49,7 +49,13 @@ from airflow_provider_staged.staging.kinds.hive_sink import (
 )
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
-from airflow_provider_staged.storage.files import delete_dir, list_dir, normalize_location
+from airflow_provider_staged.storage.files import (
+    StorageError,
+    delete_dir,
+    is_local,
+    list_dir,
+    normalize_location,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -136,7 +142,14 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
     def root(self) -> str:
         """The table's root directory (its version directories and ``_staging``)."""
         if self._root is None:
-            self._root = self.commit_table("root", "root", 0, False, "append").table_root_resolved
+            root = self.commit_table("root", "root", 0, False, "append").table_root_resolved
+            if not is_local(root):
+                # Its writers, its stream log and its commit rename files and directories.
+                raise StorageError(
+                    f"the Hive sink of {self.name} writes only to a local or shared filesystem: "
+                    f"its table is at {root!r} (an object store)"
+                )
+            self._root = root
         return self._root
 
     def commit_table(

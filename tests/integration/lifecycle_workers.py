@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.expiry import sweep_expiry
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -27,6 +26,7 @@ from airflow_provider_staged.staging.maintenance import sweep_all_versions
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
+from airflow_provider_staged.storage.files import local_path
 
 
 def settings_of(raw: dict) -> StagedSettings:

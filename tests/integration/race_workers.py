@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient, enforces_compare_and_set
 from airflow_provider_staged.catalogs.metastore.tables import VERSION_KEY, current_location, tracks_partitions
-from airflow_provider_staged.engine.spark_job import data_files, local_path
+from airflow_provider_staged.engine.spark_job import data_files
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
@@ -44,7 +44,7 @@ from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sw
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy, parse_version_dir, version_dir_name
-from airflow_provider_staged.storage.files import normalize_location
+from airflow_provider_staged.storage.files import local_path, normalize_location
 
 # The unpartitioned table of the commit race: (id bigint, label string).
 FLAT_SCHEMA_JSON = json.dumps(

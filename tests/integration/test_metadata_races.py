@@ -30,13 +30,12 @@ from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.locks import DEFAULT_LOCK_TIMEOUT_SECONDS, MetastoreLockError
 from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
-from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
 )
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
-from airflow_provider_staged.storage.files import normalize_location
+from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.metastore import TEST_LOCK_EXPIRY_SECONDS, new_database
 from tests.integration import race_workers
 from tests.integration.race_workers import classify, partitions_of_refresh, status_value

@@ -28,7 +28,6 @@ from airflow_provider_staged.catalogs.metastore.tables import (
     new_table,
 )
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
-from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix
@@ -49,7 +48,7 @@ from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTabl
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.settings import StagedSettings
-from airflow_provider_staged.storage.files import normalize_location
+from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import race_workers
 

@@ -44,7 +44,7 @@ from psycopg import sql
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import current_location, tracks_partitions
 from airflow_provider_staged.catalogs.postgres_connections import postgres_connection
-from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
+from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.sink.api import Sink, WriterContext, commit_until_done
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.postgres import PostgresSink
@@ -85,7 +85,7 @@ from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import HiveRollback
 from airflow_provider_staged.staging.settings import StagedSettings
-from airflow_provider_staged.storage.files import normalize_location
+from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import recovery_helpers as rh
 

@@ -24,13 +24,12 @@ import pytest
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
-from airflow_provider_staged.engine.spark_job import local_path
 from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
-from airflow_provider_staged.storage.files import normalize_location
+from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.airflow_cli import AirflowCli, staged_connection
 from tests.integration import race_workers
 

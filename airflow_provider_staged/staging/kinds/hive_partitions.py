@@ -40,7 +40,6 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hmsclient.genthrift.hive_metastore import ttypes
@@ -71,7 +70,7 @@ from airflow_provider_staged.staging.partition_ttl import (
     ttl_options,
 )
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage.files import list_dir, normalize_location
+from airflow_provider_staged.storage.files import list_dir, make_dirs, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.staging.settings import StagedSettings
@@ -487,13 +486,13 @@ class HivePartitionStagedTable(HiveStagedTable):
     def _location(self, record: AttemptRecord, values: tuple[str, ...]) -> str:
         location = f"{normalize_location(record.location)}/{partition_path(self.partition_columns, values)}"
         # A partition the refresh emptied still needs a (empty) directory to point at.
-        Path(location.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        make_dirs(location)
         return location
 
     def _empty_location(self, record: AttemptRecord) -> str:
         root = normalize_location(record.location).rpartition("/")[0]
         location = f"{root}/{EMPTY_DIR_NAME}"
-        Path(location.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        make_dirs(location)
         return location
 
 
@@ -567,14 +566,10 @@ def dir_stats(location: str) -> tuple[int, int]:
 def _contents(location: str) -> tuple[tuple[int, int], list[str]]:
     """One listing of ``location``: :func:`dir_stats`, and its subdirectories (hidden ones left out:
     Spark reads neither their files nor ``.``/``_`` files)."""
-    from pyarrow import fs as pafs
-
-    filesystem, path = pafs.FileSystem.from_uri(location)
-    infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    shown = [i for i in infos if not i.base_name.startswith((".", "_"))]
-    data = [i for i in shown if i.type == pafs.FileType.File]
-    nested = [i.base_name for i in shown if i.type == pafs.FileType.Directory]
-    return (len(data), sum(i.size for i in data)), nested
+    shown = [entry for entry in list_dir(location) if not entry.name.startswith((".", "_"))]
+    data = [entry for entry in shown if not entry.is_dir]
+    nested = [entry.name for entry in shown if entry.is_dir]
+    return (len(data), sum(entry.size for entry in data)), nested
 
 
 def partition_stats(manifest: Manifest, columns: Sequence[str]) -> dict[tuple[str, ...], tuple[int, int]]:

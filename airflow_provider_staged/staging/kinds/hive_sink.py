@@ -46,7 +46,6 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
@@ -78,7 +77,15 @@ from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, Hive
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
-from airflow_provider_staged.storage.files import delete_dir, exists, list_dir, normalize_location
+from airflow_provider_staged.storage.files import (
+    delete_dir,
+    exists,
+    link_or_copy,
+    list_dir,
+    make_dirs,
+    normalize_location,
+    rename_dir,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_staged.staging.settings import StagedSettings
@@ -103,23 +110,6 @@ def recorded_batch(table: ttypes.Table | None, query_id: str) -> int | None:
 
 def staging_dir(root: str, attempt_id: str) -> str:
     return f"{normalize_location(root)}/{STAGING_DIR}/{attempt_id}"
-
-
-def create_dir(location: str) -> None:
-    from pyarrow import fs as pafs
-
-    filesystem, path = pafs.FileSystem.from_uri(location)
-    filesystem.create_dir(path, recursive=True)
-
-
-def _move(source: str, target: str) -> None:
-    """Rename ``source`` to ``target`` (a directory), creating ``target``'s parent."""
-    from pyarrow import fs as pafs
-
-    filesystem, source_path = pafs.FileSystem.from_uri(source)
-    _, target_path = pafs.FileSystem.from_uri(target)
-    filesystem.create_dir(os.path.dirname(target_path), recursive=True)
-    filesystem.move(source_path, target_path)
 
 
 def move_file_once(source: str, target: str) -> None:
@@ -304,7 +294,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
             self._place_flat(manifest)
         else:
             self._place(manifest, self.version)
-        create_dir(self.version)  # an empty first write still needs a directory to read
+        make_dirs(self.version)  # an empty first write still needs a directory to read
         located = Manifest.from_dict({**manifest.to_dict(), "location": self.version})
         table = new_table(self.identifier, located, self.attempt_id)
         table.parameters = self.marked(table.parameters, manifest)
@@ -343,7 +333,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
             target = self._batch_dir(version, group)
             source = "/".join(part for part in (ready, group) if part)
             if not exists(target) and exists(source):
-                _move(source, target)
+                rename_dir(source, target)
             placed = placed and exists(target)
         fault_point("global_commit")
         return placed
@@ -356,7 +346,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
             source = f"{self.staging}/{READY_DIR}/{item.path}"
             target = f"{self.version}/{group}/{self.attempt_id}-{name}"
             if not exists(target) and exists(source):
-                _move(source, target)
+                rename_dir(source, target)
         fault_point("global_commit")
 
     def _switch_partitions(self, txn: MetastoreClient, table: ttypes.Table, manifest: Manifest) -> list[str]:
@@ -375,7 +365,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
         names = [partition_path(columns, values) for values in groups]
         current = {tuple(p.values): p for p in txn.partitions_named(table.dbName, table.tableName, names)}
         placeholder = f"{self.table_root_resolved}/{EMPTY_DIR_NAME}"
-        create_dir(placeholder)
+        make_dirs(placeholder)
         new, switched, superseded = [], [], []
         for values, group in groups.items():
             location = f"{self.version}/{group}"
@@ -472,7 +462,7 @@ class HiveOverwriteStagedTable(HiveSinkCommit):
         """Make the staged files this attempt's version directory (one rename; idempotent)."""
         ready = f"{self.staging}/{READY_DIR}"
         if not exists(self.location) and exists(ready):
-            _move(ready, self.location)
+            rename_dir(ready, self.location)
 
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
@@ -500,21 +490,17 @@ def streamed_batch(name: str, query_id: str) -> int | None:
 
 def link_files(source: str, target: str, wanted: Callable[[str], bool] = lambda name: True) -> None:
     """Put the ``wanted`` data files directly in directory ``source`` into directory ``target`` under
-    the same names: hard links on a local filesystem (no data written), copies elsewhere. A name
+    the same names: hard links on a local filesystem (no data written), server-side copies on an
+    object store. A name
     already in ``target`` is kept (a retried step)."""
-    from pyarrow import fs as pafs
-
-    create_dir(target)
+    make_dirs(target)
     for entry in list_dir(source):
         if entry.is_dir or entry.name.startswith((".", "_")) or not wanted(entry.name):
             continue  # hidden files are Spark's markers and checksums, never read as data
         destination = f"{target}/{entry.name}"
         if exists(destination):
             continue
-        if urlparse(entry.location).scheme == "file":
-            os.link(urlparse(entry.location).path, urlparse(destination).path)
-        else:
-            pafs.copy_files(entry.location, destination)
+        link_or_copy(entry.location, destination)
 
 
 def _partition(table: ttypes.Table, values: tuple[str, ...], location: str = "") -> ttypes.Partition:

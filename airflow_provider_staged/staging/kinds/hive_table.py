@@ -48,6 +48,7 @@ from airflow_provider_staged.staging.versions import (
 )
 from airflow_provider_staged.storage.files import (
     Entry,
+    check_location,
     delete_dir,
     list_dir,
     normalize_location,
@@ -172,6 +173,12 @@ class HiveStagedTable(JournaledStagedTable):
             # A table we did not make: never write inside the directory it reads.
             return storage_paths.side_root(database_dir, self.identifier.table)
         return storage_paths.default_root(database_dir, self.identifier.table)
+
+    def check_target(self) -> None:
+        super().check_target()
+        if not self.skipped:
+            # Where the job will write: an unusable store fails here, before any Spark work.
+            check_location(self.staging_location())
 
     def staging_location(self) -> str:
         if self._root is None:

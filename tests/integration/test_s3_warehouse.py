@@ -1,0 +1,158 @@
+"""Staged builds on object storage: a real S3 server (S3Proxy), S3A in the metastore and Spark,
+the storage layer (pyarrow) for every path operation of the Python side."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+from pyarrow import fs as pafs
+
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.reconcile import reconcile
+from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage import files
+from airflow_provider_staged.storage.files import StorageError, list_dir, list_files
+from airflow_provider_staged.storage.s3 import S3Options
+from tests.fixtures.s3 import new_bucket
+from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location
+
+pytestmark = pytest.mark.timeout(300)
+
+SQL_V1 = "SELECT id, concat('v1-', id) AS label FROM range(1000)"
+SQL_V2 = "SELECT CAST(id AS INT) AS id, concat('v2-', id) AS label FROM range(2500)"
+
+
+@pytest.fixture(scope="module")
+def s3_warehouse(s3_bucket: str) -> str:
+    return f"s3a://{s3_bucket}/warehouse"
+
+
+@pytest.fixture(scope="module")
+def database(metastore, s3_warehouse: str) -> str:
+    name = "s3_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, s3_warehouse)
+    return name
+
+
+@pytest.fixture
+def journal(tmp_path) -> AttemptJournal:
+    return AttemptJournal(tmp_path / "journal")
+
+
+@pytest.fixture
+def target(database: str) -> str:
+    return f"{database}.t_{uuid.uuid4().hex[:8]}"
+
+
+def _versions(s3_warehouse: str, target: str) -> list[str]:
+    database, table = target.split(".")
+    entries = list_dir(f"{s3_warehouse}/{database}.db/{table}")
+    return sorted(entry.name for entry in entries if entry.name.startswith("_v="))
+
+
+def test_ctas_then_replace_on_s3(spark, metastore, journal, target, s3_warehouse):
+    first = build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    assert table_location(metastore, target).startswith(f"{s3_warehouse}/")
+    second = build(spark, staged_table(metastore, journal, target, "replace"), SQL_V2)
+    # A type-changing replace (bigint -> int) reads as the new version, whole.
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V2)
+    assert spark.table(target).schema["id"].dataType.simpleString() == "int"
+    assert table_location(metastore, target).rstrip("/").endswith(f"_v={second.attempt_id}")
+    # The superseded version stays for running readers (retention's grace); nothing else is there.
+    assert _versions(s3_warehouse, target) == sorted([f"_v={first.attempt_id}", f"_v={second.attempt_id}"])
+    manifest = journal.require(second.attempt_id).manifest
+    assert sum(item["rows"] for item in manifest["files"]) == 2500
+    assert [r.state for r in journal.records()] == [AttemptState.COMMITTED] * 2
+
+
+def test_partition_refresh_on_s3_touches_only_its_partition(spark, metastore, journal, target, s3_warehouse):
+    def refresh(spec: dict[str, str], sql: str) -> None:
+        staged = HivePartitionStagedTable(TableIdentifier.parse(target), ["ds"], spec, journal, metastore.uri)
+        build(spark, staged, sql)
+
+    refresh({}, "SELECT id, concat('d', CAST(id % 3 AS STRING)) AS ds FROM range(30)")
+    before = {r.ds: r.n for r in spark.sql(f"SELECT ds, count(*) AS n FROM {target} GROUP BY ds").collect()}
+    refresh({"ds": "d1"}, "SELECT id, concat('d', CAST(id % 1 + 1 AS STRING)) AS ds FROM range(100, 105)")
+    spark.catalog.refreshTable(target)
+    after = {r.ds: r.n for r in spark.sql(f"SELECT ds, count(*) AS n FROM {target} GROUP BY ds").collect()}
+    assert after == {**before, "d1": 5}
+    ids = sorted(r.id for r in spark.sql(f"SELECT id FROM {target} WHERE ds = 'd1'").collect())
+    assert ids == list(range(100, 105))
+
+
+def test_sigkilled_writer_is_aborted_by_reconcile(spark, metastore, journal, target, s3_warehouse):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    old = snapshot(spark, target)
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        from airflow_provider_staged.engine.session import build_session
+        from airflow_provider_staged.staging.journal import AttemptJournal
+        from tests.fixtures.s3 import new_bucket
+from tests.integration.staged_helpers import begin_and_write, staged_table
+        from airflow_provider_staged.discovery.embedded import MetastoreInfo
+        info = MetastoreInfo(**{json.dumps(metastore.__dict__)!s})
+        spark = build_session(info.uri, info.warehouse, master="local[1]", app_name="killed")
+        staged = staged_table(info, AttemptJournal({str(journal.root)!r}), {target!r}, "replace")
+        begin_and_write(spark, staged, {SQL_V2!r})
+        print(staged.attempt_id, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # a worker host gone after the write, before the commit
+    """)
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert process.returncode == -signal.SIGKILL, process.stderr[-2000:]
+    attempt_id = process.stdout.split()[-1]
+    record = journal.require(attempt_id)
+    assert record.state is AttemptState.WRITTEN  # the kill point: written, never committed
+    assert list_files(record.location), "the killed writer's files must be on S3 before reconcile"
+    settings = StagedSettings(metastore.uri, s3_warehouse, str(journal.root))
+    reconcile(settings)
+    assert journal.require(attempt_id).state is AttemptState.ABORTED
+    assert snapshot(spark, target) == old
+    assert list_files(record.location) == []
+    assert f"_v={attempt_id}" not in _versions(s3_warehouse, target)
+
+
+def test_unusable_locations_fail_before_any_work(metastore, journal, s3_server, monkeypatch):
+    # A bucket that does not exist (any more): the metastore made the database while it did.
+    bucket = new_bucket(s3_server, "gone")
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database("s3_gone_bucket", f"s3a://{bucket}/warehouse")
+    s3_server.options.filesystem().delete_dir_contents(bucket)
+    pafs.S3FileSystem(
+        access_key=s3_server.options.access_key, secret_key=s3_server.options.secret_key,
+        endpoint_override=s3_server.endpoint, region="us-east-1", allow_bucket_deletion=True,
+    ).delete_dir(bucket)
+    staged = staged_table(metastore, journal, "s3_gone_bucket.t", "create")
+    with pytest.raises(StorageError, match=f"bucket '{bucket}' does not exist"):
+        staged.begin()
+    # No credentials: the environment has none, and nothing was configured.
+    for key in s3_server.options.environment():
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(StorageError, match="no S3 credentials") as error:
+        staged_table(metastore, journal, "s3_gone_bucket.t", "create").begin()
+    assert s3_server.options.secret_key not in str(error.value)
+    # A scheme the storage layer does not know.
+    with pytest.raises(StorageError, match="unsupported scheme 'gopher'"):
+        files.check_location("gopher://host/warehouse/t")
+    with pytest.raises(StorageError, match="credentials do not belong") as error:
+        files.check_location("s3a://AKIA:topsecret@bucket/w")
+    assert "topsecret" not in str(error.value)
+    assert journal.records() == []  # nothing journaled, nothing written
+
+
+def test_s3_options_keep_secrets_out_of_repr_and_spark_conf():
+    options = S3Options(endpoint="http://h:1", access_key="AK", secret_key="very-secret", session_token="tok")
+    assert "very-secret" not in repr(options) and "tok" not in repr(options)
+    assert "very-secret" not in json.dumps(options.hadoop_conf())
+    assert options.hadoop_conf("b", secrets=True)["fs.s3a.bucket.b.secret.key"] == "very-secret"
+    assert S3Options.from_env({"AWS_ENDPOINT_URL": "http://x:9"}).path_style is True
