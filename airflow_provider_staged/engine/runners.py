@@ -3,14 +3,15 @@ Spark Connect (a gateway, ``engine/connect.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
-import tempfile
 import uuid
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.base import Engine, job_env
@@ -23,9 +24,14 @@ from airflow_provider_staged.engine.session import (
 )
 from airflow_provider_staged.staging.manifest import MANIFEST_NAME
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage import files
 from airflow_provider_staged.storage.files import warehouse_s3_env
 
 log = logging.getLogger(__name__)
+
+# Under the warehouse: the spec and manifest of each submitted job, while it runs.
+JOBS_DIR = "_staged_jobs"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class EmbeddedEngine(Engine):
@@ -68,8 +74,13 @@ class EmbeddedEngine(Engine):
 class SparkSubmitEngine(Engine):
     """spark-submit of the shipped job script through the Spark provider's ``SparkSubmitHook``.
 
-    The driver runs in client mode next to this task, so the job writes its manifest to a
-    local file that this side reads after the submit returns.
+    The job's spec and its manifest travel through the warehouse (``<warehouse>/_staged_jobs/
+    <attempt id>/``), never through this host's disk, so the driver may run anywhere: client
+    or cluster deploy mode, as the Spark connection says. Where Python runs and which address
+    the driver binds also come from the connection (extras ``pyspark_python``,
+    ``pyspark_driver_python``); this worker's interpreter and loopback are the defaults only
+    where the driver and executors run on this host (a ``local`` or loopback master, client
+    mode).
     """
 
     def __init__(
@@ -87,33 +98,78 @@ class SparkSubmitEngine(Engine):
     def run(self, sql: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        with tempfile.TemporaryDirectory(prefix="staged-submit-") as workdir:
-            manifest_path = Path(workdir) / MANIFEST_NAME
-            spec_path = Path(workdir) / "spec.json"
-            spec_path.write_text(json.dumps({**spec, "sql": sql, "manifest_path": str(manifest_path)}))
+        job_dir = files.join(self.settings.warehouse, JOBS_DIR, spec.get("attempt_id") or uuid.uuid4().hex)
+        spec_location, manifest_location = f"{job_dir}/spec.json", f"{job_dir}/{MANIFEST_NAME}"
+        files.write_text(spec_location, json.dumps({**spec, "sql": sql, "manifest_path": manifest_location}))
+        try:
             conf = {
                 **jars_conf(),
                 **s3_conf(),
                 **hive_conf(self.settings.metastore_uri, self.settings.warehouse),
-                "spark.pyspark.python": sys.executable,
-                "spark.pyspark.driver.python": sys.executable,
                 **self.spark_conf,
             }
             self._hook = SparkSubmitHook(
                 conn_id=self.spark_conn_id,
                 conf=conf,
                 name="staged-write",
-                application_args=["--spec", str(spec_path)],
-                # The warehouse bucket's S3 keys in the job's environment, never on its command line.
-                env_vars={**spark_submit_env(), **warehouse_s3_env(self.settings.warehouse), **env},
+                application_args=["--spec", spec_location],
                 **self.submit_kwargs,
             )
+            target = SubmitTarget.of(self._hook)
+            self._hook._conf = {**target.python_conf(), **conf}
+            # The warehouse bucket's S3 keys go in the environment of a spark-submit process here;
+            # on YARN and Kubernetes the hook would put the environment on the command line, and
+            # the cluster's own S3 credentials apply.
+            on_cluster_manager = self._hook._is_kubernetes or self._hook._is_yarn
+            self._hook._env_vars = {
+                **(spark_submit_env() if target.on_this_host else {}),
+                **({} if on_cluster_manager else warehouse_s3_env(self.settings.warehouse)),
+                **env,
+            }
             self._hook.submit(application=spark_job.__file__)
-            return json.loads(manifest_path.read_text())
+            return json.loads(files.read_text(manifest_location))
+        finally:
+            files.delete_dir(job_dir)
 
     def cancel(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+
+
+@dataclass(frozen=True)
+class SubmitTarget:
+    """Where a submitted job's driver and executors run, from the hook's resolved connection."""
+
+    master: str
+    deploy_mode: str
+    extra: dict[str, Any]
+
+    @classmethod
+    def of(cls, hook: Any) -> SubmitTarget:
+        connection = hook._connection  # what the hook itself resolved from the Spark connection
+        extra = {}
+        with contextlib.suppress(Exception):  # a connection given only by its master has no extras
+            extra = hook.get_connection(hook._conn_id).extra_dejson
+        return cls(connection["master"], connection.get("deploy_mode") or "client", extra)
+
+    @property
+    def on_this_host(self) -> bool:
+        """Driver and executors on this host: this interpreter and loopback are theirs too."""
+        if self.deploy_mode == "cluster":
+            return False
+        host = urlparse(self.master).hostname if "://" in self.master else None
+        return self.master.startswith("local") or host in LOOPBACK_HOSTS
+
+    def python_conf(self) -> dict[str, str]:
+        conf = {
+            "spark.pyspark.python": self.extra.get("pyspark_python"),
+            "spark.pyspark.driver.python": self.extra.get("pyspark_driver_python"),
+        }
+        if self.deploy_mode == "client":
+            conf["spark.pyspark.driver.python"] = conf["spark.pyspark.driver.python"] or sys.executable
+        if self.on_this_host:
+            conf["spark.pyspark.python"] = conf["spark.pyspark.python"] or sys.executable
+        return {key: value for key, value in conf.items() if value}
 
 
 ENGINES = ("embedded", "spark_submit", "connect")

@@ -12,7 +12,6 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -197,9 +196,11 @@ def write_manifest(location: str, manifest: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="staged write job (spark-submit application)")
-    parser.add_argument("--spec", required=True, help="JSON file: sql, location, format, ...")
+    parser.add_argument("--spec", required=True, help="JSON file or URI: sql, location, format, ...")
     args = parser.parse_args(argv)
-    spec = json.loads(Path(args.spec).read_text())
+    from airflow_provider_staged.storage.files import read_text
+
+    spec = json.loads(read_text(args.spec))  # a path or a URI of the warehouse's store
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.enableHiveSupport().getOrCreate()

@@ -31,6 +31,7 @@ from psycopg import sql
 
 from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
+from airflow_provider_staged.engine.runners import JOBS_DIR
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.fixtures.postgres_server import PostgresServer
@@ -133,6 +134,9 @@ def test_spark_submit_commits_a_table_fresh_readers_see(
     assert table_location(metastore, target) == record.location
     assert version_dirs(metastore, target) == [record.location.rsplit("/", 1)[1]]
     assert context["outlet_events"][operator.outlets[0]].extra["version"] == record.attempt_id
+    # The spec and the manifest went through the warehouse (no file of this host's), then away.
+    jobs = Path(metastore.warehouse) / JOBS_DIR
+    assert jobs.is_dir() and list(jobs.iterdir()) == []
 
 
 def test_query_failing_on_the_cluster_fails_the_task_and_keeps_the_previous_version(
