@@ -21,6 +21,7 @@ KNOWN_EXTRAS = {
     "version_grace_minutes",
     "attempt_ttl_minutes",
     "spark_conf",
+    "aws_conn_id",
 }
 
 
@@ -53,6 +54,8 @@ class StagedSettings:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     attempt_ttl_seconds: float = DEFAULT_ATTEMPT_TTL_SECONDS
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # An Airflow ``aws`` connection with the S3 warehouse's endpoint and keys (None: environment).
+    aws_conn_id: str | None = None
 
     @property
     def journal(self) -> AttemptJournal:
@@ -91,4 +94,5 @@ class StagedSettings:
             ),
             attempt_ttl_seconds=ttl_minutes * 60 if ttl_minutes is not None else DEFAULT_ATTEMPT_TTL_SECONDS,
             spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+            aws_conn_id=str(extras["aws_conn_id"]) if extras.get("aws_conn_id") else None,
         )

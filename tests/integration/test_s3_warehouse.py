@@ -156,3 +156,31 @@ def test_s3_options_keep_secrets_out_of_repr_and_spark_conf():
     assert "very-secret" not in json.dumps(options.hadoop_conf())
     assert options.hadoop_conf("b", secrets=True)["fs.s3a.bucket.b.secret.key"] == "very-secret"
     assert S3Options.from_env({"AWS_ENDPOINT_URL": "http://x:9"}).path_style is True
+
+
+def test_keys_from_an_airflow_aws_connection(spark, metastore, s3_server, s3_bucket, monkeypatch):
+    from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
+    from airflow_provider_staged.engine.session import apply_s3_secrets
+
+    options = s3_server.options
+    for key in options.environment():
+        monkeypatch.delenv(key, raising=False)  # only the connection knows the keys now
+    monkeypatch.setattr(files, "_s3_options", {})
+    monkeypatch.setenv("AIRFLOW_CONN_S3_KEYS", json.dumps({
+        "conn_type": "aws", "login": options.access_key, "password": options.secret_key,
+        "extra": {"endpoint_url": s3_server.endpoint, "region_name": "us-east-1"},
+    }))
+    warehouse = f"s3a://{s3_bucket}/by-connection"
+    monkeypatch.setenv("AIRFLOW_CONN_STAGED_S3", json.dumps({
+        "conn_type": "staged_hive", "host": metastore.host, "port": metastore.port,
+        "extra": {"warehouse": warehouse, "aws_conn_id": "s3_keys"},
+    }))
+    settings = StagedTableHook("staged_s3").get_settings()
+    assert options.secret_key not in repr(settings)
+    files.check_location(f"{warehouse}/db.db/t")  # reaches the bucket with the connection's keys
+    files.write_text(f"{warehouse}/probe.txt", "ok")
+    assert files.read_text(f"{warehouse}/probe.txt") == "ok"
+    apply_s3_secrets(spark, warehouse)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    assert hadoop.get(f"fs.s3a.bucket.{s3_bucket}.access.key") == options.access_key
+    assert hadoop.get(f"fs.s3a.bucket.{s3_bucket}.endpoint") == s3_server.endpoint

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -10,6 +11,8 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import configure_s3
+from airflow_provider_staged.storage.s3 import S3Options
 
 
 class StagedTableHook(BaseHook):
@@ -57,7 +60,29 @@ class StagedTableHook(BaseHook):
                     "metastore when it is not defined"
                 ) from None
             return embedded_settings(self.staged_conn_id)
-        return StagedSettings.from_fields(conn.host, conn.port, conn.extra, staged_home())
+        settings = StagedSettings.from_fields(conn.host, conn.port, conn.extra, staged_home())
+        if settings.aws_conn_id:
+            # This process's storage layer and Spark reach the warehouse's bucket with its keys.
+            bucket = urlparse(settings.warehouse).netloc
+            configure_s3(s3_options_of(self.get_connection(settings.aws_conn_id)), bucket or None)
+        return settings
+
+
+def s3_options_of(connection: Any) -> S3Options:
+    """S3 options from an Airflow ``aws`` connection, read as the Amazon provider reads it: the
+    keys in login and password, ``endpoint_url``, ``region_name``, ``aws_session_token`` and
+    ``config_kwargs.s3.addressing_style`` in its extra."""
+    extra = connection.extra_dejson
+    endpoint = extra.get("endpoint_url") or None
+    style = ((extra.get("config_kwargs") or {}).get("s3") or {}).get("addressing_style")
+    return S3Options(
+        endpoint=endpoint,
+        region=extra.get("region_name") or None,
+        path_style=style == "path" if style else endpoint is not None,
+        access_key=connection.login or None,
+        secret_key=connection.password or None,
+        session_token=extra.get("aws_session_token") or None,
+    )
 
 
 def embedded_settings(conn_id: str = StagedTableHook.default_conn_name) -> StagedSettings:
