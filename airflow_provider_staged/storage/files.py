@@ -185,24 +185,35 @@ def read_bytes(location: str) -> bytes:
         return stream.read()
 
 
-def write_text(location: str, text: str) -> None:
+def write_bytes(location: str, data: bytes) -> None:
     """Write a whole file so that no reader sees part of it: one PUT on an object store, a
     temporary file renamed over it on a local disk."""
     filesystem, path = _resolve(location)
     if not is_local(location):
         with filesystem.open_output_stream(path) as stream:
-            stream.write(text.encode())
+            stream.write(data)
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def write_text(location: str, text: str) -> None:
+    write_bytes(location, text.encode())
+
+
+def delete_file(location: str) -> None:
+    """Delete one file; nothing to do when it is already gone."""
+    filesystem, path = _resolve(location)
+    with contextlib.suppress(FileNotFoundError):
+        filesystem.delete_file(path)
 
 
 def make_dirs(location: str) -> None:

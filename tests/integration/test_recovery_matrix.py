@@ -85,7 +85,8 @@ from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import HiveRollback
 from airflow_provider_staged.staging.settings import StagedSettings
-from airflow_provider_staged.storage.files import local_path, normalize_location
+from airflow_provider_staged.storage import files
+from airflow_provider_staged.storage.files import FileEntry, local_path, normalize_location
 from tests.fixtures.metastore import new_database
 from tests.integration import recovery_helpers as rh
 
@@ -96,6 +97,8 @@ TTL = 60.0
 KINDS = [
     "hive_table", "hive_partitions", "hive_partitions_discovered", "hive_partitions_continuous", "jdbc_table"
 ]
+# The same whole-table and partition kinds with their tables on the S3 server (``<kind>_s3_harness``).
+S3_KINDS = ["hive_table_s3", "hive_partitions_s3"]
 # The built-in sinks' commits: a write through the sink's writers (no Spark job), then its kind.
 SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
@@ -135,13 +138,24 @@ def _task(kind: str, label: str) -> TaskRef:
     return TaskRef("recovery_matrix", f"build_{kind}", f"{label}-{uuid.uuid4().hex[:12]}", 1)
 
 
+def _parquet(location: str) -> list[FileEntry]:
+    """The part files under ``location`` (on a local disk or S3, through the storage layer)."""
+    return [
+        entry for entry in files.list_files(location)
+        if entry.path.rsplit("/", 1)[-1].startswith("part-") and entry.path.endswith(".parquet")
+    ]
+
+
 def _files(location: str) -> list[Path]:
+    """The files under a local ``location`` (the sink kinds' harnesses: local disk only)."""
     root = local_path(location)
     return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
 
 
-def _parquet(location: str) -> list[Path]:
-    return [p for p in _files(location) if p.name.startswith("part-") and p.suffix == ".parquet"]
+def copy_tree(directory: Path, location: str) -> None:
+    """Copy a local directory's files to ``location`` (a local path or an S3 URI)."""
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        files.write_bytes(files.join(location, *path.relative_to(directory).parts), path.read_bytes())
 
 
 # -- the Hive kinds -------------------------------------------------------------------------------
@@ -201,7 +215,7 @@ class HiveHarness:
     def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
         staged = self.old_attempt(target, journal)
         staged.begin()
-        shutil.copytree(self.template_dir, local_path(staged.location))
+        copy_tree(self.template_dir, staged.location)
         staged.written({**self.template_manifest, "location": staged.location})
         staged.commit()
         staged.housekeep()
@@ -229,7 +243,7 @@ class HiveHarness:
     # the kill points -------------------------------------------------------------------------------
 
     def assert_nothing_written(self, case: Case, staged: JournaledStagedTable) -> None:
-        assert not local_path(staged.location).exists(), "begin alone must not create the attempt's directory"
+        assert not files.exists(staged.location), "begin alone must not create the attempt's directory"
 
     def assert_partly_written(self, case: Case, staged: JournaledStagedTable) -> None:
         written = _parquet(staged.location)
@@ -243,32 +257,35 @@ class HiveHarness:
 
     def discard_partly(self, case: Case, staged: JournaledStagedTable) -> None:
         """A crash inside ``discard``'s directory delete: some of the attempt's files are gone."""
-        files = _parquet(staged.location)
-        assert len(files) >= 2, f"need 2+ part files to delete only some, got {files}"
-        for path in files[: len(files) // 2]:
-            path.unlink()
-            path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+        parts = _parquet(staged.location)
+        assert len(parts) >= 2, f"need 2+ part files to delete only some, got {parts}"
+        for entry in parts[: len(parts) // 2]:
+            directory, _, name = entry.location.rpartition("/")
+            files.delete_file(entry.location)
+            files.delete_file(f"{directory}/.{name}.crc")
         assert _parquet(staged.location), "some files of the attempt must remain"
 
     # the end state -------------------------------------------------------------------------------------
 
-    def root_of(self, case: Case) -> Path:
-        return local_path(normalize_location(case.old.location)).parent
+    def root_of(self, case: Case) -> str:
+        return normalize_location(case.old.location).rpartition("/")[0]
 
     def assert_root(self, case: Case, record: AttemptRecord, new: bool) -> None:
         """Only the version directories the catalog and the journal's commits explain."""
-        old_dir, new_dir = local_path(case.old.location), local_path(record.location)
-        wanted = {old_dir.name, new_dir.name} if new else {old_dir.name}
-        entries = {p.name for p in self.root_of(case).iterdir()}
+        old_dir, new_dir = normalize_location(case.old.location), normalize_location(record.location)
+        old_name, new_name = old_dir.rpartition("/")[2], new_dir.rpartition("/")[2]
+        wanted = {old_name, new_name} if new else {old_name}
+        entries = {entry.name for entry in files.list_dir(self.root_of(case))}
         versions = {name for name in entries if name.startswith("_v=")}
         assert versions == wanted, f"version directories {sorted(versions)}, expected {sorted(wanted)}"
         if not new:
-            assert not new_dir.exists(), f"the aborted attempt's directory {new_dir} is left behind"
+            assert files.list_files(new_dir) == [], f"the aborted attempt's directory {new_dir} is left"
         others = entries - versions
         allowed = {EMPTY_DIR_NAME} if isinstance(self, PartitionHarness) else set()
         assert others <= allowed, f"unexpected entries {sorted(others - allowed)} in {self.root_of(case)}"
         if EMPTY_DIR_NAME in others:
-            assert list((self.root_of(case) / EMPTY_DIR_NAME).iterdir()) == [], "the placeholder is not empty"
+            placeholder = f"{self.root_of(case)}/{EMPTY_DIR_NAME}"
+            assert files.list_files(placeholder) == [], "the placeholder is not empty"
 
     def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
         assert self.read(case.target) == (self.expected_new if new else self.expected_old), (
@@ -286,14 +303,14 @@ class HiveHarness:
         target = f"{self.database}.{self.kind}_neighbour"
         record = self.build_old(target, AttemptJournal(self.scratch / "neighbour-journal"))
         self.neighbour = target
-        self.neighbour_root = local_path(record.location).parent
+        self.neighbour_root = normalize_location(record.location).rpartition("/")[0]
         self.neighbour_state = self.observe_neighbour()
         assert self.neighbour_state[0] == self.expected_old
 
     def observe_neighbour(self) -> tuple[Any, str, list[str]]:
-        files = sorted(str(p.relative_to(self.neighbour_root)) for p in self.neighbour_root.rglob("*"))
+        paths = [entry.path for entry in files.list_files(self.neighbour_root)]
         location = normalize_location(current_location(self.catalog_table(self.neighbour)))
-        return self.read(self.neighbour), location, files
+        return self.read(self.neighbour), location, paths
 
     def assert_neighbour(self) -> None:
         assert self.observe_neighbour() == self.neighbour_state, f"neighbour {self.neighbour} changed"
@@ -360,8 +377,8 @@ class PartitionHarness(HiveHarness):
         partition at the placeholder and switching: some files gone, the placeholder registered."""
         super().discard_partly(case, staged)
         database, name = case.target.split(".")
-        placeholder = f"{normalize_location(str(self.root_of(case)))}/{EMPTY_DIR_NAME}"
-        local_path(placeholder).mkdir(exist_ok=True)
+        placeholder = f"{self.root_of(case)}/{EMPTY_DIR_NAME}"
+        files.make_dirs(placeholder)
         with MetastoreClient(self.metastore_uri) as client:
             table = client.get_table(database, name)
             if ("eu", "2024-01-03") in self.partitions(case.target):
@@ -425,7 +442,8 @@ class ContinuousPartitionHarness(PartitionHarness):
             f"SELECT /*+ COALESCE(1) */ id, label FROM ({rh.LATER_SQL})",  # one file: one micro-batch
             {"format": "parquet", "location": f"file:{later}", "partition_by": []},
         )
-        (self.later_file,) = _parquet(f"file:{later}")
+        (later_file,) = _parquet(f"file:{later}")
+        self.later_file = local_path(later_file.location)
 
     def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
         record = super().build_old(target, journal)
@@ -486,6 +504,27 @@ def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -
 
 
 @pytest.fixture(scope="module")
+def s3_hive_database(metastore: Any, s3_bucket: str) -> str:
+    """A database whose tables live on the S3 server (``s3a://``)."""
+    name = f"rm_s3_{uuid.uuid4().hex[:8]}"
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, f"s3a://{s3_bucket}/warehouse")
+    return name
+
+
+@pytest.fixture(scope="module")
+def hive_table_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> HiveHarness:
+    harness = HiveHarness(spark, metastore, s3_hive_database, tmp_path_factory.mktemp("rm-hive-s3"))
+    harness.setup_neighbour()
+    return harness
+
+
+@pytest.fixture(scope="module")
+def hive_partitions_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> PartitionHarness:
+    return PartitionHarness(spark, metastore, s3_hive_database, tmp_path_factory.mktemp("rm-parts-s3"))
+
+
+@pytest.fixture(scope="module")
 def hive_partitions_discovered_harness(spark, metastore, hive_database, tmp_path_factory):
     return DiscoveredPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-dparts"))
 
@@ -532,7 +571,7 @@ class LifecycleHarness(HiveHarness):
         self.check(case, case.journal.require(staged.attempt_id), new=False)
 
     def versions(self, case: Case) -> set[str]:
-        return {p.name for p in self.root_of(case).iterdir() if p.name.startswith("_v=")}
+        return {p.name for p in local_path(self.root_of(case)).iterdir() if p.name.startswith("_v=")}
 
 
 class ExpiryHarness(LifecycleHarness):
@@ -658,7 +697,7 @@ class RollbackHarness(LifecycleHarness):
         """Both versions stay (v2 superseded inside the grace, or current); nothing else."""
         wanted = {local_path(case.old.location).name, local_path(self.restores[case.target].location).name}
         assert self.versions(case) == wanted, f"version directories {self.versions(case)}, expected {wanted}"
-        others = {p.name for p in self.root_of(case).iterdir()} - wanted
+        others = {p.name for p in local_path(self.root_of(case)).iterdir()} - wanted
         assert others <= {EMPTY_DIR_NAME}, f"unexpected entries {sorted(others)} in {self.root_of(case)}"
 
     def check(self, case: Case, record: AttemptRecord, new: bool) -> None:
@@ -1007,7 +1046,7 @@ class HiveSinkHarness(HiveHarness):
 
     def staged_files(self, case: Case, staged: Any) -> list[Path]:
         """The parquet files in the table's staging area and in the attempt's version directory."""
-        root = self.root_of(case)
+        root = local_path(self.root_of(case))
         found = _files(str(root / STAGING_DIR)) + _files(str(root / f"_v={staged.attempt_id}"))
         return [path for path in found if path.suffix == ".parquet"]
 
@@ -1038,7 +1077,7 @@ class HiveSinkHarness(HiveHarness):
         want = normalize_location(record.location if replaced else case.old.location)
         served = normalize_location(current_location(self.catalog_table(case.target)))
         assert served == want, f"the metastore serves {served}, expected {want}"
-        root, old = self.root_of(case), local_path(case.old.location)
+        root, old = local_path(self.root_of(case)), local_path(case.old.location)
         versions = {p.name for p in root.iterdir() if p.name.startswith("_v=")}
         wanted = {old.name, f"_v={record.attempt_id}"} if replaced else {old.name}
         assert versions == wanted, f"version directories {sorted(versions)}, expected {sorted(wanted)}"
@@ -1258,6 +1297,7 @@ def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, a
 
 MATRIX = [
     *itertools.product(KINDS, STEPS, OUTCOMES),
+    *itertools.product(S3_KINDS, STEPS, OUTCOMES),
     *itertools.product(SINK_KINDS, STEPS, OUTCOMES),
     *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
     *itertools.product(LAST_CATALOG_CALL, ["between_catalog_calls"], OUTCOMES),

@@ -98,8 +98,7 @@ def test_sigkilled_writer_is_aborted_by_reconcile(spark, metastore, journal, tar
         import os, signal, sys
         from airflow_provider_staged.engine.session import build_session
         from airflow_provider_staged.staging.journal import AttemptJournal
-        from tests.fixtures.s3 import new_bucket
-from tests.integration.staged_helpers import begin_and_write, staged_table
+        from tests.integration.staged_helpers import begin_and_write, staged_table
         from airflow_provider_staged.discovery.embedded import MetastoreInfo
         info = MetastoreInfo(**{json.dumps(metastore.__dict__)!s})
         spark = build_session(info.uri, info.warehouse, master="local[1]", app_name="killed")
