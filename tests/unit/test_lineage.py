@@ -17,6 +17,8 @@ from airflow_provider_staged.lineage.datasets import (
     attempt_lineage,
     dropped,
     hive_namespace,
+    location_dataset,
+    planned_lineage,
     query_lineage,
 )
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
@@ -31,6 +33,22 @@ def ds(name: str) -> DatasetName:
 def test_namespace_follows_the_openlineage_naming_spec() -> None:
     assert hive_namespace("thrift://127.0.0.1:9083") == NS
     assert hive_namespace("thrift://metastore") == "hive://metastore:9083"
+
+
+@pytest.mark.parametrize(
+    ("location", "namespace", "name"),
+    [  # as openlineage-java's FilesystemDatasetUtils.fromLocation names them
+        ("file:/w/db.db/t/_v=1", "file", "/w/db.db/t/_v=1"),
+        ("file:///w/db.db/t/_v=1/", "file", "/w/db.db/t/_v=1"),
+        ("/w/t", "file", "/w/t"),
+        ("s3a://bucket/w/t/_v=1/", "s3://bucket", "w/t/_v=1"),
+        ("s3://bucket", "s3://bucket", "/"),
+        ("gs://bucket/w/t", "gs://bucket", "w/t"),
+        ("hdfs://namenode:8020/w/t/", "hdfs://namenode:8020", "/w/t"),
+    ],
+)
+def test_a_location_is_named_as_openlineage_spark_names_it(location: str, namespace: str, name: str) -> None:
+    assert location_dataset(location) == DatasetName(namespace, name)
 
 
 def test_inputs_and_column_origins() -> None:
@@ -73,6 +91,8 @@ def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
     created = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, None))
     (output,) = created.outputs
     assert (output.lifecycle, output.rows, output.bytes, output.files) == (CREATE, 3, 15, 2)
+    # The version is the committed attempt; its directory is the table's location-based name.
+    assert (output.version, output.location) == ("a1", DatasetName("file", "/w/t/_v=1"))
     assert output.schema == (("ds", "string"), ("orders", "bigint"))
     assert output.columns == {"ds": (ColumnOrigin(ds("raw.orders"), "ds", IDENTITY),)}
     assert created.inputs == (ds("raw.orders"),)
@@ -80,6 +100,19 @@ def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
     refreshed = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, [], ["ds"]))
     assert refreshed.outputs[0].lifecycle == OVERWRITE
     assert refreshed.outputs[0].partitions == ({"ds": "2024-01-01"}, {"ds": "2024-01-02"})
+
+
+def test_a_jdbc_output_has_no_location() -> None:
+    table = DatasetName("postgres://db:5432", "reports.public.t")
+    (output,) = attempt_lineage(None, None, table, record(AttemptState.COMMITTED, None)).outputs
+    assert (output.version, output.location) == ("a1", None)
+
+
+def test_planned_lineage_names_the_inputs_and_the_target() -> None:
+    planned = planned_lineage("SELECT ds, count(*) AS n FROM raw.orders GROUP BY ds", NS, ds("db.t"))
+    assert planned.inputs == (ds("raw.orders"),)
+    (output,) = planned.outputs
+    assert output.dataset == ds("db.t") and (output.lifecycle, output.version, output.rows) == (None,) * 3
 
 
 @pytest.mark.parametrize("state", [AttemptState.ABORTED, AttemptState.WRITTEN, AttemptState.BEGUN])
@@ -104,6 +137,11 @@ def test_operator_lineage_facets() -> None:
     assert output["facets"]["columnLineage"]["fields"]["ds"]["inputFields"][0]["name"] == "raw.orders"
     partitions = output["outputFacets"]["subset"]["outputCondition"]["partitions"]
     assert [p["identifier"] for p in partitions] == ["ds=2024-01-01", "ds=2024-01-02"]
+    assert output["facets"]["version"]["datasetVersion"] == "a1"
+    assert [(i["namespace"], i["name"], i["type"]) for i in output["facets"]["symlinks"]["identifiers"]] == [
+        (NS, "db.t", "TABLE"),
+        ("file", "/w/t/_v=1", "LOCATION"),
+    ]
     drop = Serde.to_dict(operator_lineage(
         type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0])
     assert drop["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
