@@ -47,8 +47,14 @@ def openlineage_env(events_file: Path) -> dict[str, str]:
 
 
 def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, events_file: Path):
-    env = airflow_cli.task_env(metastore, journal_dir, target, STAGED_TEST_SQL=sql,
-                               STAGED_TEST_PURPOSE="create_or_replace", **openlineage_env(events_file))
+    env = airflow_cli.task_env(
+        metastore,
+        journal_dir,
+        target,
+        STAGED_TEST_SQL=sql,
+        STAGED_TEST_PURPOSE="create_or_replace",
+        **openlineage_env(events_file),
+    )
     return airflow_cli.run("dags", "test", "staged_operator", env=env)
 
 
@@ -72,8 +78,9 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     database = "ol_" + uuid.uuid4().hex[:8]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(database, metastore.warehouse)
-    spark.createDataFrame([(i, f"v{i % 3}") for i in range(30)], "id bigint, v string") \
-        .write.saveAsTable(f"{database}.src")
+    spark.createDataFrame([(i, f"v{i % 3}") for i in range(30)], "id bigint, v string").write.saveAsTable(
+        f"{database}.src"
+    )
     target, journal_dir, events_file = f"{database}.t", tmp_path / "journal", tmp_path / "ol.jsonl"
     namespace = hive_namespace(metastore.uri)
 
@@ -101,12 +108,17 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     ]
     stats = output["outputFacets"]["outputStatistics"]
     assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
-        3, record.manifest["bytes"], len(record.manifest["files"]))
+        3,
+        record.manifest["bytes"],
+        len(record.manifest["files"]),
+    )
     assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "CREATE"
     assert [f["name"] for f in output["facets"]["schema"]["fields"]] == ["label", "total", "shout"]
     columns = output["facets"]["columnLineage"]["fields"]
-    assert {c: [(f["name"], f["field"], f["transformations"][0]["subtype"]) for f in v["inputFields"]]
-            for c, v in columns.items()} == {
+    assert {
+        c: [(f["name"], f["field"], f["transformations"][0]["subtype"]) for f in v["inputFields"]]
+        for c, v in columns.items()
+    } == {
         "label": [(f"{database}.src", "v", "IDENTITY")],
         "total": [(f"{database}.src", "id", "AGGREGATION")],
         "shout": [(f"{database}.src", "v", "TRANSFORMATION")],
@@ -182,7 +194,10 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
         assert output["facets"]["version"]["datasetVersion"] == record.attempt_id
         stats = output["outputFacets"]["outputStatistics"]
         assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
-            100, record.manifest["bytes"], len(record.manifest["files"]))
+            100,
+            record.manifest["bytes"],
+            len(record.manifest["files"]),
+        )
         written = output["outputFacets"]["subset"]["outputCondition"]["partitions"]
         assert sorted(p["identifier"] for p in written)[0] == "ds=2020-01-01" and len(written) == 2
     (fail,) = [e for e in events(events_file, f"{dag_id}.refresh") if e["eventType"] == "FAIL"]
@@ -191,8 +206,9 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
 
     result = airflow_cli.run("dags", "test", "staged_maintenance", env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    (expiry,) = [e for e in events(events_file, "staged_maintenance.expire_partitions")
-                 if e["eventType"] == "COMPLETE"]
+    (expiry,) = [
+        e for e in events(events_file, "staged_maintenance.expire_partitions") if e["eventType"] == "COMPLETE"
+    ]
     # The sweep covers every TTL table of the catalog (other tests' too): this table's output.
     (dropped,) = [o for o in expiry["outputs"] if o["name"] == f"{db}.events"]
     assert dropped["namespace"] == namespace
@@ -214,8 +230,16 @@ def test_spark_submit_passes_the_task_run_as_openlineage_spark_parent(
     database = "olsub_" + uuid.uuid4().hex[:8]
     spark.sql(f"CREATE DATABASE {database}")
     target, events_file = f"{database}.t", tmp_path / "ol.jsonl"
-    env = dags_test_env(airflow_cli, spark_cluster, metastore, tmp_path / "journal", target,
-                        "SELECT id FROM range(10)", "create", uuid.uuid4().hex)
+    env = dags_test_env(
+        airflow_cli,
+        spark_cluster,
+        metastore,
+        tmp_path / "journal",
+        target,
+        "SELECT id FROM range(10)",
+        "create",
+        uuid.uuid4().hex,
+    )
     env.update(openlineage_env(events_file), AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO="true")
 
     result = airflow_cli.run("dags", "test", "staged_spark_submit", env=env)

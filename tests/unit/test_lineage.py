@@ -52,9 +52,11 @@ def test_a_location_is_named_as_openlineage_spark_names_it(location: str, namesp
 
 
 def test_inputs_and_column_origins() -> None:
-    sql = ("WITH a AS (SELECT id, v FROM raw.x) "
-           "SELECT a.id, a.v * 2 AS v2, sum(c.amount) AS total, count(*) AS n "
-           "FROM a JOIN customers c ON a.id = c.id GROUP BY a.id, a.v")
+    sql = (
+        "WITH a AS (SELECT id, v FROM raw.x) "
+        "SELECT a.id, a.v * 2 AS v2, sum(c.amount) AS total, count(*) AS n "
+        "FROM a JOIN customers c ON a.id = c.id GROUP BY a.id, a.v"
+    )
     derived = query_lineage(sql, NS)
     assert derived.inputs == (ds("raw.x"), ds("default.customers"))  # the CTE is no input
     assert derived.columns == {
@@ -64,13 +66,16 @@ def test_inputs_and_column_origins() -> None:
     }  # count(*) reads no column
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT id FROM range(10)",  # a table function is no dataset
-    "SELECT * FROM raw.t",  # no schema: '*' is not expanded
-    "SELECT id FROM a JOIN b ON a.k = b.k",  # ambiguous without a schema
-    "DELETE FROM raw.t",
-    "SELECT ((",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id FROM range(10)",  # a table function is no dataset
+        "SELECT * FROM raw.t",  # no schema: '*' is not expanded
+        "SELECT id FROM a JOIN b ON a.k = b.k",  # ambiguous without a schema
+        "DELETE FROM raw.t",
+        "SELECT ((",
+    ],
+)
 def test_nothing_is_guessed(sql: str) -> None:
     assert query_lineage(sql, NS).columns == {}
 
@@ -78,12 +83,28 @@ def test_nothing_is_guessed(sql: str) -> None:
 def record(
     state: AttemptState, superseded: object, partition_columns: list[str] | None = None
 ) -> AttemptRecord:
-    files = [{"path": "ds=2024-01-01/part-0.parquet", "rows": 2, "bytes": 10},
-             {"path": "ds=2024-01-02/part-0.parquet", "rows": 1, "bytes": 5}]
-    manifest = {"location": "/w/t/_v=1", "columns": [["ds", "string"], ["orders", "bigint"]],
-                "partition_columns": partition_columns or [], "files": files, "rows": 3, "bytes": 15}
-    return AttemptRecord("a1", "hive_partitions", "db.t", "create_or_replace", "/w/t/_v=1",
-                         state=state, manifest=manifest, superseded_location=superseded)
+    files = [
+        {"path": "ds=2024-01-01/part-0.parquet", "rows": 2, "bytes": 10},
+        {"path": "ds=2024-01-02/part-0.parquet", "rows": 1, "bytes": 5},
+    ]
+    manifest = {
+        "location": "/w/t/_v=1",
+        "columns": [["ds", "string"], ["orders", "bigint"]],
+        "partition_columns": partition_columns or [],
+        "files": files,
+        "rows": 3,
+        "bytes": 15,
+    }
+    return AttemptRecord(
+        "a1",
+        "hive_partitions",
+        "db.t",
+        "create_or_replace",
+        "/w/t/_v=1",
+        state=state,
+        manifest=manifest,
+        superseded_location=superseded,
+    )
 
 
 def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
@@ -121,8 +142,9 @@ def test_uncommitted_attempt_reports_inputs_only(state: AttemptState) -> None:
     assert (lineage.inputs, lineage.outputs) == ((ds("raw.s"),), ())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("airflow.providers.openlineage") is None,
-                    reason="needs the [openlineage] extra")
+@pytest.mark.skipif(
+    importlib.util.find_spec("airflow.providers.openlineage") is None, reason="needs the [openlineage] extra"
+)
 def test_operator_lineage_facets() -> None:
     from openlineage.client.serde import Serde
 
@@ -142,8 +164,9 @@ def test_operator_lineage_facets() -> None:
         (NS, "db.t", "TABLE"),
         ("file", "/w/t/_v=1", "LOCATION"),
     ]
-    drop = Serde.to_dict(operator_lineage(
-        type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0])
+    drop = Serde.to_dict(
+        operator_lineage(type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0]
+    )
     assert drop["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
     assert operator_lineage(None) is None
 
@@ -151,8 +174,9 @@ def test_operator_lineage_facets() -> None:
 def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
     from airflow_provider_staged.lineage.datasets import expiry_lineage
 
-    lineage = expiry_lineage("thrift://127.0.0.1:9083", {"db.t": ["ds=2024-01-01/h=3", "ds=2024%2F01/h=4"],
-                                                         "db.none": []})
+    lineage = expiry_lineage(
+        "thrift://127.0.0.1:9083", {"db.t": ["ds=2024-01-01/h=3", "ds=2024%2F01/h=4"], "db.none": []}
+    )
     (output,) = lineage.outputs
     assert (output.dataset, output.lifecycle) == (ds("db.t"), "DROP")
     assert output.partitions == ({"ds": "2024-01-01", "h": "3"}, {"ds": "2024/01", "h": "4"})
