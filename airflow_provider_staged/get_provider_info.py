@@ -34,6 +34,17 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_staged.airflow.hooks.staged_table"],
             }
         ],
+        # A table's asset URI (hive://<metastore host>:<port>/<db>/<table>): Airflow normalizes it
+        # with the handler, the OpenLineage provider names its dataset with the converter.
+        "asset-uris": [
+            {
+                "schemes": ["hive"],
+                "handler": "airflow_provider_staged.airflow.assets.sanitize_uri",
+                "to_openlineage_converter": (
+                    "airflow_provider_staged.airflow.assets.convert_asset_to_openlineage"
+                ),
+            }
+        ],
         "integrations": [
             {
                 "integration-name": "Staged tables",

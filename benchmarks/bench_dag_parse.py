@@ -99,6 +99,10 @@ def setup_airflow_home() -> Path:
     os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "ERROR"  # keep the table readable
     os.environ["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "0"  # dag-factory needs > 30 s at 500
     os.environ.pop(CONTEXT_ENV, None)
+    # The factory names the tables' assets after the connection's metastore (never contacted).
+    os.environ["AIRFLOW_CONN_STAGED_DEFAULT"] = json.dumps(
+        {"conn_type": "staged_hive", "host": "metastore.example", "port": 9083}
+    )
     return home
 
 

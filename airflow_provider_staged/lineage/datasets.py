@@ -3,9 +3,14 @@
 :mod:`.openlineage` turns a :class:`Lineage` into the OpenLineage provider's ``OperatorLineage``.
 Datasets are named as OpenLineage's naming spec says: a Hive table ``hive://<metastore host>:
 <port>`` + ``<database>.<table>``, a PostgreSQL table ``postgres://<host>:<port>`` +
-``<database>.<schema>.<table>``. Input tables and column lineage come from the query with
-sqlglot (Spark dialect) and no schema, so a ``*`` or an unqualified column of a join is not
-resolved: such columns get no column lineage rather than a guessed one.
+``<database>.<schema>.<table>``. The table name is primary: it is what the table's Airflow
+Asset joins (``airflow.assets``) and the ``TABLE`` symlink openlineage-spark gives a Hive table,
+whose primary name there is its location, a new ``_v=`` directory per commit; a committed output
+lists that directory (:func:`location_dataset`) as its ``LOCATION`` symlink.
+
+Input tables and column lineage come from the query with sqlglot (Spark dialect) and no schema,
+so a ``*`` or an unqualified column of a join is not resolved: such columns get no column
+lineage rather than a guessed one.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ class OutputLineage:
 
     dataset: DatasetName
     lifecycle: str | None = None
+    # The committed attempt's id: the table's version that the commit made current.
+    version: str | None = None
+    # The version's directory (a Hive table), named as openlineage-spark names the location.
+    location: DatasetName | None = None
     rows: int | None = None
     bytes: int | None = None
     files: int | None = None
@@ -65,10 +74,31 @@ class Lineage:
     outputs: tuple[OutputLineage, ...] = ()
 
 
+HIVE_SCHEME = "hive"
+HIVE_DEFAULT_PORT = 9083
+# openlineage-java's FilesystemDatasetUtils names an object store's directory by its bucket
+# (s3a and s3n as s3) and the path without its leading slash.
+_OBJECT_STORES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs"}
+
+
 def hive_namespace(metastore_uri: str) -> str:
-    """``thrift://host:port`` → ``hive://host:port``."""
+    """``thrift://host:port`` → ``hive://host:port`` (host lower-cased, port 9083 by default)."""
     parts = urlsplit(metastore_uri)
-    return f"hive://{parts.hostname}:{parts.port or 9083}"
+    return f"{HIVE_SCHEME}://{parts.hostname}:{parts.port or HIVE_DEFAULT_PORT}"
+
+
+def location_dataset(location: str) -> DatasetName:
+    """A directory as openlineage-spark names it (``FilesystemDatasetUtils.fromLocation``):
+    ``file`` + ``/path``; ``s3://bucket`` + ``key`` (also s3a, s3n), ``gs://bucket`` + ``key``;
+    else ``<scheme>://<authority>`` + ``/path`` (e.g. ``hdfs://namenode:8020``)."""
+    parts = urlsplit(location)
+    path = parts.path.rstrip("/") or "/"
+    if parts.scheme in ("", "file"):
+        return DatasetName("file", path)
+    store = _OBJECT_STORES.get(parts.scheme)
+    if store is not None:
+        return DatasetName(f"{store}://{parts.netloc}", path.lstrip("/") or "/")
+    return DatasetName(f"{parts.scheme}://{parts.netloc}", path)
 
 
 def hive_dataset(metastore_uri: str, table: str) -> DatasetName:
@@ -133,8 +163,11 @@ def query_lineage(sql: str, namespace: str) -> QueryLineage:
 def _is_table(source: Any, exp: Any) -> bool:
     """A table of the session catalog, not a CTE's query, a table function such as
     ``range(10)`` or a table of another catalog (``cat.db.t``)."""
-    return (isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)
-            and source.catalog.lower() in ("", SESSION_CATALOG))
+    return (
+        isinstance(source, exp.Table)
+        and isinstance(source.this, exp.Identifier)
+        and source.catalog.lower() in ("", SESSION_CATALOG)
+    )
 
 
 def _table_name(table: Any, database: str = DEFAULT_DATABASE) -> str:
@@ -183,6 +216,9 @@ def committed_output(
     return OutputLineage(
         dataset=dataset,
         lifecycle=CREATE if record.superseded_location is None else OVERWRITE,
+        version=record.attempt_id,
+        # A Hive attempt writes a directory; a JDBC attempt's location is a staged table's name.
+        location=location_dataset(record.location) if _is_hive(dataset) else None,
         rows=manifest.rows,
         bytes=manifest.bytes,
         files=len(manifest.files) if manifest.files else None,
@@ -190,6 +226,10 @@ def committed_output(
         columns={name: origins for name, origins in columns.items() if name in names},
         partitions=tuple(dict(zip(keys, values, strict=True)) for values in sorted(written - {None})),
     )
+
+
+def _is_hive(dataset: DatasetName) -> bool:
+    return dataset.namespace.startswith(f"{HIVE_SCHEME}://")
 
 
 def attempt_lineage(
@@ -201,18 +241,16 @@ def attempt_lineage(
     return Lineage(derived.inputs, (output,) if output is not None else ())
 
 
+def planned_lineage(sql: str | None, input_namespace: str | None, dataset: DatasetName) -> Lineage:
+    """What a staged build is about to read and write (its START event): the query's input
+    tables and the target by name, before any attempt exists."""
+    inputs = attempt_lineage(sql, input_namespace, dataset, None).inputs
+    return Lineage(inputs, (OutputLineage(dataset),))
+
+
 def dropped(dataset: DatasetName, partitions: Sequence[Mapping[str, str]] = ()) -> OutputLineage:
     """An expiry's output: DROP of the table, or (``partitions``) of those partitions of it."""
     return OutputLineage(dataset=dataset, lifecycle=DROP, partitions=tuple(dict(p) for p in partitions))
-
-
-def staged_dataset(staged: Any) -> DatasetName:
-    """The dataset a staged attempt writes: a Hive table, or a PostgreSQL table (JDBC kind)."""
-    metastore_uri = getattr(staged, "metastore_uri", None)
-    if metastore_uri is not None:
-        return hive_dataset(metastore_uri, staged.identifier.name)
-    conn, table = staged.connection, staged.table
-    return postgres_dataset(conn.host, conn.port, conn.database, table.schema, table.table)
 
 
 def expiry_lineage(metastore_uri: str, dropped_partitions: Mapping[str, Iterable[str]]) -> Lineage:

@@ -5,9 +5,15 @@ Airflow's OpenLineage provider (the optional extra ``[openlineage]``) calls an o
 ended; :class:`LineageReporting` implements them from ``lineage_report()``. Without the
 provider nobody calls them, and :func:`operator_lineage` returns None if they are called anyway.
 
+The START event (``get_openlineage_facets_on_start``, before ``execute``) names what the task
+is about to read and write (``lineage_plan()``); COMPLETE and FAIL say what it did.
+
 Facets: inputs by name; the output with ``schema``, ``lifecycleStateChange`` (CREATE, OVERWRITE,
-DROP), ``columnLineage`` (DIRECT transformations) and the output facets ``outputStatistics``
-(rows, bytes, files from the manifest) and ``subset`` (the partitions written or dropped).
+DROP), ``columnLineage`` (DIRECT transformations), ``version`` (the committed attempt's id),
+``symlinks`` (the table as ``TABLE`` and, for a Hive table, the committed version's directory
+as ``LOCATION``: the name openlineage-spark gives it) and the output facets
+``outputStatistics`` (rows, bytes, files from the manifest) and ``subset`` (the partitions
+written or dropped).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ def _output(output: OutputLineage) -> Any:
         InputField,
         Transformation,
     )
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
     from openlineage.client.generated.lifecycle_state_change_dataset import (
         LifecycleStateChange,
         LifecycleStateChangeDatasetFacet,
@@ -56,6 +63,7 @@ def _output(output: OutputLineage) -> Any:
         OutputStatisticsOutputDatasetFacet,
     )
     from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, SchemaDatasetFacetFields
+    from openlineage.client.generated.symlinks_dataset import Identifier, SymlinksDatasetFacet
 
     facets: dict[str, Any] = {}
     if output.schema:
@@ -66,15 +74,32 @@ def _output(output: OutputLineage) -> Any:
         facets["lifecycleStateChange"] = LifecycleStateChangeDatasetFacet(
             lifecycleStateChange=LifecycleStateChange(output.lifecycle)
         )
+    if output.version is not None:
+        facets["version"] = DatasetVersionDatasetFacet(datasetVersion=output.version)
+    if output.location is not None:
+        facets["symlinks"] = SymlinksDatasetFacet(
+            identifiers=[
+                Identifier(namespace=output.dataset.namespace, name=output.dataset.name, type="TABLE"),
+                Identifier(namespace=output.location.namespace, name=output.location.name, type="LOCATION"),
+            ]
+        )
     if output.columns:
-        facets["columnLineage"] = ColumnLineageDatasetFacet(fields={
-            column: Fields(inputFields=[
-                InputField(namespace=o.dataset.namespace, name=o.dataset.name, field=o.column,
-                           transformations=[Transformation(type="DIRECT", subtype=o.subtype)])
-                for o in origins
-            ])
-            for column, origins in output.columns.items()
-        })
+        facets["columnLineage"] = ColumnLineageDatasetFacet(
+            fields={
+                column: Fields(
+                    inputFields=[
+                        InputField(
+                            namespace=o.dataset.namespace,
+                            name=o.dataset.name,
+                            field=o.column,
+                            transformations=[Transformation(type="DIRECT", subtype=o.subtype)],
+                        )
+                        for o in origins
+                    ]
+                )
+                for column, origins in output.columns.items()
+            }
+        )
     output_facets: dict[str, Any] = {}
     if output.rows is not None or output.bytes is not None:
         output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
@@ -82,13 +107,19 @@ def _output(output: OutputLineage) -> Any:
         )
     if output.partitions:
         output_facets["subset"] = OutputSubsetOutputDatasetFacet(
-            outputCondition=PartitionSubsetCondition(partitions=[
-                Partition(dimensions=dict(p), identifier="/".join(f"{k}={v}" for k, v in p.items()))
-                for p in output.partitions
-            ])
+            outputCondition=PartitionSubsetCondition(
+                partitions=[
+                    Partition(dimensions=dict(p), identifier="/".join(f"{k}={v}" for k, v in p.items()))
+                    for p in output.partitions
+                ]
+            )
         )
-    return OutputDataset(namespace=output.dataset.namespace, name=output.dataset.name,
-                         facets=facets, outputFacets=output_facets)
+    return OutputDataset(
+        namespace=output.dataset.namespace,
+        name=output.dataset.name,
+        facets=facets,
+        outputFacets=output_facets,
+    )
 
 
 class LineageReporting:
@@ -98,9 +129,16 @@ class LineageReporting:
     (lineage.dropped(dataset, partitions),))`` for an expiry.
     """
 
+    def lineage_plan(self) -> Lineage | None:
+        """What this task is about to read and write; called before ``execute``."""
+        return None
+
     def lineage_report(self, succeeded: bool) -> Lineage | None:
         """What this task read and wrote; called after the task ended."""
         return None
+
+    def get_openlineage_facets_on_start(self) -> Any | None:
+        return operator_lineage(self.lineage_plan())
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any | None:
         return operator_lineage(self.lineage_report(succeeded=True))

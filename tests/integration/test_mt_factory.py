@@ -19,6 +19,8 @@ from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 REPO = Path(__file__).resolve().parents[2]
 FACTORY_FILE = REPO / "dags" / "materialized_tables.py"
+# The factory names each table's asset after the staged connection's metastore.
+pytestmark = pytest.mark.usefixtures("staged_default_connection")
 
 ORDERS = """\
 CREATE MATERIALIZED TABLE analytics.orders_daily
@@ -112,7 +114,7 @@ def test_refresh_dag_shape(dags_dir: Path) -> None:
     assert task.task_id == "refresh" and task.owner == "sales"
     (asset,) = task.outlets
     assert asset.name == "analytics.orders_daily"
-    assert asset.uri == "hive://staged_default/analytics/orders_daily"
+    assert asset.uri == "hive://metastore.example:9083/analytics/orders_daily"
     assert dagbag.dags["mt__web__clicks_by_hour"].timetable.expression == "0 */2 * * *"
     rollup = dagbag.dags["mt__default__rollup"]
     assert rollup.timetable.expression == "15 3 * * *"

@@ -1,13 +1,17 @@
 """OpenLineage events of a real staged build (``airflow dags test``), captured by the file transport.
 
-The provider's listener calls the operator's ``get_openlineage_facets_on_complete`` /
-``_on_failure`` in the task process; the events are read back from the transport's file.
+The provider's listener calls the operator's ``get_openlineage_facets_on_start`` /
+``_on_complete`` / ``_on_failure`` in the task process; the events are read back from the
+transport's file. The table's Airflow Asset and its dataset are one name, and a spark-submit
+build passes its task's job and run to Spark as openlineage-spark's parent.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,13 +19,20 @@ from typing import Any
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.lineage.datasets import hive_namespace
+from airflow_provider_staged.lineage.datasets import hive_namespace, location_dataset
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from tests.fixtures.airflow_cli import REPO, staged_connection
 
 pytest.importorskip("airflow.providers.openlineage", reason="needs the [openlineage] extra")
 
 JOB = "staged_operator.build"
+NAMESPACE = "staged-tests"
+# What the OpenLineage provider's inject_parent_job_information_into_spark_properties sets.
+PARENT_KEYS = (
+    "spark.openlineage.parentJobNamespace",
+    "spark.openlineage.parentJobName",
+    "spark.openlineage.parentRunId",
+)
 
 
 def events(path: Path, job: str = JOB) -> list[dict[str, Any]]:
@@ -29,21 +40,47 @@ def events(path: Path, job: str = JOB) -> list[dict[str, Any]]:
     return [e for e in map(json.loads, lines) if e.get("job", {}).get("name") == job]
 
 
-def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, events_file: Path):
+def openlineage_env(events_file: Path) -> dict[str, str]:
+    """The OpenLineage provider's settings: the file transport into ``events_file``."""
     transport = json.dumps({"type": "file", "log_file_path": str(events_file), "append": True})
-    env = airflow_cli.task_env(metastore, journal_dir, target, STAGED_TEST_SQL=sql,
-                               STAGED_TEST_PURPOSE="create_or_replace",
-                               AIRFLOW__OPENLINEAGE__TRANSPORT=transport,
-                               AIRFLOW__OPENLINEAGE__NAMESPACE="staged-tests")
+    return {"AIRFLOW__OPENLINEAGE__TRANSPORT": transport, "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE}
+
+
+def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, events_file: Path):
+    env = airflow_cli.task_env(
+        metastore,
+        journal_dir,
+        target,
+        STAGED_TEST_SQL=sql,
+        STAGED_TEST_PURPOSE="create_or_replace",
+        **openlineage_env(events_file),
+    )
     return airflow_cli.run("dags", "test", "staged_operator", env=env)
+
+
+def asset_uris(airflow_cli, dag_id: str, name: str) -> set[str]:
+    """The URIs of the assets named ``name`` that ``dag_id``'s tasks emitted events for."""
+    with sqlite3.connect(airflow_cli.home / "airflow.db") as db:
+        rows = db.execute(
+            "SELECT asset.uri FROM asset_event JOIN asset ON asset.id = asset_event.asset_id "
+            "WHERE asset_event.source_dag_id = ? AND asset.name = ?",
+            (dag_id, name),
+        )
+        return {uri for (uri,) in rows}
+
+
+def joined(dataset: dict[str, Any]) -> str:
+    """A Hive dataset's namespace and name as one URI, joined as the asset's is."""
+    return f"{dataset['namespace']}/{dataset['name'].replace('.', '/')}"
 
 
 def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli, spark, metastore, tmp_path):
     database = "ol_" + uuid.uuid4().hex[:8]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(database, metastore.warehouse)
-    spark.createDataFrame([(i, f"v{i % 3}") for i in range(30)], "id bigint, v string") \
-        .write.saveAsTable(f"{database}.src")
+    spark.createDataFrame([(i, f"v{i % 3}") for i in range(30)], "id bigint, v string").write.saveAsTable(
+        f"{database}.src"
+    )
     target, journal_dir, events_file = f"{database}.t", tmp_path / "journal", tmp_path / "ol.jsonl"
     namespace = hive_namespace(metastore.uri)
 
@@ -52,18 +89,36 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (record,) = AttemptJournal(journal_dir).records()
     assert record.state is AttemptState.COMMITTED
+    # START names what the build is about to read and write.
+    (start,) = [e for e in events(events_file) if e["eventType"] == "START"]
+    assert [(d["namespace"], d["name"]) for d in start["inputs"]] == [(namespace, f"{database}.src")]
+    assert [(d["namespace"], d["name"]) for d in start["outputs"]] == [(namespace, target)]
     (complete,) = [e for e in events(events_file) if e["eventType"] == "COMPLETE"]
     assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [(namespace, f"{database}.src")]
     (output,) = complete["outputs"]
     assert (output["namespace"], output["name"]) == (namespace, target)
+    # One name: the asset the task emitted its event for is the dataset, joined.
+    assert asset_uris(airflow_cli, "staged_operator", target) == {joined(output)}
+    assert output["facets"]["version"]["datasetVersion"] == record.attempt_id
+    # The table is primary; openlineage-spark's name for this version is its directory.
+    location = location_dataset(record.location)
+    assert [(i["namespace"], i["name"], i["type"]) for i in output["facets"]["symlinks"]["identifiers"]] == [
+        (namespace, target, "TABLE"),
+        (location.namespace, location.name, "LOCATION"),
+    ]
     stats = output["outputFacets"]["outputStatistics"]
     assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
-        3, record.manifest["bytes"], len(record.manifest["files"]))
+        3,
+        record.manifest["bytes"],
+        len(record.manifest["files"]),
+    )
     assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "CREATE"
     assert [f["name"] for f in output["facets"]["schema"]["fields"]] == ["label", "total", "shout"]
     columns = output["facets"]["columnLineage"]["fields"]
-    assert {c: [(f["name"], f["field"], f["transformations"][0]["subtype"]) for f in v["inputFields"]]
-            for c, v in columns.items()} == {
+    assert {
+        c: [(f["name"], f["field"], f["transformations"][0]["subtype"]) for f in v["inputFields"]]
+        for c, v in columns.items()
+    } == {
         "label": [(f"{database}.src", "v", "IDENTITY")],
         "total": [(f"{database}.src", "id", "AGGREGATION")],
         "shout": [(f"{database}.src", "v", "TRANSFORMATION")],
@@ -113,10 +168,7 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
         AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
             metastore.port, metastore.uri, journal_dir, metastore.warehouse
         ),
-        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
-            {"type": "file", "log_file_path": str(events_file), "append": True}
-        ),
-        AIRFLOW__OPENLINEAGE__NAMESPACE="staged-tests",
+        **openlineage_env(events_file),
     )
     namespace, dag_id = hive_namespace(metastore.uri), f"mt__{db}__events"
 
@@ -139,18 +191,24 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
         (output,) = event["outputs"]
         assert (output["namespace"], output["name"]) == (namespace, f"{db}.events")
         assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == change
+        assert output["facets"]["version"]["datasetVersion"] == record.attempt_id
         stats = output["outputFacets"]["outputStatistics"]
         assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
-            100, record.manifest["bytes"], len(record.manifest["files"]))
+            100,
+            record.manifest["bytes"],
+            len(record.manifest["files"]),
+        )
         written = output["outputFacets"]["subset"]["outputCondition"]["partitions"]
         assert sorted(p["identifier"] for p in written)[0] == "ds=2020-01-01" and len(written) == 2
     (fail,) = [e for e in events(events_file, f"{dag_id}.refresh") if e["eventType"] == "FAIL"]
     assert [d["name"] for d in fail["inputs"]] == [f"{db}.src"] and fail["outputs"] == []
+    assert asset_uris(airflow_cli, dag_id, f"{db}.events") == {joined(output)}
 
     result = airflow_cli.run("dags", "test", "staged_maintenance", env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    (expiry,) = [e for e in events(events_file, "staged_maintenance.expire_partitions")
-                 if e["eventType"] == "COMPLETE"]
+    (expiry,) = [
+        e for e in events(events_file, "staged_maintenance.expire_partitions") if e["eventType"] == "COMPLETE"
+    ]
     # The sweep covers every TTL table of the catalog (other tests' too): this table's output.
     (dropped,) = [o for o in expiry["outputs"] if o["name"] == f"{db}.events"]
     assert dropped["namespace"] == namespace
@@ -160,3 +218,44 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
         ("ds=2020-01-01", {"ds": "2020-01-01"})
     ]
     assert "outputStatistics" not in dropped["outputFacets"]
+
+
+def test_spark_submit_passes_the_task_run_as_openlineage_spark_parent(
+    airflow_cli, spark_cluster, spark, metastore, tmp_path
+):
+    """With ``[openlineage] spark_inject_parent_job_info`` (as for the Spark provider's operator)
+    the spark-submit command carries the task's OpenLineage job and run: the run of its events."""
+    from tests.integration.test_spark_submit import dags_test_env
+
+    database = "olsub_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {database}")
+    target, events_file = f"{database}.t", tmp_path / "ol.jsonl"
+    env = dags_test_env(
+        airflow_cli,
+        spark_cluster,
+        metastore,
+        tmp_path / "journal",
+        target,
+        "SELECT id FROM range(10)",
+        "create",
+        uuid.uuid4().hex,
+    )
+    env.update(openlineage_env(events_file), AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO="true")
+
+    result = airflow_cli.run("dags", "test", "staged_spark_submit", env=env)
+
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    (command,) = [line for line in output.splitlines() if "Spark-Submit cmd" in line]
+    passed = dict(re.findall(r"--conf (spark\.openlineage\.\w+)=(\S+)", command))
+    job = "staged_spark_submit.build"
+    (start,) = [e for e in events(events_file, job) if e["eventType"] == "START"]
+    (complete,) = [e for e in events(events_file, job) if e["eventType"] == "COMPLETE"]
+    assert start["run"]["runId"] == complete["run"]["runId"]
+    assert {key: passed.get(key) for key in PARENT_KEYS} == {
+        "spark.openlineage.parentJobNamespace": NAMESPACE,
+        "spark.openlineage.parentJobName": job,
+        "spark.openlineage.parentRunId": complete["run"]["runId"],
+    }
+    (written,) = complete["outputs"]
+    assert asset_uris(airflow_cli, "staged_spark_submit", target) == {joined(written)}

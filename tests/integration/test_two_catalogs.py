@@ -24,6 +24,7 @@ import pytest
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import current_location
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
+from airflow_provider_staged.lineage.datasets import hive_namespace
 from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -158,7 +159,7 @@ def test_a_table_bound_to_other_refreshes_into_other(airflow_cli: AirflowCli, ca
     )
     assert _records(catalogs.default_journal) == []
 
-    # The refresh task's outlet asset names the connection: its event is hive://other/<db>/totals.
+    # The refresh task's outlet asset names other's metastore: hive://<its host:port>/<db>/totals.
     with sqlite3.connect(airflow_cli.home / "airflow.db") as db:
         uris = {
             row[0]
@@ -168,7 +169,7 @@ def test_a_table_bound_to_other_refreshes_into_other(airflow_cli: AirflowCli, ca
                 (catalogs.dag_id,),
             )
         }
-    assert uris == {f"hive://other/{catalogs.db}/totals"}
+    assert uris == {f"{hive_namespace(catalogs.other.uri)}/{catalogs.db}/totals"}
 
 
 def test_a_failed_refresh_on_other_is_aborted_in_others_journal(
@@ -214,7 +215,7 @@ def test_the_failure_callback_aborts_on_others_catalog(
     assert dagbag.import_errors == {}
     task = dagbag.dags[catalogs.dag_id].get_task("refresh")
     (outlet,) = task.outlets
-    assert outlet.uri == f"hive://other/{catalogs.db}/totals"
+    assert outlet.uri == f"{hive_namespace(catalogs.other.uri)}/{catalogs.db}/totals"
 
     ti = SimpleNamespace(
         dag_id=catalogs.dag_id,

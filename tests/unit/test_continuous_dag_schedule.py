@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from airflow.timetables.base import TimeRestriction
 from airflow.timetables.simple import ContinuousTimetable
 
 from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
+
+# The factory names each table's asset after the staged connection's metastore.
+pytestmark = pytest.mark.usefixtures("staged_default_connection")
 
 
 def test_each_next_continuous_run_has_a_new_logical_date(tmp_path: Path) -> None:

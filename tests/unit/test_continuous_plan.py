@@ -108,7 +108,9 @@ def test_actual_lag() -> None:
     assert Progress("running").lag_seconds() is None
 
 
-def test_continuous_dag_and_a_non_streamable_table_broken_alone(tmp_path: Path) -> None:
+def test_continuous_dag_and_a_non_streamable_table_broken_alone(
+    tmp_path: Path, staged_default_connection: str
+) -> None:
     (tmp_path / "live.sql").write_text(
         "CREATE MATERIALIZED TABLE live.clicks FRESHNESS = INTERVAL '5' MINUTE AS SELECT id FROM raw.clicks")
     (tmp_path / "windowed.sql").write_text(

@@ -108,7 +108,9 @@ def test_purpose_flags():
     assert not StagingPurpose.CREATE_TABLE_AS.replaces
 
 
-def test_operator_partition_columns_are_validated_and_lower_cased_when_the_dag_is_parsed():
+def test_operator_partition_columns_are_validated_and_lower_cased_when_the_dag_is_parsed(
+    staged_default_connection: str,
+) -> None:
     from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 
     operator = StagedCreateTableAsOperator(

@@ -17,6 +17,8 @@ from airflow_provider_staged.lineage.datasets import (
     attempt_lineage,
     dropped,
     hive_namespace,
+    location_dataset,
+    planned_lineage,
     query_lineage,
 )
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
@@ -33,10 +35,28 @@ def test_namespace_follows_the_openlineage_naming_spec() -> None:
     assert hive_namespace("thrift://metastore") == "hive://metastore:9083"
 
 
+@pytest.mark.parametrize(
+    ("location", "namespace", "name"),
+    [  # as openlineage-java's FilesystemDatasetUtils.fromLocation names them
+        ("file:/w/db.db/t/_v=1", "file", "/w/db.db/t/_v=1"),
+        ("file:///w/db.db/t/_v=1/", "file", "/w/db.db/t/_v=1"),
+        ("/w/t", "file", "/w/t"),
+        ("s3a://bucket/w/t/_v=1/", "s3://bucket", "w/t/_v=1"),
+        ("s3://bucket", "s3://bucket", "/"),
+        ("gs://bucket/w/t", "gs://bucket", "w/t"),
+        ("hdfs://namenode:8020/w/t/", "hdfs://namenode:8020", "/w/t"),
+    ],
+)
+def test_a_location_is_named_as_openlineage_spark_names_it(location: str, namespace: str, name: str) -> None:
+    assert location_dataset(location) == DatasetName(namespace, name)
+
+
 def test_inputs_and_column_origins() -> None:
-    sql = ("WITH a AS (SELECT id, v FROM raw.x) "
-           "SELECT a.id, a.v * 2 AS v2, sum(c.amount) AS total, count(*) AS n "
-           "FROM a JOIN customers c ON a.id = c.id GROUP BY a.id, a.v")
+    sql = (
+        "WITH a AS (SELECT id, v FROM raw.x) "
+        "SELECT a.id, a.v * 2 AS v2, sum(c.amount) AS total, count(*) AS n "
+        "FROM a JOIN customers c ON a.id = c.id GROUP BY a.id, a.v"
+    )
     derived = query_lineage(sql, NS)
     assert derived.inputs == (ds("raw.x"), ds("default.customers"))  # the CTE is no input
     assert derived.columns == {
@@ -46,13 +66,16 @@ def test_inputs_and_column_origins() -> None:
     }  # count(*) reads no column
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT id FROM range(10)",  # a table function is no dataset
-    "SELECT * FROM raw.t",  # no schema: '*' is not expanded
-    "SELECT id FROM a JOIN b ON a.k = b.k",  # ambiguous without a schema
-    "DELETE FROM raw.t",
-    "SELECT ((",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id FROM range(10)",  # a table function is no dataset
+        "SELECT * FROM raw.t",  # no schema: '*' is not expanded
+        "SELECT id FROM a JOIN b ON a.k = b.k",  # ambiguous without a schema
+        "DELETE FROM raw.t",
+        "SELECT ((",
+    ],
+)
 def test_nothing_is_guessed(sql: str) -> None:
     assert query_lineage(sql, NS).columns == {}
 
@@ -60,12 +83,28 @@ def test_nothing_is_guessed(sql: str) -> None:
 def record(
     state: AttemptState, superseded: object, partition_columns: list[str] | None = None
 ) -> AttemptRecord:
-    files = [{"path": "ds=2024-01-01/part-0.parquet", "rows": 2, "bytes": 10},
-             {"path": "ds=2024-01-02/part-0.parquet", "rows": 1, "bytes": 5}]
-    manifest = {"location": "/w/t/_v=1", "columns": [["ds", "string"], ["orders", "bigint"]],
-                "partition_columns": partition_columns or [], "files": files, "rows": 3, "bytes": 15}
-    return AttemptRecord("a1", "hive_partitions", "db.t", "create_or_replace", "/w/t/_v=1",
-                         state=state, manifest=manifest, superseded_location=superseded)
+    files = [
+        {"path": "ds=2024-01-01/part-0.parquet", "rows": 2, "bytes": 10},
+        {"path": "ds=2024-01-02/part-0.parquet", "rows": 1, "bytes": 5},
+    ]
+    manifest = {
+        "location": "/w/t/_v=1",
+        "columns": [["ds", "string"], ["orders", "bigint"]],
+        "partition_columns": partition_columns or [],
+        "files": files,
+        "rows": 3,
+        "bytes": 15,
+    }
+    return AttemptRecord(
+        "a1",
+        "hive_partitions",
+        "db.t",
+        "create_or_replace",
+        "/w/t/_v=1",
+        state=state,
+        manifest=manifest,
+        superseded_location=superseded,
+    )
 
 
 def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
@@ -73,6 +112,8 @@ def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
     created = attempt_lineage(sql, NS, ds("db.t"), record(AttemptState.COMMITTED, None))
     (output,) = created.outputs
     assert (output.lifecycle, output.rows, output.bytes, output.files) == (CREATE, 3, 15, 2)
+    # The version is the committed attempt; its directory is the table's location-based name.
+    assert (output.version, output.location) == ("a1", DatasetName("file", "/w/t/_v=1"))
     assert output.schema == (("ds", "string"), ("orders", "bigint"))
     assert output.columns == {"ds": (ColumnOrigin(ds("raw.orders"), "ds", IDENTITY),)}
     assert created.inputs == (ds("raw.orders"),)
@@ -82,14 +123,28 @@ def test_committed_output_with_statistics_lifecycle_and_partitions() -> None:
     assert refreshed.outputs[0].partitions == ({"ds": "2024-01-01"}, {"ds": "2024-01-02"})
 
 
+def test_a_jdbc_output_has_no_location() -> None:
+    table = DatasetName("postgres://db:5432", "reports.public.t")
+    (output,) = attempt_lineage(None, None, table, record(AttemptState.COMMITTED, None)).outputs
+    assert (output.version, output.location) == ("a1", None)
+
+
+def test_planned_lineage_names_the_inputs_and_the_target() -> None:
+    planned = planned_lineage("SELECT ds, count(*) AS n FROM raw.orders GROUP BY ds", NS, ds("db.t"))
+    assert planned.inputs == (ds("raw.orders"),)
+    (output,) = planned.outputs
+    assert output.dataset == ds("db.t") and (output.lifecycle, output.version, output.rows) == (None,) * 3
+
+
 @pytest.mark.parametrize("state", [AttemptState.ABORTED, AttemptState.WRITTEN, AttemptState.BEGUN])
 def test_uncommitted_attempt_reports_inputs_only(state: AttemptState) -> None:
     lineage = attempt_lineage("SELECT a FROM raw.s", NS, ds("db.t"), record(state, None))
     assert (lineage.inputs, lineage.outputs) == ((ds("raw.s"),), ())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("airflow.providers.openlineage") is None,
-                    reason="needs the [openlineage] extra")
+@pytest.mark.skipif(
+    importlib.util.find_spec("airflow.providers.openlineage") is None, reason="needs the [openlineage] extra"
+)
 def test_operator_lineage_facets() -> None:
     from openlineage.client.serde import Serde
 
@@ -104,8 +159,14 @@ def test_operator_lineage_facets() -> None:
     assert output["facets"]["columnLineage"]["fields"]["ds"]["inputFields"][0]["name"] == "raw.orders"
     partitions = output["outputFacets"]["subset"]["outputCondition"]["partitions"]
     assert [p["identifier"] for p in partitions] == ["ds=2024-01-01", "ds=2024-01-02"]
-    drop = Serde.to_dict(operator_lineage(
-        type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0])
+    assert output["facets"]["version"]["datasetVersion"] == "a1"
+    assert [(i["namespace"], i["name"], i["type"]) for i in output["facets"]["symlinks"]["identifiers"]] == [
+        (NS, "db.t", "TABLE"),
+        ("file", "/w/t/_v=1", "LOCATION"),
+    ]
+    drop = Serde.to_dict(
+        operator_lineage(type(lineage)(outputs=(dropped(ds("db.t"), [{"ds": "2024-01-01"}]),))).outputs[0]
+    )
     assert drop["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
     assert operator_lineage(None) is None
 
@@ -113,8 +174,9 @@ def test_operator_lineage_facets() -> None:
 def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
     from airflow_provider_staged.lineage.datasets import expiry_lineage
 
-    lineage = expiry_lineage("thrift://127.0.0.1:9083", {"db.t": ["ds=2024-01-01/h=3", "ds=2024%2F01/h=4"],
-                                                         "db.none": []})
+    lineage = expiry_lineage(
+        "thrift://127.0.0.1:9083", {"db.t": ["ds=2024-01-01/h=3", "ds=2024%2F01/h=4"], "db.none": []}
+    )
     (output,) = lineage.outputs
     assert (output.dataset, output.lifecycle) == (ds("db.t"), "DROP")
     assert output.partitions == ({"ds": "2024-01-01", "h": "3"}, {"ds": "2024/01", "h": "4"})

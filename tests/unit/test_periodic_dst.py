@@ -41,6 +41,9 @@ FRESHNESS = INTERVAL '1' DAY
 AS SELECT ds, count(*) AS orders FROM raw.orders GROUP BY ds
 """
 
+# The factory names each table's asset after the staged connection's metastore.
+pytestmark = pytest.mark.usefixtures("staged_default_connection")
+
 
 def fire_times(text: str, tmp_path: Path, start: datetime, end: datetime) -> list[pendulum.DateTime]:
     """The run times the scheduler makes for the DAG the factory builds for ``text``, from

@@ -93,6 +93,9 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
     def lineage_sql(self) -> str | None:
         return self.definition.query
 
+    def lineage_target(self) -> str:
+        return self.definition.identifier.name
+
 
 def _count_failure(
     definition: MaterializedTableDefinition, staged_conn_id: str, scheduler_conn_id: str, context: Context

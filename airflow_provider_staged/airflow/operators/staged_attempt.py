@@ -14,15 +14,17 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_staged.airflow.callbacks import abort_callback, staged_settings
+from airflow_provider_staged.airflow.operators.targets import target_dataset
 from airflow_provider_staged.engine.base import Engine
-from airflow_provider_staged.lineage.datasets import Lineage, attempt_lineage, hive_namespace, staged_dataset
+from airflow_provider_staged.lineage.datasets import Lineage, attempt_lineage, hive_namespace, planned_lineage
 from airflow_provider_staged.lineage.openlineage import LineageReporting
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 
 
 class StagedAttemptOperator(LineageReporting, BaseOperator):
     """Base of the staged operators: abort callbacks on ``staged_conn_id`` and ``on_kill``;
-    OpenLineage facets of the attempt (the query's inputs; the output once committed)."""
+    OpenLineage facets of the attempt (at the start the query's inputs and the target; at the
+    end the inputs and, once committed, the output)."""
 
     def __init__(self, *, staged_conn_id: str, **kwargs: Any) -> None:
         for name in ("on_failure_callback", "on_retry_callback"):
@@ -48,6 +50,15 @@ class StagedAttemptOperator(LineageReporting, BaseOperator):
         """The query the attempt ran (its tables are the inputs); None: no input lineage."""
         return None
 
+    def lineage_target(self) -> str:
+        """The table the attempt writes: ``database.table`` or ``jdbc://<conn id>/<schema>.<table>``."""
+        raise NotImplementedError
+
+    def lineage_plan(self) -> Lineage | None:
+        metastore_uri = staged_settings(self.staged_conn_id).metastore_uri
+        dataset = target_dataset(self.lineage_target(), metastore_uri)
+        return planned_lineage(self.lineage_sql(), hive_namespace(metastore_uri), dataset)
+
     def lineage_report(self, succeeded: bool) -> Lineage | None:
         # Whatever the task's outcome, the journal says whether the attempt committed: an
         # aborted attempt reports no output.
@@ -55,8 +66,8 @@ class StagedAttemptOperator(LineageReporting, BaseOperator):
             return None
         metastore_uri = staged_settings(self.staged_conn_id).metastore_uri
         record = self._staged.journal.get(self._staged.attempt_id)
-        return attempt_lineage(self.lineage_sql(), hive_namespace(metastore_uri),
-                               staged_dataset(self._staged), record)
+        dataset = target_dataset(self.lineage_target(), metastore_uri)
+        return attempt_lineage(self.lineage_sql(), hive_namespace(metastore_uri), dataset, record)
 
     def _cancel_and_abort(self) -> None:
         try:

@@ -13,7 +13,7 @@ from airflow.sdk import Asset, BaseOperator, Context
 
 from airflow_provider_staged.airflow.callbacks import task_ref
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
-from airflow_provider_staged.airflow.operators.targets import asset_uri
+from airflow_provider_staged.airflow.operators.targets import target_asset
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 
@@ -37,7 +37,7 @@ class StagedRollbackOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         if "{{" not in target and "outlets" not in kwargs:
-            kwargs["outlets"] = [Asset(uri=asset_uri(target, staged_conn_id), name=target)]
+            kwargs["outlets"] = [target_asset(target, staged_conn_id)]
         super().__init__(**kwargs)
         self.target = target
         self.version = version

@@ -16,7 +16,7 @@ from airflow.sdk import Asset, Context, conf
 from airflow_provider_staged.airflow.callbacks import task_ref
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.airflow.operators.staged_attempt import StagedAttemptOperator
-from airflow_provider_staged.airflow.operators.targets import asset_uri, is_jdbc, resolve_sink
+from airflow_provider_staged.airflow.operators.targets import is_jdbc, resolve_sink, target_asset
 from airflow_provider_staged.engine.base import Engine
 from airflow_provider_staged.engine.execution import execute_staged
 from airflow_provider_staged.engine.runners import check_engine, make_engine
@@ -50,6 +50,11 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         (``{"partition.expiration-time": "30 d"}``, see ``partition_ttl``), stored as table
         parameters; such a table's partitions are tracked by the catalog, so that an expired
         one is dropped in one metastore call.
+    :param openlineage_inject_parent_job_info: with ``engine="spark_submit"``, pass this task's
+        OpenLineage job and run to the job (``spark.openlineage.parentJobName``, ``parentRunId``,
+        ``parentJobNamespace`` and the root's) so that openlineage-spark's events name the task
+        as their parent; default ``[openlineage] spark_inject_parent_job_info``, as for the Spark
+        provider's ``SparkSubmitOperator``. Settings already in ``spark_conf`` win.
     """
 
     template_fields: Sequence[str] = ("target", "sql", "spark_conf")
@@ -71,6 +76,7 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         spark_conf: dict[str, str] | None = None,
         jdbc_options: Mapping[str, Any] | None = None,
         table_options: Mapping[str, str] | None = None,
+        openlineage_inject_parent_job_info: bool | None = None,
         **kwargs: Any,
     ) -> None:
         self.purpose = StagingPurpose.parse(purpose).value
@@ -84,7 +90,7 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
 
             JdbcWriteOptions.from_mapping(jdbc_options)  # a bad option fails the DAG file, naming it
         if "{{" not in target and "outlets" not in kwargs:
-            kwargs["outlets"] = [Asset(uri=asset_uri(target, staged_conn_id), name=target)]
+            kwargs["outlets"] = [target_asset(target, staged_conn_id)]
         super().__init__(staged_conn_id=staged_conn_id, **kwargs)
         self.target = target
         self.sql = sql
@@ -94,6 +100,11 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         self.partition_by = partition_by
         self.spark_conf = spark_conf or {}
         self.jdbc_options = dict(jdbc_options or {})
+        if openlineage_inject_parent_job_info is None:
+            openlineage_inject_parent_job_info = conf.getboolean(
+                "openlineage", "spark_inject_parent_job_info", fallback=False
+            )
+        self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
 
     def _is_atomic(self, settings: StagedSettings) -> bool:
         if self.atomic is not None:
@@ -102,17 +113,24 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
             return False
         return conf.getboolean("staged", "atomicity_enabled", fallback=True)
 
-    def _make_engine(self, settings: StagedSettings) -> Engine:
+    def _make_engine(self, settings: StagedSettings, context: Context) -> Engine:
         kwargs: dict[str, Any] = {"spark_conf": self.spark_conf}
         if self.engine == "spark_submit":
             kwargs["spark_conn_id"] = self.spark_conn_id or "spark_default"
+            if self.openlineage_inject_parent_job_info:
+                from airflow.providers.common.compat.openlineage.utils.spark import (
+                    inject_parent_job_information_into_spark_properties,
+                )
+
+                merged = {**settings.spark_conf, **self.spark_conf}
+                kwargs["spark_conf"] = inject_parent_job_information_into_spark_properties(merged, context)
         elif self.engine == "connect":
             kwargs["spark_conn_id"] = self.spark_conn_id
         return make_engine(self.engine, settings, **kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         settings = StagedTableHook(self.staged_conn_id).get_settings()
-        self._engine = self._make_engine(settings)
+        self._engine = self._make_engine(settings, context)
         try:
             return self._build(context, settings)
         finally:
@@ -161,6 +179,9 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
 
     def lineage_sql(self) -> str | None:
         return self.sql
+
+    def lineage_target(self) -> str:
+        return self.target
 
     def _execute_non_atomic(self) -> dict[str, Any]:
         if is_jdbc(self.target):

@@ -1,11 +1,16 @@
-"""Turn an operator's ``target`` into the sink that stages it (Hive table or JDBC table)."""
+"""Turn an operator's ``target`` into the sink that stages it (Hive table or JDBC table), its
+Asset and its OpenLineage dataset."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_staged.airflow.assets import table_asset_uri
+from airflow.sdk import Asset
+
+from airflow_provider_staged.airflow.assets import table_asset
+from airflow_provider_staged.airflow.callbacks import staged_settings
+from airflow_provider_staged.lineage.datasets import DatasetName, hive_dataset, postgres_dataset
 from airflow_provider_staged.staging.api import SupportsStaging
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import TaskRef
@@ -42,7 +47,22 @@ def resolve_sink(
     )
 
 
-def asset_uri(target: str, staged_conn_id: str) -> str:
+def target_asset(target: str, staged_conn_id: str) -> Asset:
+    """The target's asset: a Hive table's is named after its metastore, so the staged
+    connection is read (when the DAG is parsed); a ``jdbc://`` target is its own URI."""
     if is_jdbc(target):
-        return target
-    return table_asset_uri(TableIdentifier.parse(target), staged_conn_id)
+        return Asset(uri=target, name=target)
+    return table_asset(TableIdentifier.parse(target), staged_settings(staged_conn_id).metastore_uri)
+
+
+def target_dataset(target: str, metastore_uri: str) -> DatasetName:
+    """The OpenLineage dataset the target is: the Hive table of the metastore at
+    ``metastore_uri``, or the PostgreSQL table of a ``jdbc://`` target (its connection read)."""
+    if is_jdbc(target):
+        from airflow_provider_staged.catalogs.postgres_connections import postgres_connection
+        from airflow_provider_staged.staging.kinds.jdbc_table import JdbcTarget
+
+        table = JdbcTarget.parse(target)
+        conn = postgres_connection(table.conn_id)
+        return postgres_dataset(conn.host, conn.port, conn.database, table.schema, table.table)
+    return hive_dataset(metastore_uri, TableIdentifier.parse(target).name)

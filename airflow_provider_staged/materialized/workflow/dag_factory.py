@@ -17,9 +17,10 @@ from typing import Any
 
 import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, Asset, CronTriggerTimetable, get_parsing_context
+from airflow.sdk import DAG, CronTriggerTimetable, get_parsing_context
 
-from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID, table_asset_uri
+from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID, table_asset
+from airflow_provider_staged.airflow.callbacks import staged_settings
 from airflow_provider_staged.airflow.operators.materialized_continuous import (
     MaterializedTableContinuousOperator,
 )
@@ -48,11 +49,6 @@ from airflow_provider_staged.staging.identifiers import TableIdentifier
 log = logging.getLogger(__name__)
 
 
-def table_asset(identifier: TableIdentifier, conn_id: str = DEFAULT_CONN_ID) -> Asset:
-    """The table's asset, the same one the staged operators emit events for."""
-    return Asset(name=identifier.name, uri=table_asset_uri(identifier, conn_id))
-
-
 def build_dags(
     definitions_dir: str | Path,
     globals_dict: MutableMapping[str, Any],
@@ -64,7 +60,8 @@ def build_dags(
 
     Under a parsing context (a worker running one task) only the requested DAG is built.
     ``zone`` is the time zone of the cron schedules and of ``scheduleTime``; ``conn_id`` the
-    staged connection whose catalog holds the tables (it names their assets).
+    staged connection whose catalog holds the tables: its metastore names their assets, so the
+    connection is read once (not the metastore) when there is a table to build.
     ``check_queries`` also parses each query with sqlglot (about 0.7 ms per query plus 0.25 s
     to import sqlglot) so that a bad query shows up as a broken definition.
     """
@@ -83,13 +80,16 @@ def build_dags(
         except DefinitionError as err:
             definitions[path] = err
     _reject_duplicates(definitions)
+    # Read only when there is a table to build: broken definitions need no connection.
+    tables = any(isinstance(d, MaterializedTableDefinition) for d in definitions.values())
+    metastore_uri = staged_settings(conn_id).metastore_uri if tables else ""
     dags = {}
     for path, definition in definitions.items():
         if isinstance(definition, DefinitionError):
             log.error("Broken materialized-table definition: %s", definition)
             dag = _broken_dag(path, definition)
         else:
-            dag = _refresh_dag(definition, zone, conn_id)
+            dag = _refresh_dag(definition, zone, conn_id, metastore_uri)
         if wanted is None or dag.dag_id == wanted:
             dags[dag.dag_id] = dag
     globals_dict.update(dags)
@@ -163,7 +163,9 @@ def _reject_duplicates(
 CONTINUOUS_START = pendulum.date(2000, 1, 1)
 
 
-def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: str) -> DAG:
+def _refresh_dag(
+    definition: MaterializedTableDefinition, zone: str, conn_id: str, metastore_uri: str
+) -> DAG:
     default_args: dict[str, Any] = {}
     if definition.owner is not None:
         default_args["owner"] = definition.owner
@@ -196,7 +198,7 @@ def _refresh_dag(definition: MaterializedTableDefinition, zone: str, conn_id: st
         definition=definition,
         zone=zone,
         staged_conn_id=conn_id,
-        outlets=[table_asset(definition.identifier, conn_id)],
+        outlets=[table_asset(definition.identifier, metastore_uri)],
         dag=dag,
     )
     return dag
