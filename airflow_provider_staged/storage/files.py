@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
 from pyarrow import fs as pafs
@@ -78,3 +80,21 @@ def read_text(location: str) -> str:
     filesystem, path = _resolve(location)
     with filesystem.open_input_stream(path) as stream:
         return stream.read().decode()
+
+
+def probe_writable(location: str) -> None:
+    """Write and delete an empty file in ``location``; an OSError says why that fails.
+
+    A local directory that does not exist yet is probed in its nearest existing parent, where it
+    would be created: the probe creates nothing. Object stores have no directories to create.
+    """
+    filesystem, path = _resolve(location)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        existing = Path(path)
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        path = str(existing)
+    probe = f"{path.rstrip('/')}/.staged-probe-{uuid.uuid4().hex}"
+    with filesystem.open_output_stream(probe) as stream:
+        stream.write(b"")
+    filesystem.delete_file(probe)
