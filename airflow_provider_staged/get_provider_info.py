@@ -59,7 +59,7 @@ CONN_FIELDS = {
     "attempt_ttl_minutes": _field(
         "Attempt TTL (minutes)",
         "number",
-        "An attempt whose heartbeat stopped this long ago is expired by `staged reconcile`; default 60.",
+        "An attempt whose heartbeat stopped this long ago is expired by staged reconcile; default 60.",
         minimum=0,
     ),
     "spark_conf": _field(

@@ -74,7 +74,7 @@ class StagedTableHook(BaseHook):
             except (OSError, ValueError) as err:  # pyarrow: OSError, or ValueError for a bad URI
                 return False, f"{what} {location} is not writable from this Airflow process: {err}"
         return True, (
-            f"Hive Metastore at {uri} answered ({len(databases)} databases); "
+            f"Hive Metastore at {uri} answered (databases: {len(databases)}); "
             f"warehouse {settings.warehouse} and journal directory {settings.journal_dir} writable"
         )
 
