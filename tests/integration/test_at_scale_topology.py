@@ -187,8 +187,13 @@ class Loopback:
     root: Path
     addresses: dict[str, int] = field(default_factory=dict)
     hosts: tuple[str, ...] = ("airflow-scheduler", "0.0.0.0")
-    paths: tuple[str, ...] = ("/run/staged-secrets", "/run/staged-auth", "/warehouse",
-                              "/var/lib/staged-metastore", "/opt/airflow/dags")
+    paths: tuple[str, ...] = (
+        "/run/staged-secrets",
+        "/run/staged-auth",
+        "/warehouse",
+        "/var/lib/staged-metastore",
+        "/opt/airflow/dags",
+    )
 
     def path(self, container_path: str) -> Path:
         return self.root / container_path.strip("/").replace("/", "_")
@@ -432,13 +437,19 @@ def test_ctas_and_refresh_on_the_at_scale_topology(topology: Topology) -> None:
 
     # The Materialized tables page (in the api-server) and `staged mt` (in any Airflow container)
     # read the catalog and reach the API from the compose environment alone.
-    page = httpx.get(f"{topology.airflow.endpoint}/materialized-tables/api/tables", timeout=120,
-                     headers={"Authorization": f"Bearer {topology.token}"}).raise_for_status().json()
+    response = httpx.get(
+        f"{topology.airflow.endpoint}/materialized-tables/api/tables",
+        timeout=120,
+        headers={"Authorization": f"Bearer {topology.token}"},
+    )
+    page = response.raise_for_status().json()
     assert page["catalog_error"] is None, page["catalog_error"]
     assert {row["table"]: row["table_exists"] for row in page["tables"]} == {"analytics.orders_daily": True}
     staged = str(Path(sys.executable).parent / "staged")
-    described = run_checked([staged, "mt", "describe", "analytics.orders_daily", "--output", "json"],
-                            {**topology.airflow.env, "STAGED_AIRFLOW_PASSWORD": topology.admin_password})
+    described = run_checked(
+        [staged, "mt", "describe", "analytics.orders_daily", "--output", "json"],
+        {**topology.airflow.env, "STAGED_AIRFLOW_PASSWORD": topology.admin_password},
+    )
     assert json.loads(described)["partitions"] == f"ds={REFRESHED_DS}", described
 
     # The metastore's server: loopback only here, the lock reaper on, Derby's test mode off, and
