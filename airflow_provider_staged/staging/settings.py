@@ -35,7 +35,7 @@ def parse_bool(value: object, name: str) -> bool:
 
 def _optional_number(extras: dict[str, Any], key: str) -> float | None:
     value = extras.get(key)
-    if value in (None, ""):
+    if value is None:
         return None
     try:
         return float(value)
@@ -68,7 +68,8 @@ class StagedSettings:
         """Build settings from a connection's host, port and extra JSON; unknown extras fail."""
         if isinstance(extras, str):
             extras = json.loads(extras) if extras.strip() else {}
-        extras = dict(extras or {})
+        # A field left blank in the connection form is stored as null or "": the default.
+        extras = {key: value for key, value in (extras or {}).items() if value not in (None, "")}
         unknown = sorted(set(extras) - KNOWN_EXTRAS)
         if unknown:
             raise ValueError(f"unknown staged connection extra(s) {unknown}: known {sorted(KNOWN_EXTRAS)}")

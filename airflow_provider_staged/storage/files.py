@@ -10,6 +10,7 @@ import functools
 import os
 import tempfile
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -274,3 +275,21 @@ def open_input_file(location: str) -> pafs.NativeFile:
     """A random-access file (what a Parquet footer read needs)."""
     filesystem, path = _resolve(location)
     return filesystem.open_input_file(path)
+
+
+def probe_writable(location: str) -> None:
+    """Write and delete an empty file in ``location``; an OSError says why that fails.
+
+    A local directory that does not exist yet is probed in its nearest existing parent, where it
+    would be created: the probe creates nothing. Object stores have no directories to create.
+    """
+    filesystem, path = _resolve(location)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        existing = Path(path)
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        path = str(existing)
+    probe = f"{path.rstrip('/')}/.staged-probe-{uuid.uuid4().hex}"
+    with filesystem.open_output_stream(probe) as stream:
+        stream.write(b"")
+    filesystem.delete_file(probe)

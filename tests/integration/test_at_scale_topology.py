@@ -187,7 +187,13 @@ class Loopback:
     root: Path
     addresses: dict[str, int] = field(default_factory=dict)
     hosts: tuple[str, ...] = ("airflow-scheduler", "0.0.0.0")
-    paths: tuple[str, ...] = ("/run/staged-secrets", "/warehouse", "/var/lib/staged-metastore")
+    paths: tuple[str, ...] = (
+        "/run/staged-secrets",
+        "/run/staged-auth",
+        "/warehouse",
+        "/var/lib/staged-metastore",
+        "/opt/airflow/dags",
+    )
 
     def path(self, container_path: str) -> Path:
         return self.root / container_path.strip("/").replace("/", "_")
@@ -265,6 +271,7 @@ class Topology:
     cluster: StandaloneCluster
     airflow: AirflowInfo
     token: str
+    admin_password: str
 
     def database(self, name: str) -> psycopg.Connection:
         return psycopg.connect(
@@ -334,8 +341,8 @@ def _with_airflow(
     env = airflow_env(found, loop)
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg://")
     home = loop.root / "airflow"
-    dags = home / "dags"
-    shutil.copytree(REPO / "dags", dags)  # what the image ships
+    dags = loop.path("/opt/airflow/dags")
+    shutil.copytree(REPO / "dags", dags, dirs_exist_ok=True)  # what the image ships
     shutil.copy(REPO / "tests" / "dags" / "staged_test_dags.py", dags)
     env |= {
         # The spark-submit test DAG builds raw.orders on the cluster.
@@ -347,10 +354,12 @@ def _with_airflow(
     }
     cleanups.append(lambda: stop_airflow(home))
     airflow = start_airflow(home, dags, port=port, extra_env=env, timeout=400)
-    passwords_file = loop.path("/run/staged-secrets") / "simple_auth_manager_passwords.json"
-    passwords = json.loads(passwords_file.read_text())
-    token = fetch_token(airflow.endpoint, "admin", passwords["admin"])
-    yield Topology(postgres, metastore, cluster, airflow, token)
+    # Airflow's (writable) passwords file holds the secret the README points `staged mt` users to.
+    password = (loop.path("/run/staged-secrets") / "airflow_admin_password").read_text().strip()
+    passwords = json.loads((loop.path("/run/staged-auth") / "simple_auth_manager_passwords.json").read_text())
+    assert passwords == {"admin": password}
+    token = fetch_token(airflow.endpoint, "admin", password)
+    yield Topology(postgres, metastore, cluster, airflow, token, password)
 
 
 class Rest(WorkflowRest):
@@ -425,6 +434,23 @@ def test_ctas_and_refresh_on_the_at_scale_topology(topology: Topology) -> None:
     assert states == [("mt__analytics__orders_daily", "success"), ("staged_spark_submit", "success")]
     apps = {app["name"] for app in master_apps(topology.cluster)["completedapps"]}
     assert {"staged-write", "staged"} <= apps, apps
+
+    # The Materialized tables page (in the api-server) and `staged mt` (in any Airflow container)
+    # read the catalog and reach the API from the compose environment alone.
+    response = httpx.get(
+        f"{topology.airflow.endpoint}/materialized-tables/api/tables",
+        timeout=120,
+        headers={"Authorization": f"Bearer {topology.token}"},
+    )
+    page = response.raise_for_status().json()
+    assert page["catalog_error"] is None, page["catalog_error"]
+    assert {row["table"]: row["table_exists"] for row in page["tables"]} == {"analytics.orders_daily": True}
+    staged = str(Path(sys.executable).parent / "staged")
+    described = run_checked(
+        [staged, "mt", "describe", "analytics.orders_daily", "--output", "json"],
+        {**topology.airflow.env, "STAGED_AIRFLOW_PASSWORD": topology.admin_password},
+    )
+    assert json.loads(described)["partitions"] == f"ds={REFRESHED_DS}", described
 
     # The metastore's server: loopback only here, the lock reaper on, Derby's test mode off, and
     # the database password on no command line.

@@ -44,3 +44,10 @@ def test_from_fields_rejects_bad_extras(tmp_path, extras, message):
 def test_from_fields_needs_host_and_port(tmp_path):
     with pytest.raises(ValueError, match="host and port"):
         StagedSettings.from_fields("", None, None, tmp_path)
+
+
+def test_blank_form_fields_are_the_defaults(tmp_path):
+    """The connection form stores a field left blank as null (or ""): the default, not an error."""
+    blank = {name: None for name in ("warehouse", "journal_dir", "atomic", "keep_versions", "spark_conf")}
+    settings = StagedSettings.from_fields("h", 1, {**blank, "attempt_ttl_minutes": ""}, tmp_path)
+    assert settings == StagedSettings.from_fields("h", 1, None, tmp_path)

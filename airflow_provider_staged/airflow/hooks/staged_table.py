@@ -9,10 +9,15 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
+from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.settings import StagedSettings
-from airflow_provider_staged.storage.files import configure_s3
+from airflow_provider_staged.storage.files import configure_s3, probe_writable
 from airflow_provider_staged.storage.s3 import S3Options
+
+# The connection test answers a person waiting in the UI: a silent host fails within this.
+TEST_TIMEOUT_MS = 10_000
 
 
 class StagedTableHook(BaseHook):
@@ -21,6 +26,7 @@ class StagedTableHook(BaseHook):
     Without a connection named :attr:`default_conn_name`, the embedded default is used: the
     local metastore started by ``staged services up`` under ``STAGED_HOME``. Any other id must
     name a connection: a typo would otherwise build into the local catalog without a word.
+    The connection form's fields are declared in ``get_provider_info.py``.
     """
 
     conn_name_attr = "staged_conn_id"
@@ -31,23 +37,6 @@ class StagedTableHook(BaseHook):
     def __init__(self, staged_conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.staged_conn_id = staged_conn_id
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "login", "password"],
-            "relabeling": {"host": "Metastore host", "port": "Metastore Thrift port"},
-            "placeholders": {
-                "host": "127.0.0.1",
-                "port": "9083",
-                "extra": (
-                    '{"warehouse": "file:/data/warehouse", "journal_dir": "/data/staged/journal", '
-                    '"atomic": true, "keep_versions": 2, "max_version_age_hours": 168, '
-                    '"version_grace_minutes": 60, '
-                    '"attempt_ttl_minutes": 60, "spark_conf": {}}'
-                ),
-            },
-        }
 
     def get_settings(self) -> StagedSettings:
         try:
@@ -66,6 +55,37 @@ class StagedTableHook(BaseHook):
             bucket = urlparse(settings.warehouse).netloc
             configure_s3(s3_options_of(self.get_connection(settings.aws_conn_id)), bucket or None)
         return settings
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Airflow's connection test: the metastore answers, the warehouse and journal take files.
+
+        Run where Airflow runs it (the api-server): the locations are checked as this process
+        reaches them.
+        """
+        try:
+            settings = self.get_settings()
+        except (ValueError, RuntimeError) as err:
+            return False, str(err)
+        uri = settings.metastore_uri
+        try:
+            with MetastoreClient(uri, timeout_ms=TEST_TIMEOUT_MS) as client:
+                databases = client.thrift.get_all_databases()
+        except StagingError as err:  # "cannot reach the Hive Metastore at <uri>: ..."
+            return False, str(err)
+        except Exception as err:  # reached, but no metastore answer (another server, a timeout)
+            return False, f"no Hive Metastore answer from {uri}: {type(err).__name__}: {err}"
+        for what, location in (
+            ("warehouse", settings.warehouse),
+            ("journal directory", settings.journal_dir),
+        ):
+            try:
+                probe_writable(location)
+            except (OSError, ValueError) as err:  # pyarrow: OSError, or ValueError for a bad URI
+                return False, f"{what} {location} is not writable from this Airflow process: {err}"
+        return True, (
+            f"Hive Metastore at {uri} answered (databases: {len(databases)}); "
+            f"warehouse {settings.warehouse} and journal directory {settings.journal_dir} writable"
+        )
 
 
 def s3_options_of(connection: Any) -> S3Options:
