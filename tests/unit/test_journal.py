@@ -6,7 +6,8 @@ import pytest
 
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook
 from airflow_provider_staged.staging.errors import CommitConflictError
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.versions import RetentionPolicy, new_attempt_id, parse_version_dir
 
 
@@ -17,7 +18,7 @@ def _record(attempt_id="a1", task=None):
 
 
 def test_transitions_and_history(tmp_path):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     journal.create(_record())
     with journal.locked("a1"):
         journal.transition("a1", AttemptState.WRITTEN, manifest={"rows": 3})
@@ -30,7 +31,7 @@ def test_transitions_and_history(tmp_path):
 
 @pytest.mark.parametrize("ended", [AttemptState.COMMITTED, AttemptState.ABORTED])
 def test_ended_attempts_cannot_move(tmp_path, ended):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     journal.create(_record())
     with journal.locked("a1"):
         journal.transition("a1", ended)
@@ -40,7 +41,7 @@ def test_ended_attempts_cannot_move(tmp_path, ended):
 
 
 def test_duplicate_create_and_bad_ids(tmp_path):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     journal.create(_record())
     with pytest.raises(CommitConflictError):
         journal.create(_record())
@@ -49,7 +50,7 @@ def test_duplicate_create_and_bad_ids(tmp_path):
 
 
 def test_for_task_matches_try(tmp_path):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     task1 = TaskRef("d", "t", "r", 1)
     journal.create(_record("a1", task1))
     journal.create(_record("a2", TaskRef("d", "t", "r", 2)))
@@ -59,14 +60,14 @@ def test_for_task_matches_try(tmp_path):
 
 
 def test_records_with_a_prefix_read_only_those_attempts(tmp_path):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     for attempt_id in ("q1-b1-x", "q1-b1-y", "q1-b10-x", "q2-b1-x"):
         journal.create(_record(attempt_id))
     assert [r.attempt_id for r in journal.records("q1-b1-")] == ["q1-b1-x", "q1-b1-y"]
     assert len(journal.records()) == 4
 
 def test_temporary_files_of_killed_writers_are_removed_once_stale(tmp_path):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     journal.create(_record("a1"))
     journal.set_retention_mark("db.t", 1.0)
     marks = tmp_path / ".retention"
@@ -84,7 +85,7 @@ def test_temporary_files_of_killed_writers_are_removed_once_stale(tmp_path):
 
 
 def _hold_lock(root, ready, release):
-    journal = AttemptJournal(root)
+    journal = FileJournal(root)
     with journal.locked("a1"):
         ready.set()
         release.wait(10)
@@ -99,7 +100,7 @@ def test_lock_excludes_other_processes(tmp_path):
     started = time.monotonic()
     threading_release = ctx.Process(target=lambda: (time.sleep(0.5), release.set()))
     threading_release.start()
-    with AttemptJournal(tmp_path).locked("a1"):
+    with FileJournal(tmp_path).locked("a1"):
         waited = time.monotonic() - started
     holder.join()
     threading_release.join()

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
+from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
 from airflow_provider_staged.staging.settings import StagedSettings
+
+log = logging.getLogger(__name__)
+# Connections already warned about a file journal beside a shared warehouse (once per process).
+_WARNED: set[str] = set()
 
 
 class StagedTableHook(BaseHook):
@@ -38,7 +46,8 @@ class StagedTableHook(BaseHook):
                 "host": "127.0.0.1",
                 "port": "9083",
                 "extra": (
-                    '{"warehouse": "file:/data/warehouse", "journal_dir": "/data/staged/journal", '
+                    '{"warehouse": "s3a://bucket/warehouse", '
+                    '"journal": "postgresql://staged@airflow-db:5432/airflow", '
                     '"atomic": true, "keep_versions": 2, "max_version_age_hours": 168, '
                     '"version_grace_minutes": 60, '
                     '"attempt_ttl_minutes": 60, "spark_conf": {}}'
@@ -57,7 +66,28 @@ class StagedTableHook(BaseHook):
                     "metastore when it is not defined"
                 ) from None
             return embedded_settings(self.staged_conn_id)
-        return StagedSettings.from_fields(conn.host, conn.port, conn.extra, staged_home())
+        settings = StagedSettings.from_fields(conn.host, conn.port, conn.extra, staged_home())
+        if settings.journal_url:  # the extra is no secret field: keep the URL's password out of task logs
+            password = conninfo_to_dict(settings.journal_url).get("password")
+            if password:
+                mask_secret(password)
+        warn_if_journal_is_local(self.staged_conn_id, settings)
+        return settings
+
+
+def warn_if_journal_is_local(conn_id: str, settings: StagedSettings) -> None:
+    """Say once that a warehouse other hosts write into is journaled on this host's disk only:
+    there, each worker's sweep sees only its own attempts (docs/DESIGN.md, "The shared journal")."""
+    if settings.journal_url or urlsplit(settings.warehouse).scheme in ("", "file") or conn_id in _WARNED:
+        return
+    _WARNED.add(conn_id)
+    log.warning(
+        "connection %s: warehouse %s is shared, but the attempt journal is a directory on this host "
+        "(%s): workers on other hosts do not see its attempts, and their sweeps may delete this "
+        "host's versions. Set the connection extra \"journal\" to a postgresql:// URL that every "
+        "worker reaches.",
+        conn_id, settings.warehouse, settings.journal_dir,
+    )
 
 
 def embedded_settings(conn_id: str = StagedTableHook.default_conn_name) -> StagedSettings:
