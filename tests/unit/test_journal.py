@@ -14,12 +14,6 @@ from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState,
 from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.journal_postgres import PostgresJournal
 from airflow_provider_staged.staging.versions import RetentionPolicy, new_attempt_id, parse_version_dir
-from tests.fixtures.postgres_server import PostgresServer
-
-
-def journal_url(server: PostgresServer) -> str:
-    """The journal URL of a test server (what the connection extra ``journal`` holds)."""
-    return server.airflow_uri().replace("postgres://", "postgresql://", 1)
 
 
 def open_journal(spec):
@@ -31,7 +25,7 @@ def open_journal(spec):
 def journal_spec(request, tmp_path):
     if request.param == "files":
         return str(tmp_path / "journal")
-    return journal_url(request.getfixturevalue("postgres")), "j_" + uuid.uuid4().hex[:12]
+    return request.getfixturevalue("postgres").url(), "j_" + uuid.uuid4().hex[:12]
 
 
 @pytest.fixture

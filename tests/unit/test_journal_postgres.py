@@ -32,7 +32,6 @@ from airflow_provider_staged.staging.kinds.hive_table import (
 )
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from tests.unit.test_journal import journal_url
 
 FORK = multiprocessing.get_context("fork")
 NOWHERE = "thrift://127.0.0.1:9"  # any metastore call fails the test
@@ -40,7 +39,7 @@ NOWHERE = "thrift://127.0.0.1:9"  # any metastore call fails the test
 
 @pytest.fixture
 def spec(postgres) -> tuple[str, str]:
-    return journal_url(postgres), "j_" + uuid.uuid4().hex[:12]
+    return postgres.url(), "j_" + uuid.uuid4().hex[:12]
 
 
 class PointerTable(JournaledStagedTable):
