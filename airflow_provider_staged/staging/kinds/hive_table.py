@@ -75,9 +75,10 @@ VERSION_KINDS = (*HIVE_KINDS, APPEND_KIND)
 EXPIRE_KIND = "hive_expire"
 # The rows the sink appended to the current version (a table parameter the sink kinds keep).
 SINK_ROWS_KEY = "sink.rows"
-# Kinds whose manifest lists files inside the attempt's location before the commit (a sink's
-# commit and a continuous table's overwrite move files there in the commit itself).
-FILES_IN_LOCATION_KINDS = ("hive_table", "hive_partitions", ROLLBACK_KIND)
+# Kinds whose manifest lists the files their job wrote into the attempt's location (a sink's
+# commit and a continuous table's overwrite move files there in the commit itself; a rollback
+# checks its version under the table's lock).
+FILES_IN_LOCATION_KINDS = ("hive_table", "hive_partitions")
 
 
 class HiveStagedTable(JournaledStagedTable):
