@@ -167,7 +167,8 @@ class AttemptRecord:
 
 
 class AttemptJournal(Protocol):
-    """What every journal does; transitions of one attempt are serialized by ``locked``."""
+    """What every journal does; transitions of one attempt are serialized by ``locked``. The
+    journals subclass it for ``require``; ``str()`` of one says where it is (no password)."""
 
     def now(self) -> float:
         """The journal's clock (seconds since the epoch): the clock of every time it records."""
@@ -183,6 +184,10 @@ class AttemptJournal(Protocol):
 
     def require(self, attempt_id: str) -> AttemptRecord:
         """The attempt's record; CommitConflictError when it is not journaled."""
+        record = self.get(attempt_id)
+        if record is None:
+            raise CommitConflictError(f"attempt {attempt_id} is not in the journal at {self}")
+        return record
 
     def transition(self, attempt_id: str, state: AttemptState, **changes: Any) -> AttemptRecord:
         """Move an attempt to ``state`` with ``changes``; the caller holds ``locked(attempt_id)``."""

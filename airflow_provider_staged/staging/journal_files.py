@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from airflow_provider_staged.staging.errors import CommitConflictError
 from airflow_provider_staged.staging.journal import (
+    AttemptJournal,
     AttemptRecord,
     AttemptState,
     TaskRef,
@@ -39,7 +40,7 @@ _ORPHANS_DIR = ".orphans"
 STALE_TEMPORARY_SECONDS = 3600
 
 
-class FileJournal:
+class FileJournal(AttemptJournal):
     """Reads and transitions attempt records stored under ``root`` (``AttemptJournal``)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -99,12 +100,6 @@ class FileJournal:
             return AttemptRecord.from_json(self._path(attempt_id).read_text())
         except FileNotFoundError:
             return None
-
-    def require(self, attempt_id: str) -> AttemptRecord:
-        record = self.get(attempt_id)
-        if record is None:
-            raise CommitConflictError(f"attempt {attempt_id} is not in the journal at {self}")
-        return record
 
     def transition(self, attempt_id: str, state: AttemptState, **changes: Any) -> AttemptRecord:
         """Move an attempt to ``state``; the caller must hold ``locked(attempt_id)``."""

@@ -38,6 +38,7 @@ from psycopg.conninfo import conninfo_to_dict
 from airflow_provider_staged.catalogs.postgres_connections import APPLICATION_NAME, POSTGRES_CONNECTIONS
 from airflow_provider_staged.staging.errors import CommitConflictError, StagingError
 from airflow_provider_staged.staging.journal import (
+    AttemptJournal,
     AttemptRecord,
     AttemptState,
     TaskRef,
@@ -83,7 +84,7 @@ def redacted_url(url: str) -> str:
     return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
 
 
-class PostgresJournal:
+class PostgresJournal(AttemptJournal):
     """Attempt records in ``<schema>.attempts`` of the database at ``url`` (``AttemptJournal``)."""
 
     def __init__(self, url: str, schema: str = DEFAULT_SCHEMA) -> None:
@@ -227,12 +228,6 @@ class PostgresJournal:
     def get(self, attempt_id: str) -> AttemptRecord | None:
         found = self._records("attempt_id = %s", (check_attempt_id(attempt_id),))
         return found[0] if found else None
-
-    def require(self, attempt_id: str) -> AttemptRecord:
-        record = self.get(attempt_id)
-        if record is None:
-            raise CommitConflictError(f"attempt {attempt_id} is not in the journal at {self}")
-        return record
 
     def transition(self, attempt_id: str, state: AttemptState, **changes: Any) -> AttemptRecord:
         """Move an attempt to ``state``: a compare-and-set on the state and revision it read."""
