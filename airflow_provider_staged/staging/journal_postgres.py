@@ -137,8 +137,14 @@ class PostgresJournal(AttemptJournal):
             yield conn
 
     def _create_tables(self, conn: psycopg.Connection[Any]) -> None:
+        """Create the schema and tables unless they exist: a role that may not create them (an
+        administrator made them) never runs a CREATE, which checks privileges before existence."""
         attempts, marks, orphans = self._tables.values()
         with _READY_LOCK, conn.transaction():
+            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (orphans.as_string(conn),))
+            if (exists.fetchone() or (False,))[0]:
+                _READY.add((self._url, self.schema))
+                return
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
             # ``COLLATE "C"``: ``records(prefix)``'s LIKE 'prefix%' can use the primary key.

@@ -296,3 +296,18 @@ def test_settings_pick_the_journal():
     shared = StagedSettings.from_fields("h", 1, {"journal": "postgresql://u:p@db/airflow"}, home)
     assert isinstance(shared.journal, PostgresJournal)
     assert shared.journal_dir == "/tmp/home/journal"  # still this host's scratch (sink staging)
+
+
+def test_a_role_that_may_not_create_uses_the_tables_an_administrator_made(spec, postgres):
+    PostgresJournal(*spec).now()  # the administrator's first use creates the schema and tables
+    role, password, schema = "w_" + uuid.uuid4().hex[:8], uuid.uuid4().hex, spec[1]
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        admin.execute(f"REVOKE CREATE ON DATABASE postgres FROM PUBLIC, {role}")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}")
+    url = f"postgresql://{role}:{password}@{postgres.host}:{postgres.port}/postgres"
+    worker = PostgresJournal(url, schema)
+    worker.create(AttemptRecord("w1", "hive_table", "db.t", "create", "/x"))
+    with worker.locked("w1"):
+        assert worker.transition("w1", AttemptState.WRITTEN).state is AttemptState.WRITTEN
