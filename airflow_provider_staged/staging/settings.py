@@ -69,12 +69,13 @@ def _journal_location(extras: dict[str, Any], home: Path) -> tuple[str, str | No
             f"invalid connection extra journal={redacted_url(journal)!r}: expected a postgresql:// URL "
             "or a local directory"
         )
-    if directory and directory != journal:
+    path = urlsplit(journal).path if journal.startswith("file:") else journal
+    if directory and directory != path:
         raise ValueError(
             f"connection extras journal={journal!r} and journal_dir={directory!r} name two file "
             "journals: give one"
         )
-    return urlsplit(journal).path if journal.startswith("file:") else journal, None
+    return path, None
 
 
 @dataclass(frozen=True)
