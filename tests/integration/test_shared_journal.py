@@ -39,8 +39,11 @@ def database(metastore, spark):
 
 @pytest.fixture
 def settings(metastore, postgres, tmp_path):
-    extras = {"warehouse": metastore.warehouse, "journal": postgres.url(),
-              "journal_schema": "j_" + uuid.uuid4().hex[:12]}
+    extras = {
+        "warehouse": metastore.warehouse,
+        "journal": postgres.url(),
+        "journal_schema": "j_" + uuid.uuid4().hex[:12],
+    }
     host, port = metastore.uri.removeprefix("thrift://").split(":")
     return StagedSettings.from_fields(host, int(port), extras, tmp_path)
 

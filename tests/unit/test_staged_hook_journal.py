@@ -20,8 +20,11 @@ def _connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, 
 def test_a_shared_warehouse_with_a_file_journal_is_warned_about_once(monkeypatch, caplog, tmp_path):
     monkeypatch.setenv("STAGED_HOME", str(tmp_path))
     _connection(monkeypatch, "s3_files", {"warehouse": "s3a://bucket/warehouse"})
-    _connection(monkeypatch, "s3_shared", {"warehouse": "s3a://bucket/warehouse",
-                                           "journal": "postgresql://staged:pw@db:5432/airflow"})
+    _connection(
+        monkeypatch,
+        "s3_shared",
+        {"warehouse": "s3a://bucket/warehouse", "journal": "postgresql://staged:pw@db:5432/airflow"},
+    )
     _connection(monkeypatch, "local_files", {"warehouse": f"file:{tmp_path}/warehouse"})
     with caplog.at_level(logging.WARNING, logger=staged_table.__name__):
         for conn_id in ("s3_files", "s3_files", "s3_shared", "local_files"):

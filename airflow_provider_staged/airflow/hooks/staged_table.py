@@ -84,9 +84,11 @@ def warn_if_journal_is_local(conn_id: str, settings: StagedSettings) -> None:
     log.warning(
         "connection %s: warehouse %s is shared, but the attempt journal is a directory on this host "
         "(%s): workers on other hosts do not see its attempts, and their sweeps may delete this "
-        "host's versions. Set the connection extra \"journal\" to a postgresql:// URL that every "
+        'host\'s versions. Set the connection extra "journal" to a postgresql:// URL that every '
         "worker reaches.",
-        conn_id, settings.warehouse, settings.journal_dir,
+        conn_id,
+        settings.warehouse,
+        settings.journal_dir,
     )
 
 
