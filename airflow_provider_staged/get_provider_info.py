@@ -27,6 +27,17 @@ CONN_FIELDS = {
         "Where tables and their versions are written (file:/..., s3a://...); default "
         "$STAGED_HOME/warehouse. Must be reachable from the Airflow workers and Spark.",
     ),
+    "journal": _field(
+        "Shared journal",
+        "string",
+        "A postgresql:// URL of the attempt journal that every worker, the DAG processor, the CLI and "
+        "the page share (put the password in ~/.pgpass); blank: the journal directory below.",
+    ),
+    "journal_schema": _field(
+        "Journal schema",
+        "string",
+        "The PostgreSQL schema of the shared journal's tables; default staged_journal.",
+    ),
     "journal_dir": _field(
         "Journal directory",
         "string",

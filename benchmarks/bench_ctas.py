@@ -64,7 +64,7 @@ from airflow_provider_staged.engine.execution import execute_staged
 from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
@@ -93,7 +93,7 @@ class CtasBlock:
         self.block = block
         # One journal per block: later blocks do not pay for earlier blocks' records.
         journal_dir = services.home / "journals" / block
-        self.journal = AttemptJournal(journal_dir)
+        self.journal = FileJournal(journal_dir)
         self.engine = embedded_engine(services, journal_dir)
         self.phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
         timed_method(self.engine, "run", self.phases["write"])
@@ -218,7 +218,7 @@ def run_block(
 
 def commit_latency(services: HiveServices, rows: int, samples: int) -> dict[str, list[float]]:
     """Time ``commit()`` of ``samples`` replace attempts of one table holding ``rows`` rows."""
-    journal = AttemptJournal(services.home / "journals" / f"latency_{rows}")
+    journal = FileJournal(services.home / "journals" / f"latency_{rows}")
     identifier = TableIdentifier(DATABASE, f"latency_{rows}")
 
     def staged(purpose: StagingPurpose) -> HiveStagedTable:

@@ -57,7 +57,8 @@ from airflow_provider_staged.local.stack import definitions_dir, stack_down, sta
 from airflow_provider_staged.materialized.naming import dag_id_for, manual_run_fields
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 
 DATABASE = "bench_gw"
@@ -165,7 +166,7 @@ def ctas(reps: int) -> None:
         gateway = start_gateway(services.metastore_uri, str(services.warehouse), services.home,
                                 master="local[2]")
         print(f"gateway warm in {time.perf_counter() - started:.0f}s", flush=True)
-        journal = AttemptJournal(services.home / "journal")
+        journal = FileJournal(services.home / "journal")
         embedded = embedded_engine(services, services.home / "journal")
         connect = ConnectEngine(embedded.settings, url=gateway.url)
         tables = itertools.count()
@@ -208,7 +209,7 @@ class Stack:
         print(f"stack + gateway up in {time.perf_counter() - started:.0f}s", flush=True)
         self.http = httpx.Client(base_url=f"{self.airflow.endpoint}/api/v2", timeout=120,
                                  headers={"Authorization": f"Bearer {api_token(self.airflow)}"})
-        self.journal = AttemptJournal(self.home / "journal")
+        self.journal = FileJournal(self.home / "journal")
         self.timelines: dict[str, list[tuple[float, dict[str, float]]]] = {}
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from airflow_provider_staged.catalogs.postgres_connections import POSTGRES_CONNE
 from airflow_provider_staged.engine.session import jars_conf
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     POSTGRES_DRIVER,
     JdbcStagingSink,
@@ -123,7 +123,7 @@ def bench(server: PostgresServer, sizes: list[int], reps: int, count_rows: bool)
     with tempfile.TemporaryDirectory(prefix="bench-jdbc-journal-") as journal_dir:
         sink = JdbcStagingSink(
             JdbcTarget("bench", "public", "atomic"),
-            AttemptJournal(journal_dir),
+            FileJournal(journal_dir),
             options=JdbcWriteOptions(batch_size=BATCH_SIZE, count_rows=count_rows),
             connection=connection,
         )

@@ -33,7 +33,7 @@ from _common import alternating_rounds, load, paired_ratios, percentile_ms, stop
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, staging_dir
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.storage.files import normalize_location
@@ -47,7 +47,7 @@ SCHEMA = ('{"type":"struct","fields":[{"name":"id","type":"long","nullable":true
 class Table:
     """One partitioned table the arm appends micro-batches to (query ``q``, batches 0, 1, ...)."""
 
-    def __init__(self, name: str, uri: str, journal: AttemptJournal, tracked: bool, sample: Path) -> None:
+    def __init__(self, name: str, uri: str, journal: FileJournal, tracked: bool, sample: Path) -> None:
         self.identifier = TableIdentifier(DATABASE, name)
         self.uri, self.journal, self.tracked, self.sample = uri, journal, tracked, sample
         self.query = "q" + uuid.uuid4().hex[:6]
@@ -102,7 +102,7 @@ def main() -> None:
         pq.write_table(pa.table({"id": list(range(10))}), sample)
         print(f"load average {load()}; {args.reps} reps per arm, 2 partitions per micro-batch", flush=True)
         for count in args.files:
-            journal = AttemptJournal(home / f"journal-{count}")
+            journal = FileJournal(home / f"journal-{count}")
             arms = {"directories": Table(f"dirs_{count}", metastore.uri, journal, False, sample),
                     "catalog": Table(f"catalog_{count}", metastore.uri, journal, True, sample)}
             for table in arms.values():

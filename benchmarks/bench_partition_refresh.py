@@ -55,7 +55,7 @@ from _common import (
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.engine.execution import execute_staged
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
@@ -86,7 +86,7 @@ class RefreshBench:
         self.spark = services.spark
         self.refresh_sql = query(REPLACED + ADDED, rows)
         journal_dir = services.home / "journal"
-        self.journal = AttemptJournal(journal_dir)
+        self.journal = FileJournal(journal_dir)
         self.engine = embedded_engine(services, journal_dir)
         self.commit_times: list[float] = []
         self.written_times: list[float] = []

@@ -50,19 +50,23 @@ class SinkStagedTable(JournaledStagedTable):
         self,
         sink: Sink[Any, Any],
         journal: AttemptJournal,
+        local_dir: str,
         mode: str = "append",
         task: TaskRef | None = None,
         attempt_id: str | None = None,
     ) -> None:
+        """``local_dir``: this host's state directory (``StagedSettings.journal_dir``), where the
+        build stages its committables."""
         super().__init__(sink.name, StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, journal, task, attempt_id)
         self.sink = sink
+        self.local_dir = local_dir
         self.mode = mode
 
     @classmethod
     def from_record(cls, record: AttemptRecord, settings: StagedSettings) -> SinkStagedTable:
         return cls(
-            decode_sink(record.catalog["sink"]), settings.journal, record.catalog["mode"], record.task,
-            record.attempt_id,
+            decode_sink(record.catalog["sink"]), settings.journal, settings.journal_dir,
+            record.catalog["mode"], record.task, record.attempt_id,
         )
 
     def check_target(self) -> None:
@@ -72,7 +76,7 @@ class SinkStagedTable(JournaledStagedTable):
         return True
 
     def staging_location(self) -> str:
-        return str(self.journal.root / "sink-staging" / self.attempt_id)
+        return os.path.join(self.local_dir, "sink-staging", self.attempt_id)
 
     def write_spec(self) -> dict[str, Any]:
         return {"format": "sink", "location": self.location, "mode": self.mode}
@@ -126,7 +130,7 @@ def build_with_sink(
     task: TaskRef | None = None,
 ) -> Manifest | None:
     """A staged build of ``sql`` into ``sink``: the one commit path, aborted on any failure."""
-    staged = SinkStagedTable(sink, settings.journal, mode, task)
+    staged = SinkStagedTable(sink, settings.journal, settings.journal_dir, mode, task)
 
     def write(spec: dict[str, Any]) -> Manifest:
         committables = stage_batch(spark.sql(sql), sink, os.path.join(spec["location"], COMMITTABLES_FILE),

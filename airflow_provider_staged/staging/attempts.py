@@ -129,6 +129,11 @@ class JournaledStagedTable(StagedTable):
         Only called after ``is_published`` said False under the attempt's lock.
         """
 
+    def missing_files(self, record: AttemptRecord) -> list[str]:
+        """Of the attempt's staged files, those that are gone (none, for a kind that cannot tell);
+        asked before the commit's catalog call, which must never point the target at nothing."""
+        return []
+
     def complete_publish(self, record: AttemptRecord) -> None:
         """Finish a published attempt's catalog work that a crash may have cut short."""
 
@@ -228,6 +233,15 @@ class JournaledStagedTable(StagedTable):
                 raise StagingError(
                     f"attempt {self.attempt_id} of {self.target} has written nothing: cannot commit"
                 )
+            missing = self.missing_files(record)
+            if missing:
+                reason = f"{len(missing)} staged file(s) gone before the commit, e.g. {missing[0]}"
+                if self._discard_unpublished(record, reason):
+                    raise StagingError(
+                        f"commit of {self.target} refused: attempt {self.attempt_id} has {reason}; "
+                        f"aborted, {self.target} is unchanged"
+                    )
+                return  # the catalog already pointed at it: journaled as committed
             try:
                 # A compare-and-set refused (another writer came between read and write)
                 # changed nothing: publish again from a fresh read.

@@ -17,7 +17,6 @@ lies in the future: a sweep in which nothing expires costs no per-table metastor
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -206,7 +205,7 @@ class HivePartitionExpiry(HiveStagedTable):
     def after_commit(self, record: AttemptRecord) -> None:
         # Only this expiry's files (due at once without a grace): the maintenance sweep reads
         # the journal once for every earlier one.
-        delete_dropped_files(self, [record], time.time())
+        delete_dropped_files(self, [record], self.journal.now())
 
 
 def delete_dropped_files(
@@ -266,7 +265,7 @@ def expire_table(
 
     ``table`` is the table object when the caller has just read it (the sweep).
     """
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     with MetastoreClient(settings.metastore_uri) as client:
         table = table or client.get_table(identifier.database, identifier.table)
         if table is None:
@@ -319,7 +318,7 @@ def sweep_expiry(
     conn_id: str | None = None,
 ) -> SweepReport:
     """Expire partitions in every table with a TTL (of ``databases``, default all)."""
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     report = SweepReport()
     due: list[ttypes.Table] = []
     with MetastoreClient(settings.metastore_uri) as client:

@@ -1,36 +1,27 @@
-"""A journal of staged attempts that any process can read: one JSON file per attempt.
+"""The attempt journal: its records, and what every journal does (``AttemptJournal``).
 
-Every transition is written with a temp file and ``os.replace`` under an exclusive
-``flock`` of the attempt, so a reader never sees a torn record and a commit and an abort
-of the same attempt (``on_kill`` racing ``execute``) cannot interleave. Locks die with
-their process, so a SIGKILLed task never leaves a lock behind.
+Two journals keep the records: ``journal_files.FileJournal`` (one JSON file per attempt under
+a directory, an ``flock`` per attempt: one machine, the embedded default) and
+``journal_postgres.PostgresJournal`` (a PostgreSQL table shared by every worker, the DAG
+processor, the CLI and the UI). Every time a journal records (history, ``updated_at``,
+``heartbeat_at``, retention marks) is read from the journal's own clock, ``now()``; whatever
+compares a record's time (grace periods, the attempt TTL) takes ``now()`` from the same journal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import fcntl
-import glob
 import json
-import os
 import re
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import IO, Any
-from urllib.parse import quote
+from typing import Any, Protocol
 
 from airflow_provider_staged.staging.errors import CommitConflictError
 from airflow_provider_staged.staging.owner import ProcessRef
 
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-# Beside the records (``records`` reads only ``*.json`` of the root): per-target hints of retention.
-_MARKS_DIR = ".retention"
-# A writer renames its temporary file within milliseconds; one an hour old lost its writer.
-STALE_TEMPORARY_SECONDS = 3600
 
 
 class AttemptState(str, enum.Enum):
@@ -49,15 +40,37 @@ class AttemptState(str, enum.Enum):
 
 _ALLOWED = {
     AttemptState.BEGUN: {
-        AttemptState.WRITTEN, AttemptState.ABORTING, AttemptState.ABORTED, AttemptState.COMMITTED
+        AttemptState.WRITTEN,
+        AttemptState.ABORTING,
+        AttemptState.ABORTED,
+        AttemptState.COMMITTED,
     },
     AttemptState.WRITTEN: {
-        AttemptState.COMMITTED, AttemptState.ABORTING, AttemptState.ABORTED, AttemptState.WRITTEN
+        AttemptState.COMMITTED,
+        AttemptState.ABORTING,
+        AttemptState.ABORTED,
+        AttemptState.WRITTEN,
     },
     AttemptState.ABORTING: {AttemptState.ABORTED},
     AttemptState.COMMITTED: set(),
     AttemptState.ABORTED: set(),
 }
+
+
+def check_attempt_id(attempt_id: str) -> str:
+    """``attempt_id`` when it is one (it names files and lock keys); else one clear error."""
+    if not _ATTEMPT_ID.match(attempt_id):
+        raise ValueError(f"invalid attempt id {attempt_id!r}")
+    return attempt_id
+
+
+def check_transition(record: AttemptRecord, state: AttemptState) -> None:
+    """Refuse a move the state machine does not allow (an ended attempt never moves)."""
+    if state not in _ALLOWED[record.state]:
+        raise CommitConflictError(
+            f"attempt {record.attempt_id} of {record.target} is {record.state.value}: "
+            f"it cannot become {state.value}"
+        )
 
 
 @dataclass(frozen=True)
@@ -153,180 +166,64 @@ class AttemptRecord:
         return cls(**{key: value for key, value in data.items() if key in known})
 
 
-class AttemptJournal:
-    """Reads and transitions attempt records stored under ``root``."""
+class AttemptJournal(Protocol):
+    """What every journal does; transitions of one attempt are serialized by ``locked``. The
+    journals subclass it for ``require``; ``str()`` of one says where it is (no password)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+    def now(self) -> float:
+        """The journal's clock (seconds since the epoch): the clock of every time it records."""
 
-    def _path(self, attempt_id: str, suffix: str = ".json") -> Path:
-        if not _ATTEMPT_ID.match(attempt_id):
-            raise ValueError(f"invalid attempt id {attempt_id!r}")
-        return self.root / f"{attempt_id}{suffix}"
-
-    @contextlib.contextmanager
-    def locked(self, attempt_id: str) -> Iterator[None]:
-        """Hold the attempt's exclusive lock (blocks while another process holds it)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self._path(attempt_id, ".lock")
-        while True:
-            with open(path, "a") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
-                    # ``remove_ended`` deletes the lock file while holding it: a process that was
-                    # waiting on it then holds a lock nobody else sees, so it locks the new file.
-                    if _is_file_at(handle, path):
-                        yield
-                        return
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _write(self, record: AttemptRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(record.to_json())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self._path(record.attempt_id))
-            _fsync_directory(self.root)  # the rename itself must survive a machine crash
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+    def locked(self, attempt_id: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the attempt's exclusive lock (blocks while another process holds it). The lock
+        dies with its holder: a killed process, or a vanished host, never leaves it held."""
 
     def create(self, record: AttemptRecord) -> AttemptRecord:
-        with self.locked(record.attempt_id):
-            if self._path(record.attempt_id).exists():
-                raise CommitConflictError(f"attempt {record.attempt_id} is already journaled")
-            record.history.append((record.state.value, time.time()))
-            self._write(record)
-        return record
+        """Journal a new attempt (CommitConflictError when its id is journaled already)."""
 
-    def get(self, attempt_id: str) -> AttemptRecord | None:
-        try:
-            return AttemptRecord.from_json(self._path(attempt_id).read_text())
-        except FileNotFoundError:
-            return None
+    def get(self, attempt_id: str) -> AttemptRecord | None: ...
 
     def require(self, attempt_id: str) -> AttemptRecord:
+        """The attempt's record; CommitConflictError when it is not journaled."""
         record = self.get(attempt_id)
         if record is None:
-            raise CommitConflictError(f"attempt {attempt_id} is not in the journal at {self.root}")
+            raise CommitConflictError(f"attempt {attempt_id} is not in the journal at {self}")
         return record
 
     def transition(self, attempt_id: str, state: AttemptState, **changes: Any) -> AttemptRecord:
-        """Move an attempt to ``state``; the caller must hold ``locked(attempt_id)``."""
-        record = self.require(attempt_id)
-        if state not in _ALLOWED[record.state]:
-            raise CommitConflictError(
-                f"attempt {attempt_id} of {record.target} is {record.state.value}: "
-                f"it cannot become {state.value}"
-            )
-        for key, value in changes.items():
-            setattr(record, key, value)
-        now = time.time()
-        record.state = state
-        record.updated_at = record.heartbeat_at = now
-        record.history.append((state.value, now))
-        self._write(record)
-        return record
+        """Move an attempt to ``state`` with ``changes``; the caller holds ``locked(attempt_id)``."""
 
     def heartbeat(self, attempt_id: str) -> None:
         """Mark an open attempt as alive, so that the TTL sweep leaves it alone."""
-        with self.locked(attempt_id):
-            record = self.get(attempt_id)
-            if record is not None and not record.state.ended:
-                record.heartbeat_at = time.time()
-                self._write(record)
-
-    def _mark_path(self, target: str) -> Path:
-        return self.root / _MARKS_DIR / quote(target, safe="")
 
     def retention_mark(self, target: str) -> float | None:
         """When the oldest version of ``target`` that the last retention sweep kept was superseded
         (None: no sweep recorded one). A hint: before ``RetentionPolicy.earliest_expiry`` of it,
         a sweep of ``target`` has nothing to delete but orphans, and may be skipped."""
-        try:
-            return float(self._mark_path(target).read_text())
-        except (FileNotFoundError, ValueError):
-            return None
 
-    def set_retention_mark(self, target: str, superseded_at: float) -> None:
-        """Record ``retention_mark``; not fsynced: a mark lost in a crash only means a full sweep."""
-        path = self._mark_path(target)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for leftover in path.parent.glob(".tmp-*"):
-            _remove_if_stale(leftover)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(repr(superseded_at))
-        os.replace(tmp, path)
+    def set_retention_mark(self, target: str, superseded_at: float) -> None: ...
+
+    def orphans_seen(self, target: str, locations: list[str]) -> dict[str, float]:
+        """When each of ``locations`` (directories of ``target`` that no record names) was first
+        seen by a sweep, by the journal's clock; sightings of other directories are forgotten.
+        An orphan is deleted only a grace period after it was first seen."""
 
     def records(self, prefix: str = "") -> list[AttemptRecord]:
-        """The journaled attempts, or those whose id starts with ``prefix`` (read without the rest)."""
-        if not self.root.is_dir():
-            return []
-        found = []
-        for path in sorted(self.root.glob(glob.escape(prefix) + "*.json")):
-            if path.name.startswith(".tmp-"):
-                _remove_if_stale(path)
-                continue
-            record = self.get(path.stem)
-            if record is not None:
-                found.append(record)
-        return found
+        """The journaled attempts, or those whose id starts with ``prefix`` (by id)."""
 
     def remove_ended(self, attempt_id: str) -> bool:
-        """Delete an ENDED record and its lock file (``staging.pruning``); whether it did. An ended
-        record never changes again, so no writer's update is lost."""
-        if self.get(attempt_id) is None:
-            return False  # and no lock file to make
-        with self.locked(attempt_id):
-            record = self.get(attempt_id)
-            if record is not None and not record.state.ended:
-                return False
-            # None: another pruner removed it meanwhile (and this call made the lock file again).
-            self._path(attempt_id).unlink(missing_ok=True)
-            self._path(attempt_id, ".lock").unlink()
-        return record is not None
+        """Delete an ENDED record (``staging.pruning``); whether it did."""
 
-    def open_attempts(self) -> list[AttemptRecord]:
-        return [record for record in self.records() if not record.state.ended]
+    def open_attempts(self) -> list[AttemptRecord]: ...
 
     def for_task(self, task: TaskRef) -> list[AttemptRecord]:
         """Attempts owned by ``task`` (the same try, or any try when ``try_number`` is 0)."""
-        return [
-            record
-            for record in self.records()
-            if record.task is not None
-            and (record.task.dag_id, record.task.task_id, record.task.run_id, record.task.map_index)
-            == (task.dag_id, task.task_id, task.run_id, task.map_index)
-            and (task.try_number == 0 or record.task.try_number == task.try_number)
-        ]
 
 
-def _is_file_at(handle: IO[str], path: Path) -> bool:
-    """Whether the open ``handle`` is the file now at ``path`` (not one deleted since)."""
-    try:
-        found = path.stat()
-    except FileNotFoundError:
-        return False
-    opened = os.fstat(handle.fileno())
-    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
-
-
-def _remove_if_stale(temporary: Path) -> None:
-    """Delete a temporary file that a writer killed between creating and renaming it left."""
-    with contextlib.suppress(FileNotFoundError):
-        if time.time() - temporary.stat().st_mtime > STALE_TEMPORARY_SECONDS:
-            temporary.unlink()
-
-
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def owned_by(record: AttemptRecord, task: TaskRef) -> bool:
+    """Whether ``task`` owns ``record`` (any try of it when ``task.try_number`` is 0)."""
+    return (
+        record.task is not None
+        and (record.task.dag_id, record.task.task_id, record.task.run_id, record.task.map_index)
+        == (task.dag_id, task.task_id, task.run_id, task.map_index)
+        and (task.try_number == 0 or record.task.try_number == task.try_number)
+    )

@@ -10,7 +10,6 @@ directories first, then reads the journal, then the catalog).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,7 +60,7 @@ def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> Ve
     Every table root is listed before the journal is read (once): an attempt journals BEGUN
     before it creates its directory, so no listed directory of a running attempt is missed.
     """
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     roots: dict[str, str] = {}
     for record in sorted(settings.journal.records(), key=lambda r: r.updated_at):
         if record.kind in HIVE_KINDS:  # the newest attempt's root is the table's
@@ -155,7 +154,7 @@ def run_maintenance(
     conn_id: str | None = None,
 ) -> MaintenanceReport:
     """Reconcile, then expire partitions, then sweep versions (each step logs what it did)."""
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     report = MaintenanceReport(
         reconcile(settings, task_state, now),
         sweep_expiry(settings, now, conn_id=conn_id),

@@ -28,7 +28,6 @@ writer's update; it is deleted under its lock (``AttemptJournal.remove_ended``).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -93,7 +92,7 @@ def prune_journal(
 
     ``records``: the journal as a caller already read it (a record ended since is pruned next
     time; ``remove_ended`` re-checks each one under its lock)."""
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     listed = settings.journal.records() if records is None else records
     records = [r for r in listed if target is None or r.target == target]
     keep = KEEP_LAST_RECORDS if keep_last is None else keep_last

@@ -9,7 +9,6 @@ database, see ``callbacks.airflow_task_state``), or none at all.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,7 +49,7 @@ def reconcile(
     One attempt that cannot be settled (its catalog unreachable, say) is reported as
     ``failed: ...`` and the others are still settled.
     """
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     actions = []
     for record in settings.journal.open_attempts():
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -371,7 +370,7 @@ def _refuse_if_due(
             if table.partitionKeys:
                 partitions = client.partitions(table.dbName, table.tableName)
                 live |= {_version_dir(p.sd.location) for p in partitions}
-    now = time.time() if now is None else now
+    now = settings.journal.now() if now is None else now
     if _doomed(listed, records, live, settings.retention, now + DUE_MARGIN_SECONDS):
         policy = settings.retention
         raise StagingError(

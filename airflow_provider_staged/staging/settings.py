@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
+from airflow_provider_staged.staging.journal_postgres import (
+    DEFAULT_SCHEMA,
+    PostgresJournal,
+    is_postgres_url,
+    redacted_url,
+)
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
 DEFAULT_ATTEMPT_TTL_SECONDS = 3600.0
 _BOOL_TEXT = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 KNOWN_EXTRAS = {
     "warehouse",
+    "journal",
+    "journal_schema",
     "journal_dir",
     "atomic",
     "keep_versions",
@@ -43,9 +54,38 @@ def _optional_number(extras: dict[str, Any], key: str) -> float | None:
         raise ValueError(f"invalid connection extra {key}={value!r}: expected a number") from None
 
 
+def _journal_location(extras: dict[str, Any], home: Path) -> tuple[str, str | None]:
+    """(``journal_dir``, the shared journal's URL or None) from the ``journal`` and
+    ``journal_dir`` extras: ``journal`` is a ``postgresql://`` URL or the file journal's directory
+    (``journal_dir``, its older name, says the same); without either, ``<home>/journal``."""
+    journal = str(extras.get("journal") or "")
+    directory = str(extras.get("journal_dir") or "")
+    if not journal:
+        return directory or str(home / "journal"), None
+    if is_postgres_url(journal):
+        # The file journal's directory stays this host's scratch (a sink build's staging, secrets).
+        return directory or str(home / "journal"), journal
+    if urlsplit(journal).scheme not in ("", "file"):
+        raise ValueError(
+            f"invalid connection extra journal={redacted_url(journal)!r}: expected a postgresql:// URL "
+            "or a local directory"
+        )
+    path = urlsplit(journal).path if journal.startswith("file:") else journal
+    if directory and directory != path:
+        raise ValueError(
+            f"connection extras journal={journal!r} and journal_dir={directory!r} name two file "
+            "journals: give one"
+        )
+    return path, None
+
+
 @dataclass(frozen=True)
 class StagedSettings:
-    """Where the metastore, warehouse and journal are, and the lifecycle options."""
+    """Where the metastore, warehouse and journal are, and the lifecycle options.
+
+    The journal is the shared PostgreSQL one at ``journal_url`` when set, else the file journal
+    in ``journal_dir`` (one machine only; docs/DESIGN.md, "The shared journal").
+    """
 
     metastore_uri: str
     warehouse: str
@@ -56,10 +96,14 @@ class StagedSettings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     # An Airflow ``aws`` connection with the S3 warehouse's endpoint and keys (None: environment).
     aws_conn_id: str | None = None
+    journal_url: str | None = field(default=None, repr=False)
+    journal_schema: str = DEFAULT_SCHEMA
 
-    @property
+    @cached_property
     def journal(self) -> AttemptJournal:
-        return AttemptJournal(self.journal_dir)
+        if self.journal_url:
+            return PostgresJournal(self.journal_url, self.journal_schema)
+        return FileJournal(self.journal_dir)
 
     @classmethod
     def from_fields(
@@ -82,11 +126,19 @@ class StagedSettings:
         spark_conf = extras.get("spark_conf") or {}
         if not isinstance(spark_conf, dict):
             raise ValueError(f"invalid connection extra spark_conf={spark_conf!r}: expected an object")
+        journal_dir, journal_url = _journal_location(extras, home)
+        journal_schema = str(extras.get("journal_schema") or DEFAULT_SCHEMA)
+        if extras.get("journal_schema") and not journal_url:
+            raise ValueError("connection extra journal_schema needs a postgresql:// journal")
+        if journal_url:
+            PostgresJournal(journal_url, journal_schema)  # a bad URL or schema fails here, before any work
         defaults = RetentionPolicy()
         return cls(
             metastore_uri=f"thrift://{host}:{int(port)}",
             warehouse=str(extras.get("warehouse") or home / "warehouse"),
-            journal_dir=str(extras.get("journal_dir") or home / "journal"),
+            journal_dir=journal_dir,
+            journal_url=journal_url,
+            journal_schema=journal_schema,
             atomic=parse_bool(extras.get("atomic", True), "connection extra atomic"),
             retention=RetentionPolicy(
                 keep_versions=int(keep) if keep is not None else defaults.keep_versions,

@@ -52,7 +52,7 @@ from airflow_provider_staged.catalogs.metastore.locks import table_lock
 from airflow_provider_staged.staging import journal as journal_module
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds import hive_table as hive_table_module
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
@@ -100,7 +100,7 @@ class Counters:
                 setattr(hmsclient.HMSClient, name, self._counted(f"hms.{name}", original))
         TSocket.TSocket.open = self._counted("connections opened", TSocket.TSocket.open)
         journal_module.os.fsync = self._counted("fsync", os.fsync)  # type: ignore[attr-defined]
-        AttemptJournal.get = self._counted("journal reads", AttemptJournal.get)  # type: ignore[method-assign]
+        FileJournal.get = self._counted("journal reads", FileJournal.get)  # type: ignore[method-assign]
         hive_table_module.list_dir = self._counted("listings", hive_table_module.list_dir)
 
     def _counted(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -300,7 +300,7 @@ Files = list[dict[str, Any]]
 def table_block(
     uri: str, home: Path, purpose: StagingPurpose, samples: int, counters: Counters, files: Files
 ) -> None:
-    journal = AttemptJournal(home / f"journal-{purpose.value}")
+    journal = FileJournal(home / f"journal-{purpose.value}")
     identifier = TableIdentifier(DATABASE, f"t_{purpose.value}")
     source = home / "source_table"
 
@@ -324,7 +324,7 @@ def table_block(
 
 
 def partition_block(uri: str, home: Path, samples: int, counters: Counters) -> None:
-    journal = AttemptJournal(home / "journal-partitions")
+    journal = FileJournal(home / "journal-partitions")
     identifier = TableIdentifier(DATABASE, "t_partitions")
     initial, refresh = home / "source_initial", home / "source_refresh"
     initial_files = parquet_source(initial, 500_000, REPLACED)

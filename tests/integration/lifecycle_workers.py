@@ -20,7 +20,7 @@ from pathlib import Path
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.expiry import sweep_expiry
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds import hive_table
 from airflow_provider_staged.staging.maintenance import sweep_all_versions
 from airflow_provider_staged.staging.reconcile import reconcile
@@ -46,7 +46,7 @@ def housekeep_killed_at(raw: dict, target: str, attempt_id: str, now: float, poi
     as of ``now`` (the injected clock), SIGKILLing this process at ``point``."""
     settings = settings_of(raw)
     deleted: list[str] = []
-    real_delete, real_mark = hive_table.delete_dir, AttemptJournal.set_retention_mark
+    real_delete, real_mark = hive_table.delete_dir, FileJournal.set_retention_mark
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -60,7 +60,7 @@ def housekeep_killed_at(raw: dict, target: str, attempt_id: str, now: float, poi
             die()
         real_delete(location)
 
-    def set_retention_mark(journal: AttemptJournal, target: str, superseded_at: float) -> None:
+    def set_retention_mark(journal: FileJournal, target: str, superseded_at: float) -> None:
         if point == "before_mark":
             die()
         real_mark(journal, target, superseded_at)
@@ -68,7 +68,7 @@ def housekeep_killed_at(raw: dict, target: str, attempt_id: str, now: float, poi
             die()
 
     hive_table.delete_dir = delete_dir
-    AttemptJournal.set_retention_mark = set_retention_mark  # type: ignore[method-assign]
+    FileJournal.set_retention_mark = set_retention_mark  # type: ignore[method-assign]
     time.time = lambda: now
     staged = hive_table.HiveStagedTable(
         TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, settings.journal,

@@ -34,7 +34,7 @@ from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import CatalogConflictError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import (
     HivePartitionStagedTable,
     discovered_partitions,
@@ -83,7 +83,7 @@ def commit_copy(
 ) -> HiveStagedTable:
     """One attempt of the unpartitioned table: begin, copy the Parquet file, written, commit."""
     staged = HiveStagedTable(
-        TableIdentifier.parse(target), StagingPurpose.parse(purpose), AttemptJournal(journal_dir), uri
+        TableIdentifier.parse(target), StagingPurpose.parse(purpose), FileJournal(journal_dir), uri
     )
     staged.begin()
     write_and_commit(staged, parquet_file)
@@ -164,7 +164,7 @@ def version_sweeper(
     """Sweep the table's versions (keep none past ``grace`` seconds) in a loop until ``stop``;
     record each deleted version with the time its sweep started (the sweep's ``now``)."""
     purpose = StagingPurpose.CREATE_OR_REPLACE_TABLE_AS
-    staged = HiveStagedTable(TableIdentifier.parse(target), purpose, AttemptJournal(journal_dir), uri)
+    staged = HiveStagedTable(TableIdentifier.parse(target), purpose, FileJournal(journal_dir), uri)
     policy = RetentionPolicy(keep_versions=0, max_age_seconds=None, grace_seconds=grace)
     deleted: list[dict[str, Any]] = []
     sweeps, error = 0, None
@@ -318,7 +318,7 @@ def written_refresh(
 ) -> tuple[HivePartitionStagedTable, Manifest]:
     """A begun partition refresh (spec {}) whose files are written: the staged table and its manifest."""
     staged = HivePartitionStagedTable(
-        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal_dir), uri
+        TableIdentifier.parse(target), ["ds"], {}, FileJournal(journal_dir), uri
     )
     staged.begin()
     return staged, write_partitions(staged, refresh)
@@ -480,7 +480,7 @@ def fresh_table_creator(
         for index in range(rounds):
             staged = HiveStagedTable(
                 TableIdentifier(database, f"fresh_{index}"), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
-                AttemptJournal(journal_dir), uri,
+                FileJournal(journal_dir), uri,
             )
             staged.begin()
             staged.written(write_flat(staged, parquet_file))
@@ -509,7 +509,7 @@ def table_writer(
     go.wait()
     try:
         for tag in tags:
-            identifier, journal = TableIdentifier.parse(target), AttemptJournal(journal_dir)
+            identifier, journal = TableIdentifier.parse(target), FileJournal(journal_dir)
             staged: HiveStagedTable = (
                 HivePartitionStagedTable(identifier, ["ds"], {}, journal, uri) if kind.startswith("refresh")
                 else HiveStagedTable(identifier, StagingPurpose.REPLACE_TABLE_AS, journal, uri)

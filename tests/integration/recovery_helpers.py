@@ -17,7 +17,8 @@ from typing import Any
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, TaskRef
+from airflow_provider_staged.staging.journal import TaskRef
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
@@ -114,7 +115,7 @@ FAIL_SQL = {
 
 
 def new_attempt(
-    kind: str, target: str, journal: AttemptJournal, metastore_uri: str, task: TaskRef | None
+    kind: str, target: str, journal: FileJournal, metastore_uri: str, task: TaskRef | None
 ) -> JournaledStagedTable:
     """The attempt that replaces (refreshes) ``target`` with the NEW content."""
     if kind == "hive_table":
@@ -164,7 +165,7 @@ def child(plan_path: str) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     reached = {}
     for item in plan["attempts"]:
-        journal = AttemptJournal(item["journal"])
+        journal = FileJournal(item["journal"])
         task = TaskRef(**item["task"]) if item["task"] else None
         if "manifest" in item:
             # A lifecycle attempt (expiry, rollback) that the test planned and began: rebuilt from

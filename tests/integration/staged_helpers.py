@@ -21,14 +21,15 @@ from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
 
 
 def staged_table(
     metastore: MetastoreInfo,
-    journal: AttemptJournal,
+    journal: FileJournal,
     target: str,
     purpose: str,
     retention: RetentionPolicy | None = None,
@@ -111,7 +112,7 @@ def part_files(directory: Path) -> list[str]:
 
 
 def wait_for_open_attempt(
-    journal: AttemptJournal, target: str, process: subprocess.Popen, timeout: float = 240.0
+    journal: FileJournal, target: str, process: subprocess.Popen, timeout: float = 240.0
 ) -> AttemptRecord:
     """The first attempt on ``target`` that the journal shows open (BEGUN or WRITTEN)."""
     deadline = time.monotonic() + timeout
@@ -135,7 +136,7 @@ class KillPoint:
 
 
 def wait_for_part_files(
-    journal: AttemptJournal, target: str, process: subprocess.Popen, timeout: float = 300.0
+    journal: FileJournal, target: str, process: subprocess.Popen, timeout: float = 300.0
 ) -> KillPoint:
     """Wait until the Spark job of the open attempt on ``target`` is writing: part files exist
     under its version directory while the task process runs and the attempt is still BEGUN."""

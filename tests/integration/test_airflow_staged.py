@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
 from tests.fixtures.tcp_proxy import BudgetProxy
@@ -74,11 +75,11 @@ def _env(airflow_cli, metastore, journal_dir, target, sql, port=None, **extra):
 
 
 def _records(journal_dir, target):
-    return [r for r in AttemptJournal(journal_dir).records() if r.target == target]
+    return [r for r in FileJournal(journal_dir).records() if r.target == target]
 
 
 def _seed_v1(spark, metastore, journal_dir, target):
-    build(spark, staged_table(metastore, AttemptJournal(journal_dir), target, "create"), SQL_V1)
+    build(spark, staged_table(metastore, FileJournal(journal_dir), target, "create"), SQL_V1)
     return snapshot(spark, target)
 
 
@@ -116,7 +117,7 @@ def test_metastore_unreachable_at_commit_then_retry(airflow_cli, spark, metastor
     env = _env(airflow_cli, metastore, journal_dir, target, SQL_V2)
     reconciled = airflow_cli.staged("reconcile", env=env)
     assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
-    assert AttemptJournal(journal_dir).require(stuck[0].attempt_id).state is AttemptState.ABORTED
+    assert FileJournal(journal_dir).require(stuck[0].attempt_id).state is AttemptState.ABORTED
     assert not any(d.endswith(stuck[0].attempt_id) for d in version_dirs(metastore, target))
 
 
@@ -147,7 +148,7 @@ def _assert_killed_attempt_discarded(metastore, journal_dir, target, kill, befor
     """The attempt seen writing at the kill point is ABORTED (for ``reason`` unless None), its
     directory (which held part files then) is gone, and the table's version directories are
     what they were."""
-    record = AttemptJournal(journal_dir).require(kill.record.attempt_id)
+    record = FileJournal(journal_dir).require(kill.record.attempt_id)
     assert record.state is AttemptState.ABORTED
     assert_aborted_unwritten(record)
     if reason is not None:
@@ -164,7 +165,7 @@ def test_sigterm_while_spark_job_runs_aborts(airflow_cli, spark, metastore, jour
     log_path = tmp_path / "dags-test.log"
     process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
     try:
-        kill = wait_for_part_files(AttemptJournal(journal_dir), target, process)
+        kill = wait_for_part_files(FileJournal(journal_dir), target, process)
         assert kill.files and all(f.startswith("_temporary/") for f in kill.files), kill.files
         os.kill(process.pid, signal.SIGTERM)
         returncode = process.wait(timeout=180)
@@ -189,7 +190,7 @@ def test_timeout_aborts(airflow_cli, spark, metastore, journal_dir, target, tmp_
     process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
     try:
         # The kill point: the job is writing when Airflow's timeout fires (not during start-up).
-        kill = wait_for_part_files(AttemptJournal(journal_dir), target, process, timeout=TIMEOUT + 120)
+        kill = wait_for_part_files(FileJournal(journal_dir), target, process, timeout=TIMEOUT + 120)
         returncode = process.wait(timeout=180)
         left = wait_until_group_gone(process.pid)
     finally:
@@ -202,7 +203,7 @@ def test_timeout_aborts(airflow_cli, spark, metastore, journal_dir, target, tmp_
     assert [r.attempt_id for r in attempts] == [kill.record.attempt_id]
     # The build's own failure handling aborts first (with the timeout as its reason), on_kill second.
     _assert_killed_attempt_discarded(metastore, journal_dir, target, kill, before_dirs, None)
-    error = AttemptJournal(journal_dir).require(kill.record.attempt_id).error or ""
+    error = FileJournal(journal_dir).require(kill.record.attempt_id).error or ""
     assert error.startswith("job failed: AirflowTaskTimeout"), error
     assert snapshot(spark, target) == before
 
@@ -217,14 +218,14 @@ def test_sigkill_of_task_process_then_sweep(airflow_cli, spark, metastore, journ
     log_path = tmp_path / "dags-test.log"
     process = airflow_cli.start("dags", "test", "staged_operator", env=env, log_path=log_path)
     try:
-        kill = wait_for_part_files(AttemptJournal(journal_dir), target, process)
+        kill = wait_for_part_files(FileJournal(journal_dir), target, process)
         os.killpg(process.pid, signal.SIGKILL)  # no callback can run
         process.wait(timeout=60)
         left = wait_until_group_gone(process.pid)
     finally:
         stop_group(process)
     assert left == [], f"processes of the killed task still running: {left}"
-    journal = AttemptJournal(journal_dir)
+    journal = FileJournal(journal_dir)
     abandoned = journal.require(kill.record.attempt_id)
     assert abandoned.state is AttemptState.BEGUN
     assert part_files(kill.directory), "the killed job's files are the sweep's to delete"

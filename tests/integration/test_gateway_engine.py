@@ -36,7 +36,8 @@ from airflow_provider_staged.materialized.workflow.scheduler import (
     RefreshTrigger,
 )
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage.files import normalize_location
 from tests.fixtures.airflow_cli import AirflowCli
@@ -101,7 +102,7 @@ def test_operator_on_the_gateway_commits_on_the_task_side(
     assert result["rows"] == 5000
     # A Hive table keeps its partition column last.
     assert snapshot(spark, target) == expected_snapshot(spark, f"SELECT id, label, k FROM ({SQL})")
-    (record,) = AttemptJournal(journal_dir).records()
+    (record,) = FileJournal(journal_dir).records()
     assert record.state is AttemptState.COMMITTED
     assert table_location(metastore, target) == record.location
     assert len({Path(f["path"]).parent.name for f in record.manifest["files"]}) == 7  # k=0..6
@@ -134,7 +135,7 @@ def test_dags_test_connect_commits(
     assert f"connecting to Spark Connect server {spark_gateway.public_url}" in output
     assert spark_gateway.token not in output
     assert snapshot(spark, target) == expected_snapshot(spark, sql)
-    (record,) = AttemptJournal(journal_dir).records()
+    (record,) = FileJournal(journal_dir).records()
     assert record.state is AttemptState.COMMITTED and record.manifest["rows"] == 1000
     assert record.task is not None and record.task.dag_id == "staged_connect"
 
@@ -144,8 +145,8 @@ def test_sigterm_interrupts_the_write_on_the_gateway_and_aborts(
     database: str, tmp_path: Path,
 ) -> None:
     target, journal_dir = f"{database}.killed", tmp_path / "journal"
-    journal = AttemptJournal(journal_dir)
-    build(spark, staged_table(metastore, AttemptJournal(tmp_path / "seed"), target, "create"), SQL)
+    journal = FileJournal(journal_dir)
+    build(spark, staged_table(metastore, FileJournal(tmp_path / "seed"), target, "create"), SQL)
     before, before_dirs = snapshot(spark, target), version_dirs(metastore, target)
     env = dags_test_env(airflow_cli, spark_gateway, metastore, journal_dir, target, SQL_SLOW, "replace")
     process = airflow_cli.start("dags", "test", "staged_connect", env=env, log_path=tmp_path / "task.log")

@@ -13,7 +13,8 @@ from airflow_provider_staged.catalogs.metastore.reader import read_table
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import superseded_locations
 from airflow_provider_staged.staging.reconcile import reconcile
@@ -53,7 +54,7 @@ def database(metastore, spark):
 
 @pytest.fixture
 def journal(tmp_path):
-    return AttemptJournal(tmp_path / "journal")
+    return FileJournal(tmp_path / "journal")
 
 
 @pytest.fixture

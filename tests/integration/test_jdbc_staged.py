@@ -31,7 +31,8 @@ from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds import from_record
 from airflow_provider_staged.staging.kinds.jdbc_table import (
     JdbcStagedTable,
@@ -47,7 +48,7 @@ from tests.integration.staged_helpers import wait_for_open_attempt
 pytestmark = pytest.mark.timeout(300)
 
 
-def rebuilt_from_journal(journal: AttemptJournal, attempt_id: str):
+def rebuilt_from_journal(journal: FileJournal, attempt_id: str):
     """The attempt as reconcile rebuilds it: by its kind, from the journal alone."""
     settings = StagedSettings("thrift://127.0.0.1:9", "/unused", str(journal.root))
     return from_record(journal.require(attempt_id), settings)
@@ -74,8 +75,8 @@ def schema(db: psycopg.Connection[Any]) -> Iterator[str]:
 
 
 @pytest.fixture
-def journal(tmp_path: Path) -> AttemptJournal:
-    return AttemptJournal(tmp_path / "journal")
+def journal(tmp_path: Path) -> FileJournal:
+    return FileJournal(tmp_path / "journal")
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +87,7 @@ def _forget_job_env() -> Iterator[None]:
 
 
 def staged_table(
-    conn_id: str, schema: str, purpose: str, journal: AttemptJournal, table: str = "t", **options: Any
+    conn_id: str, schema: str, purpose: str, journal: FileJournal, table: str = "t", **options: Any
 ) -> JdbcStagedTable:
     sink = jdbc_sink_for_target(
         f"jdbc://{conn_id}/{schema}.{table}", journal, options=JdbcWriteOptions(**options)
@@ -140,12 +141,12 @@ def make_table(db: psycopg.Connection[Any], schema: str, table: str = "t") -> No
     )
 
 
-def states(journal: AttemptJournal) -> list[str]:
+def states(journal: FileJournal) -> list[str]:
     return [record.state.value for record in journal.records()]
 
 
 def task_env(
-    airflow_cli: AirflowCli, metastore: MetastoreInfo, journal: AttemptJournal, target: str, **extra: str
+    airflow_cli: AirflowCli, metastore: MetastoreInfo, journal: FileJournal, target: str, **extra: str
 ) -> dict[str, str]:
     """``AirflowCli.task_env`` plus the PostgreSQL connection the JDBC ``target`` names."""
     conn_var = f"AIRFLOW_CONN_{target.removeprefix('jdbc://').split('/')[0].upper()}"
@@ -169,7 +170,7 @@ def test_create_types_columns_and_keeps_the_password_out(
     spark: Any,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres: PostgresServer,
     postgres_conn_id: str,
     caplog: pytest.LogCaptureFixture,
@@ -236,7 +237,7 @@ def test_operator_through_airflow_keeps_the_password_out_of_everything_airflow_s
     metastore: MetastoreInfo,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres: PostgresServer,
     postgres_conn_id: str,
 ) -> None:
@@ -275,7 +276,7 @@ def test_operator_through_airflow_keeps_the_password_out_of_everything_airflow_s
 
 
 def test_create_if_not_exists_creates_then_leaves_the_table(
-    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
 ) -> None:
     run_staged(spark, staged_table(postgres_conn_id, schema, "create_if_not_exists", journal), NEW_QUERY)
     assert count_sum(db, schema) == NEW
@@ -288,7 +289,7 @@ def test_create_if_not_exists_creates_then_leaves_the_table(
 
 
 def test_create_or_replace_creates_a_missing_table(
-    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
 ) -> None:
     run_staged(spark, staged_table(postgres_conn_id, schema, "create_or_replace", journal), NEW_QUERY)
     assert count_sum(db, schema) == NEW
@@ -296,7 +297,7 @@ def test_create_or_replace_creates_a_missing_table(
 
 
 def test_wrong_purpose_fails_before_any_spark_work(
-    db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+    db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
 ) -> None:
     with pytest.raises(TableNotFoundError, match="does not exist"):
         staged_table(postgres_conn_id, schema, "replace", journal).begin()
@@ -314,7 +315,7 @@ def test_replace_readers_see_old_or_new_only(
     spark: Any,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres: PostgresServer,
     postgres_conn_id: str,
     purpose: str,
@@ -360,7 +361,7 @@ def test_replace_readers_see_old_or_new_only(
 
 
 def _leave_old_table(
-    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres: PostgresServer,
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres: PostgresServer,
     conn_id: str,
 ) -> str:
     """A committed replace whose housekeeping failed: its renamed-away table is left. Returns it.
@@ -390,7 +391,7 @@ def test_old_table_left_by_a_failed_drop_goes_with_the_next_commit_or_the_sweep(
     spark: Any,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres: PostgresServer,
     postgres_conn_id: str,
     tmp_path: Path,
@@ -409,7 +410,7 @@ def test_old_table_left_by_a_failed_drop_goes_with_the_next_commit_or_the_sweep(
 
 
 def test_replace_refused_while_a_view_depends_on_the_target(
-    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
 ) -> None:
     """A view follows the table, not its name: after a swap it would keep reading the old data."""
     make_table(db, schema)
@@ -443,7 +444,7 @@ def test_failed_write_changes_nothing(
     spark: Any,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres_conn_id: str,
     query: str,
     error: type[BaseException],
@@ -460,7 +461,7 @@ def test_connection_killed_during_commit(
     spark: Any,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres: PostgresServer,
     postgres_conn_id: str,
 ) -> None:
@@ -509,7 +510,7 @@ def test_sigterm_of_the_airflow_task_during_write_aborts(
     metastore: MetastoreInfo,
     db: psycopg.Connection[Any],
     schema: str,
-    journal: AttemptJournal,
+    journal: FileJournal,
     postgres_conn_id: str,
     tmp_path: Path,
 ) -> None:
@@ -547,7 +548,7 @@ def test_sigterm_of_the_airflow_task_during_write_aborts(
 
 
 def test_concurrent_if_not_exists_make_exactly_one_table(
-    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
 ) -> None:
     attempts = [staged_table(postgres_conn_id, schema, "create_if_not_exists", journal) for _ in range(4)]
     os.environ.update(attempts[0].job_env())
@@ -585,7 +586,7 @@ def test_concurrent_if_not_exists_make_exactly_one_table(
     ["x; drop table y", "'x; drop table y'", 'x"y', "`x`", "tablé", "x--", "a.b.c"],
 )
 def test_injected_identifiers_rejected_and_nothing_created(
-    db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str, name: str
+    db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str, name: str
 ) -> None:
     before = db.execute("SELECT count(*) FROM pg_class").fetchone()
     with pytest.raises(ValueError, match="invalid JDBC target") as error:
@@ -596,7 +597,7 @@ def test_injected_identifiers_rejected_and_nothing_created(
 
 
 def test_reconcile_rebuilds_attempts_from_the_journal(
-    spark: Any, db: psycopg.Connection[Any], schema: str, journal: AttemptJournal, postgres_conn_id: str
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
 ) -> None:
     """A task that died: its attempt is aborted from the journal alone; a commit not journaled is kept."""
     dead = staged_table(postgres_conn_id, schema, "create", journal, table="dead")

@@ -533,11 +533,14 @@ def test_a_version_sweep_sigkilled_part_way_is_finished_by_the_next_one(
            "journal_dir": str(tmp_path / "journal"), "retention": policy}
     settings = lifecycle_workers.settings_of(raw)
     target = f"{database}.swept_{uuid.uuid4().hex[:6]}"
-    versions = [_commit_version(settings, target, tag) for tag in range(1, 7)]  # v6 is current
-    running = _commit_version(settings, target, 7, commit=False)
+    versions = [_commit_version(settings, target, 1)]
     root = local_path(versions[0].location).parent
     (root / "_v=20240101T000000-0badf00d").mkdir()  # an orphan: no attempt journaled it
     (root / "_v=20240101T000000-0badf00d" / "part-00000.parquet").write_bytes(b"lost")
+    # A sweep saw it before the later commits: by ``now`` it has been dead for longer than the grace.
+    settings.journal.orphans_seen(target, [f"file:{root}/_v=20240101T000000-0badf00d"])
+    versions += [_commit_version(settings, target, tag) for tag in range(2, 7)]  # v6 is current
+    running = _commit_version(settings, target, 7, commit=False)
     before = _version_files(root)
     names = [local_path(v.location).name for v in versions]
     running_name = local_path(running.location).name

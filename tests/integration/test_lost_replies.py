@@ -25,7 +25,8 @@ from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, jdbc_sink_for_target
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -49,8 +50,8 @@ def database(metastore, spark) -> str:
 
 
 @pytest.fixture
-def journal(tmp_path: Path) -> AttemptJournal:
-    return AttemptJournal(tmp_path / "journal")
+def journal(tmp_path: Path) -> FileJournal:
+    return FileJournal(tmp_path / "journal")
 
 
 def _lose_reply(monkeypatch: pytest.MonkeyPatch, owner: type, method: str, applied: bool) -> list[str]:

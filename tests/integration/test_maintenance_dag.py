@@ -9,7 +9,7 @@ import sqlite3
 import uuid
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration.staged_helpers import build, snapshot, staged_table
 
@@ -33,7 +33,7 @@ def test_maintenance_dag_drops_what_a_refresh_dag_stored_with_its_ttl(
     journal_dir = tmp_path / "journal"
     today = "date_format(current_date(), 'yyyy-MM-dd')"
     source = f"SELECT id, IF(id < 50, '2020-01-01', {today}) AS ds FROM range(100)"
-    build(spark, staged_table(metastore, AttemptJournal(journal_dir), f"{db}.source", "create"), source)
+    build(spark, staged_table(metastore, FileJournal(journal_dir), f"{db}.source", "create"), source)
     dags = tmp_path / "dags"
     (dags / "materialized").mkdir(parents=True)
     for name in ("materialized_tables.py", "staged_maintenance.py"):
@@ -72,7 +72,7 @@ def test_maintenance_dag_drops_what_a_refresh_dag_stored_with_its_ttl(
             p.values != ["2020-01-01"] for p in client.partitions(db, "events")
         )
     # The sweep covers every TTL table of the catalog (other tests' too): look at this one's.
-    journal = AttemptJournal(journal_dir).records()
+    journal = FileJournal(journal_dir).records()
     dropped = [r for r in journal if r.kind == "hive_expire" and r.target == f"{db}.events"]
     assert [r.state.value for r in dropped] == ["COMMITTED"]
 
@@ -81,7 +81,7 @@ def test_rollback_task_commits_and_emits_its_asset_event(airflow_cli, metastore,
     db = "rb_" + uuid.uuid4().hex[:8]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(db, metastore.warehouse)
-    target, journal = f"{db}.t", AttemptJournal(tmp_path / "journal")
+    target, journal = f"{db}.t", FileJournal(tmp_path / "journal")
     first = build(spark, staged_table(metastore, journal, target, "create"), "SELECT id FROM range(10)")
     build(spark, staged_table(metastore, journal, target, "replace"), "SELECT id FROM range(20)")
     env = airflow_cli.task_env(metastore, tmp_path / "journal", target)

@@ -34,7 +34,8 @@ from airflow_provider_staged.materialized.catalog_status import (
     REFRESH_HANDLER_KEY,
     REFRESH_STATUS_KEY,
 )
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.metastore import TEST_LOCK_EXPIRY_SECONDS, new_database
 from tests.integration import race_workers
@@ -248,7 +249,7 @@ def test_commits_racing_status_writes_lose_nothing(
     assert normalize_location(current_location(table)) == commits[-1]["own"]
     assert table.parameters[REFRESH_STATUS_KEY] == last_status.value
     assert table.parameters[REFRESH_HANDLER_KEY] == last_handler
-    states = [r.state for r in AttemptJournal(journal_dir).records()]
+    states = [r.state for r in FileJournal(journal_dir).records()]
     assert states == [AttemptState.COMMITTED] * (COMMITS + 1)
 
 
@@ -368,7 +369,7 @@ def test_sink_commits_racing_status_writes_and_a_replace_lose_nothing(
     read = [row.asDict() for row in spark.table(target).select("id", "label").collect()]
     assert sorted(read, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
     assert not list((root / "_staging").glob("*")), "a committed write left its staging directory"
-    assert {r.state for r in AttemptJournal(journal_dir).records()} == {AttemptState.COMMITTED}
+    assert {r.state for r in FileJournal(journal_dir).records()} == {AttemptState.COMMITTED}
 
 
 def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
@@ -578,7 +579,7 @@ def test_the_version_sweep_never_deletes_inside_the_grace_a_version_a_commit_jus
         _kill_leftovers([replacer, sweeper])
     replaced, swept = (json.loads(out.read_text()) for out in outs)
     assert (replaced["error"], swept["error"]) == (None, None)
-    commits = [r for r in AttemptJournal(journal).records() if r.state is AttemptState.COMMITTED]
+    commits = [r for r in FileJournal(journal).records() if r.state is AttemptState.COMMITTED]
     assert len(commits) == SWEPT_COMMITS + 1
     superseded_at = {normalize_location(r.superseded_location): r.updated_at
                      for r in commits if r.superseded_location}
@@ -618,7 +619,7 @@ def test_concurrent_create_or_replace_of_a_new_table_both_commit(
     assert all(r["lock_free"] for result in results for r in result["rounds"])
     # The race happened: some creates were refused because the other process's landed first.
     assert sum(len(result["conflicts"]) for result in results) >= 1
-    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    records = {r.attempt_id: r for r in FileJournal(journal).records()}
     for index in range(CREATE_ROUNDS):
         mine, theirs = (result["rounds"][index] for result in results)
         with MetastoreClient(metastore.uri) as client:
@@ -702,7 +703,7 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
     with MetastoreClient(metastore.uri) as client:
         final = race_workers.one_build(race_workers.spark_view(client, database, "refreshed_and_replaced"))
     assert final in [("ok", tags[-1]) for tags in kinds.values()]
-    records = AttemptJournal(journal).records()
+    records = FileJournal(journal).records()
     assert {r.state for r in records} == {AttemptState.COMMITTED}
     print(f"{len(seen)} reads, {len(overlapping('refresh', 'refresh_other'))} overlapping refreshes, "
           f"prepared switches {switches}, "

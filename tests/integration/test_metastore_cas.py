@@ -42,7 +42,8 @@ from airflow_provider_staged.staging.errors import (
     TableNotFoundError,
 )
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable, recorded_batch
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
@@ -184,7 +185,7 @@ def test_a_table_made_elsewhere_gets_a_revision_on_its_first_commit(
     assert normalize_location(current_location(stored)) == normalize_location(staged.location)
     assert stored.parameters.get(REVISION_KEY)
     assert staged.journal.require(staged.attempt_id).state is AttemptState.COMMITTED
-    assert [r.state for r in AttemptJournal(tmp_path / "journal").records()] == [AttemptState.COMMITTED]
+    assert [r.state for r in FileJournal(tmp_path / "journal").records()] == [AttemptState.COMMITTED]
 
 
 def test_the_commit_gives_up_with_a_clear_error_when_every_write_loses(
@@ -194,7 +195,7 @@ def test_the_commit_gives_up_with_a_clear_error_when_every_write_loses(
     journal = tmp_path / "journal"
     first = race_workers.commit_copy(metastore.uri, target, str(journal), parquet, "create")
     staged = HiveStagedTable(
-        TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, AttemptJournal(journal), metastore.uri
+        TableIdentifier.parse(target), StagingPurpose.REPLACE_TABLE_AS, FileJournal(journal), metastore.uri
     )
     staged.begin()
     staged.written(race_workers.write_flat(staged, parquet))
@@ -262,7 +263,7 @@ def test_an_append_overtaken_by_a_replace_is_ordered_before_it(
     assert pq.read_table(local_path(location)).num_rows == pq.read_table(parquet).num_rows
     assert recorded_batch(table, race_workers.SINK_QUERY) == 0
     assert table.parameters[SINK_ROWS_KEY] == "0"
-    assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}
+    assert {r.state for r in FileJournal(journal).records()} == {AttemptState.COMMITTED}
 
 
 def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
@@ -275,7 +276,7 @@ def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
     target = f"{database}.created_meanwhile"
     journal = str(tmp_path / "journal")
     second = HiveStagedTable(
-        TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, AttemptJournal(journal),
+        TableIdentifier.parse(target), StagingPurpose.CREATE_OR_REPLACE_TABLE_AS, FileJournal(journal),
         metastore.uri,
     )
     second.begin()
@@ -297,7 +298,7 @@ def test_a_create_or_replace_overtaken_by_a_create_replaces_it(
         stored = client.get_table(database, "created_meanwhile")
     assert normalize_location(current_location(stored)) == normalize_location(second.location)
     assert pq.read_table(local_path(second.location)).num_rows == pq.read_table(parquet).num_rows
-    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    records = {r.attempt_id: r for r in FileJournal(journal).records()}
     assert records[second.attempt_id].state is AttemptState.COMMITTED
     assert records[first.attempt_id].state is AttemptState.COMMITTED
     # The first version is superseded (retention deletes it later), not lost from the record.
@@ -316,7 +317,7 @@ def _replace_before(
 
     def replaced_first(self, *args):  # type: ignore[no-untyped-def]
         if not replaces:
-            replace = HiveStagedTable(TableIdentifier.parse(target), purpose, AttemptJournal(journal), uri)
+            replace = HiveStagedTable(TableIdentifier.parse(target), purpose, FileJournal(journal), uri)
             replace.begin()
             commit_written(replace, race_workers.write_partitions(replace, 2))
             replaces.append(replace)
@@ -354,7 +355,7 @@ def test_a_replace_between_a_partitioned_create_and_its_partitions_stands(
 
     (replace,) = replaces
     _assert_the_replace_stands(metastore.uri, target, replace)
-    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    records = {r.attempt_id: r for r in FileJournal(journal).records()}
     assert normalize_location(records[replace.attempt_id].superseded_location) == normalize_location(
         refresh.location
     )
@@ -385,7 +386,7 @@ def test_a_replace_between_a_sink_create_and_its_partitions_stands(
 
     (replace,) = replaces
     _assert_the_replace_stands(metastore.uri, target, replace)
-    assert {r.state for r in AttemptJournal(journal).records()} == {AttemptState.COMMITTED}
+    assert {r.state for r in FileJournal(journal).records()} == {AttemptState.COMMITTED}
 
 
 def _written(
@@ -393,7 +394,7 @@ def _written(
 ) -> HiveStagedTable:
     """An existing ``target`` and a WRITTEN attempt of ``kind`` that replaces it: a whole-table
     one (the flat table), or a partition refresh (refresh 1's table, refresh 2's rows)."""
-    identifier, attempts = TableIdentifier.parse(target), AttemptJournal(journal)
+    identifier, attempts = TableIdentifier.parse(target), FileJournal(journal)
     if kind == "table":
         race_workers.commit_copy(uri, target, journal, parquet, "create")
         staged = HiveStagedTable(identifier, StagingPurpose.parse(purpose), attempts, uri)
@@ -463,7 +464,7 @@ def test_a_partitioned_create_overtaken_by_a_create_refreshes_it(
     target = f"{database}.partitions_created_meanwhile"
     journal = str(tmp_path / "journal")
     refresh = HivePartitionStagedTable(
-        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal), metastore.uri
+        TableIdentifier.parse(target), ["ds"], {}, FileJournal(journal), metastore.uri
     )
     refresh.begin()
     manifest = race_workers.write_partitions(refresh, 3)
@@ -481,7 +482,7 @@ def test_a_partitioned_create_overtaken_by_a_create_refreshes_it(
     assert stored.parameters.get(PARTITION_PROVIDER_KEY) == "catalog"
     assert normalize_location(current_location(stored)) == normalize_location(create.location)
     assert partitions == race_workers.read_after(3)
-    records = {r.attempt_id: r for r in AttemptJournal(journal).records()}
+    records = {r.attempt_id: r for r in FileJournal(journal).records()}
     assert {records[a].state for a in (create.attempt_id, refresh.attempt_id)} == {AttemptState.COMMITTED}
 
 
@@ -494,7 +495,7 @@ def test_a_partitioned_create_finding_the_table_made_before_its_output_was_recor
     target = f"{database}.partitions_create_only"
     journal = str(tmp_path / "journal")
     create = HivePartitionStagedTable(
-        TableIdentifier.parse(target), ["ds"], {}, AttemptJournal(journal), metastore.uri,
+        TableIdentifier.parse(target), ["ds"], {}, FileJournal(journal), metastore.uri,
         purpose=StagingPurpose.CREATE_TABLE_AS,
     )
     create.begin()

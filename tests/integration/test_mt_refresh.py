@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration.staged_helpers import (
     assert_aborted_unwritten,
@@ -49,7 +50,7 @@ def mt_env(airflow_cli, metastore, spark, tmp_path_factory):
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(db, metastore.warehouse)
     journal_dir = tmp_path_factory.mktemp("mt-journal")
-    build(spark, staged_table(metastore, AttemptJournal(journal_dir), f"{db}.orders", "create"), SOURCE_SQL)
+    build(spark, staged_table(metastore, FileJournal(journal_dir), f"{db}.orders", "create"), SOURCE_SQL)
     dags = tmp_path_factory.mktemp("mt-dags")
     shutil.copy(REPO / "dags" / "materialized_tables.py", dags / "materialized_tables.py")
     (dags / "materialized").mkdir()
@@ -65,7 +66,7 @@ def mt_env(airflow_cli, metastore, spark, tmp_path_factory):
 
 
 def _attempts(journal_dir, table):
-    return [r for r in AttemptJournal(journal_dir).records() if r.target == table]
+    return [r for r in FileJournal(journal_dir).records() if r.target == table]
 
 
 def _state(spark, metastore, journal_dir, db, table="orders_daily"):

@@ -20,7 +20,8 @@ import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.lineage.datasets import hive_namespace, location_dataset
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from tests.fixtures.airflow_cli import REPO, staged_connection
 
 pytest.importorskip("airflow.providers.openlineage", reason="needs the [openlineage] extra")
@@ -87,7 +88,7 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     sql = f"SELECT v AS label, sum(id) AS total, upper(v) AS shout FROM {database}.src GROUP BY v"
     result = run_build(airflow_cli, metastore, journal_dir, target, sql, events_file)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (record,) = AttemptJournal(journal_dir).records()
+    (record,) = FileJournal(journal_dir).records()
     assert record.state is AttemptState.COMMITTED
     # START names what the build is about to read and write.
     (start,) = [e for e in events(events_file) if e["eventType"] == "START"]
@@ -129,7 +130,7 @@ def test_lineage_of_create_overwrite_and_none_for_an_aborted_output(airflow_cli,
     failing = f"SELECT id, CASE WHEN id = 29 THEN raise_error('boom') END AS x FROM {database}.src"
     result = run_build(airflow_cli, metastore, journal_dir, target, failing, events_file)
     assert result.returncode != 0
-    failed = [r for r in AttemptJournal(journal_dir).records() if r.attempt_id != record.attempt_id]
+    failed = [r for r in FileJournal(journal_dir).records() if r.attempt_id != record.attempt_id]
     assert [r.state for r in failed] == [AttemptState.ABORTED]
     (fail,) = [e for e in events(events_file) if e["eventType"] == "FAIL"]
     assert [d["name"] for d in fail["inputs"]] == [f"{database}.src"]
@@ -180,7 +181,7 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     spark.sql(f"INSERT INTO {db}.src VALUES (999, '2020-01-01')")  # the next refresh fails writing
     assert refresh().returncode != 0
-    records = AttemptJournal(journal_dir).records()
+    records = FileJournal(journal_dir).records()
     refreshes = sorted((r for r in records if r.target == f"{db}.events"), key=lambda r: r.created_at)
     assert [r.state for r in refreshes] == [AttemptState.COMMITTED] * 2 + [AttemptState.ABORTED]
 

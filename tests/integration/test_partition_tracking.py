@@ -25,7 +25,8 @@ from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable, sweep_versions
 from airflow_provider_staged.staging.settings import StagedSettings
@@ -49,7 +50,7 @@ def _read(spark, target: str) -> dict[str, list[int]]:  # type: ignore[no-untype
     return {row.ds: list(row.r) for row in rows}
 
 
-def _discovered(metastore: MetastoreInfo, target: str, journal: AttemptJournal) -> None:
+def _discovered(metastore: MetastoreInfo, target: str, journal: FileJournal) -> None:
     """A partitioned CTAS without a partition TTL: the whole-table kind, directory-discovered."""
     identifier = TableIdentifier.parse(target)
     staged = HiveStagedTable(identifier, StagingPurpose.CREATE_TABLE_AS, journal, metastore.uri)
@@ -58,7 +59,7 @@ def _discovered(metastore: MetastoreInfo, target: str, journal: AttemptJournal) 
 
 
 def _refresh(
-    metastore: MetastoreInfo, target: str, journal: AttemptJournal, spec: dict[str, str]
+    metastore: MetastoreInfo, target: str, journal: FileJournal, spec: dict[str, str]
 ) -> HivePartitionStagedTable:
     staged = HivePartitionStagedTable(
         TableIdentifier.parse(target), ["ds"], spec, journal, metastore.uri,
@@ -69,7 +70,7 @@ def _refresh(
 
 
 def _refreshed(
-    metastore: MetastoreInfo, target: str, journal: AttemptJournal, spec: dict[str, str], refresh: int,
+    metastore: MetastoreInfo, target: str, journal: FileJournal, spec: dict[str, str], refresh: int,
     partitions: list[str] | None = None,
 ) -> HivePartitionStagedTable:
     """A committed refresh of ``spec`` writing ``refresh``'s rows (into ``partitions``)."""
@@ -87,7 +88,7 @@ def test_a_full_partition_replace_switches_a_discovered_table(
     spark, metastore: MetastoreInfo, database: str, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     target = f"{database}.full"
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     _discovered(metastore, target, journal)
     assert _read(spark, target) == FIRST and not _tracked(metastore, target)
     staged = _refreshed(metastore, target, journal, {}, 2)
@@ -102,7 +103,7 @@ def test_a_partition_refresh_of_a_discovered_table_keeps_the_others(
     spark, metastore: MetastoreInfo, database: str, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     target = f"{database}.one"
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     _discovered(metastore, target, journal)
     _refreshed(metastore, target, journal, {"ds": "b1"}, 2, ["b1"])
     assert _read(spark, target) == {"b0": [1], "b1": [2], "n1": [1]}
@@ -117,7 +118,7 @@ def test_a_commit_failing_before_the_table_switch_changes_nothing_readers_see(
     """The partitions are switched, the table's last call fails: readers still see the old
     version, the attempt is not published, and its abort leaves the table as it was."""
     target = f"{database}.failed_switch"
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     _discovered(metastore, target, journal)
     staged = _refresh(metastore, target, journal, {"ds": "b1"})
     real_update = HivePartitionStagedTable._update_table
@@ -149,7 +150,7 @@ def test_a_sink_table_with_batch_directories_is_refused_and_unchanged(
     the partition's; a catalog partition would hide those files, so a refresh of some partitions
     is refused with a clear error before it changes anything."""
     target = f"{database}.sink_batches"
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     sink = HiveSink(target, StagedSettings(metastore.uri, metastore.warehouse, str(journal.root)),
                     native=False, partition_by=["ds"])
     context = WriterContext(new_write_id(), "q", 0, "append", race_workers.PART_SCHEMA_JSON, partition_id=0,
@@ -174,7 +175,7 @@ def test_partitions_left_by_a_whole_table_replace_keep_no_version_alive(
     catalog's partitions, pointing into the superseded version, are read by nobody after it, so
     retention deletes that version like any other (it used to keep it forever)."""
     target = f"{database}.replaced_tracked"
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     first = _refreshed(metastore, target, journal, {}, 1)  # creates a catalog-partitioned table
     assert _tracked(metastore, target)
     identifier = TableIdentifier.parse(target)

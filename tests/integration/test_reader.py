@@ -13,7 +13,7 @@ from airflow_provider_staged.catalogs.metastore.reader import read_table
 from airflow_provider_staged.cli.main import app
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from tests.fixtures.airflow_cli import staged_connection
 
@@ -37,7 +37,7 @@ def test_show_reads_partitions_at_their_own_locations(spark, metastore, tmp_path
     database = "rd_" + uuid.uuid4().hex[:8]
     spark.sql(f"CREATE DATABASE {database}")
     identifier = TableIdentifier(database, "daily")
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     _refresh(spark, metastore, journal, identifier, {}, FIRST)
     _refresh(spark, metastore, journal, identifier, {"ds": "2024-01-02"}, SECOND)
 

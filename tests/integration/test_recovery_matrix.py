@@ -65,7 +65,8 @@ from airflow_provider_staged.staging.expiry import (
     table_ttl,
 )
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import EMPTY_DIR_NAME, HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_sink import (
     STAGING_DIR,
@@ -128,7 +129,7 @@ def expected_result(step: str, outcome: str) -> tuple[bool, str]:
 class Case:
     kind: str
     target: str
-    journal: AttemptJournal
+    journal: FileJournal
     settings: StagedSettings
     task: TaskRef | None  # None: a client's build (``staged sql``), known by its process only
     old: AttemptRecord  # the committed build of the OLD content
@@ -203,7 +204,7 @@ class HiveHarness:
 
     # cases ---------------------------------------------------------------------------------------
 
-    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+    def old_attempt(self, target: str, journal: FileJournal) -> JournaledStagedTable:
         return HiveStagedTable(
             TableIdentifier.parse(target),
             StagingPurpose.CREATE_TABLE_AS,
@@ -212,7 +213,7 @@ class HiveHarness:
             rh.RETENTION,
         )
 
-    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+    def build_old(self, target: str, journal: FileJournal) -> AttemptRecord:
         staged = self.old_attempt(target, journal)
         staged.begin()
         copy_tree(self.template_dir, staged.location)
@@ -225,7 +226,7 @@ class HiveHarness:
         return f"{self.database}.t_{uuid.uuid4().hex[:10]}"
 
     def new_case(self, directory: Path, label: str) -> Case:
-        journal = AttemptJournal(directory / "journal")
+        journal = FileJournal(directory / "journal")
         target = self.new_target()
         old = self.build_old(target, journal)
         settings = StagedSettings(
@@ -301,7 +302,7 @@ class HiveHarness:
 
     def setup_neighbour(self) -> None:
         target = f"{self.database}.{self.kind}_neighbour"
-        record = self.build_old(target, AttemptJournal(self.scratch / "neighbour-journal"))
+        record = self.build_old(target, FileJournal(self.scratch / "neighbour-journal"))
         self.neighbour = target
         self.neighbour_root = normalize_location(record.location).rpartition("/")[0]
         self.neighbour_state = self.observe_neighbour()
@@ -360,7 +361,7 @@ class PartitionHarness(HiveHarness):
             found = client.partitions(database, table)
         return {tuple(p.values): normalize_location(p.sd.location) for p in found}
 
-    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+    def old_attempt(self, target: str, journal: FileJournal) -> JournaledStagedTable:
         return HivePartitionStagedTable(
             TableIdentifier.parse(target), rh.PARTITION_COLUMNS, {}, journal, self.metastore_uri, rh.RETENTION
         )
@@ -445,7 +446,7 @@ class ContinuousPartitionHarness(PartitionHarness):
         (later_file,) = _parquet(f"file:{later}")
         self.later_file = local_path(later_file.location)
 
-    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+    def build_old(self, target: str, journal: FileJournal) -> AttemptRecord:
         record = super().build_old(target, journal)
         partition = local_path(record.location) / partition_path(rh.PARTITION_COLUMNS, ("eu", "2024-01-01"))
         shutil.copy(self.later_file, partition / rh.STREAM_LATER_FILE)
@@ -461,7 +462,7 @@ class DiscoveredPartitionHarness(PartitionHarness):
 
     kind = "hive_partitions_discovered"
 
-    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+    def old_attempt(self, target: str, journal: FileJournal) -> JournaledStagedTable:
         identifier, purpose = TableIdentifier.parse(target), StagingPurpose.CREATE_TABLE_AS
         return HiveStagedTable(identifier, purpose, journal, self.metastore_uri, rh.RETENTION)
 
@@ -588,7 +589,7 @@ class ExpiryHarness(LifecycleHarness):
     read = PartitionHarness.read
     partitions = PartitionHarness.partitions
 
-    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+    def old_attempt(self, target: str, journal: FileJournal) -> JournaledStagedTable:
         return HivePartitionStagedTable(
             TableIdentifier.parse(target),
             rh.PARTITION_COLUMNS,
@@ -662,7 +663,7 @@ class RollbackHarness(LifecycleHarness):
         self.kept = self.template("template-v1", rh.NEW_SQL[self.kind])
         self.restores: dict[str, AttemptRecord] = {}
 
-    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+    def build_old(self, target: str, journal: FileJournal) -> AttemptRecord:
         """v1 (the NEW content), then v2 (OLD) replacing it; v1 stays (retention keeps one)."""
         v1 = self.copy_build(self.old_attempt(target, journal), *self.kept)
         replace = self.old_attempt(target, journal)
@@ -734,12 +735,12 @@ class PartitionRollbackHarness(RollbackHarness):
         self.expected_new = {**v1, ("eu", "2024-01-03"): v2[("eu", "2024-01-03")]}
         self.restores = {}
 
-    def old_attempt(self, target: str, journal: AttemptJournal) -> JournaledStagedTable:
+    def old_attempt(self, target: str, journal: FileJournal) -> JournaledStagedTable:
         return HivePartitionStagedTable(
             TableIdentifier.parse(target), rh.PARTITION_COLUMNS, {}, journal, self.metastore_uri, rh.RETENTION
         )
 
-    def build_old(self, target: str, journal: AttemptJournal) -> AttemptRecord:
+    def build_old(self, target: str, journal: FileJournal) -> AttemptRecord:
         self.restores[target] = self.copy_build(self.old_attempt(target, journal), *self.kept)
         refresh = HivePartitionStagedTable(
             TableIdentifier.parse(target),
@@ -864,7 +865,7 @@ class JdbcHarness:
             ).fetchall()
         return {row[0] for row in rows}
 
-    def build_old(self, table: str, journal: AttemptJournal) -> AttemptRecord:
+    def build_old(self, table: str, journal: FileJournal) -> AttemptRecord:
         """begin → fill the staged table with SQL (the job's part, without Spark) → written → commit."""
         staged = JdbcStagedTable(
             JdbcTarget.parse(f"jdbc://{self.conn_id}/{self.schema}.{table}"),
@@ -899,7 +900,7 @@ class JdbcHarness:
         return journal.require(staged.attempt_id)
 
     def new_case(self, directory: Path, label: str) -> Case:
-        journal = AttemptJournal(directory / "journal")
+        journal = FileJournal(directory / "journal")
         table = f"t_{uuid.uuid4().hex[:10]}"
         old = self.build_old(table, journal)
         settings = StagedSettings(
@@ -962,7 +963,7 @@ class JdbcHarness:
         self.assert_neighbour()
 
     def setup_neighbour(self) -> None:
-        self.build_old("neighbour", AttemptJournal(self.scratch / "neighbour-journal"))
+        self.build_old("neighbour", FileJournal(self.scratch / "neighbour-journal"))
         self.neighbour_state = (self.oid("neighbour"), self.read("neighbour"))
         assert self.neighbour_state[1] == self.expected_old
 
@@ -1111,7 +1112,7 @@ class SinkKindHarness(HiveSinkHarness):
 
     def new_attempt(self, case: Case) -> SinkStagedTable:
         sink = HiveSink(case.target, case.settings, native=False)
-        return SinkStagedTable(sink, case.journal, task=case.task)
+        return SinkStagedTable(sink, case.journal, str(case.journal.root), task=case.task)
 
     def write(self, staged: Any, query: str, mid_write: bool = False) -> Manifest:
         """``stage_batch``'s steps with the writers in this process: the write's context, the

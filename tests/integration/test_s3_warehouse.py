@@ -15,7 +15,8 @@ from pyarrow import fs as pafs
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
@@ -45,8 +46,8 @@ def database(metastore, s3_warehouse: str) -> str:
 
 
 @pytest.fixture
-def journal(tmp_path) -> AttemptJournal:
-    return AttemptJournal(tmp_path / "journal")
+def journal(tmp_path) -> FileJournal:
+    return FileJournal(tmp_path / "journal")
 
 
 @pytest.fixture
@@ -97,12 +98,12 @@ def test_sigkilled_writer_is_aborted_by_reconcile(spark, metastore, journal, tar
     script = textwrap.dedent(f"""
         import os, signal, sys
         from airflow_provider_staged.engine.session import build_session
-        from airflow_provider_staged.staging.journal import AttemptJournal
+        from airflow_provider_staged.staging.journal_files import FileJournal
         from tests.integration.staged_helpers import begin_and_write, staged_table
         from airflow_provider_staged.discovery.embedded import MetastoreInfo
         info = MetastoreInfo(**{json.dumps(metastore.__dict__)!s})
         spark = build_session(info.uri, info.warehouse, master="local[1]", app_name="killed")
-        staged = staged_table(info, AttemptJournal({str(journal.root)!r}), {target!r}, "replace")
+        staged = staged_table(info, FileJournal({str(journal.root)!r}), {target!r}, "replace")
         begin_and_write(spark, staged, {SQL_V2!r})
         print(staged.attempt_id, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # a worker host gone after the write, before the commit

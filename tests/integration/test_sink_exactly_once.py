@@ -34,7 +34,7 @@ from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER
 from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.sink.runtime import stream_query_id
 from airflow_provider_staged.staging.faults import FAULT_ENV, FAULT_PGID_ENV
-from airflow_provider_staged.staging.journal import AttemptJournal
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
@@ -98,7 +98,7 @@ def _reconcile_in_a_process(settings: StagedSettings, fault: str) -> int:
 
 
 def _assert_journal_settled(tmp_path: Path) -> None:
-    journal = AttemptJournal(tmp_path / "journal")
+    journal = FileJournal(tmp_path / "journal")
     assert [r.attempt_id for r in journal.open_attempts()] == []
     assert any(r.state.value == "COMMITTED" for r in journal.records())
 
@@ -133,9 +133,9 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, 
         A first reconcile is itself killed while it moves them; the next one finishes the abort."""
         if fault == "global_commit":
             settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
-            open_before = [r.attempt_id for r in AttemptJournal(settings.journal_dir).open_attempts()]
+            open_before = [r.attempt_id for r in FileJournal(settings.journal_dir).open_attempts()]
             assert _reconcile_in_a_process(settings, fault="return_logged") == -signal.SIGKILL
-            assert [r.attempt_id for r in AttemptJournal(settings.journal_dir).open_attempts()] == open_before
+            assert [r.attempt_id for r in FileJournal(settings.journal_dir).open_attempts()] == open_before
             assert open_before
             assert [action.action for action in reconcile(settings)] == ["aborted"]
 

@@ -110,7 +110,8 @@ def test_password_is_in_no_journal_attempt_dir_option_or_log(spark, postgres, se
     caplog.set_level(logging.DEBUG)
     sink = PostgresSink(target, settings)
     write_batch(spark.sql("SELECT id, concat('a', id) AS label FROM range(4)").repartition(2), sink)
-    staged = SinkStagedTable(sink, settings.journal, task=TaskRef("sink_dag", "build", "run-1", 1))
+    task = TaskRef("sink_dag", "build", "run-1", 1)
+    staged = SinkStagedTable(sink, settings.journal, settings.journal_dir, task=task)
     staged.begin()
     stage_batch(spark.sql("SELECT id, 'b' AS label FROM range(4, 6)"), sink,
                 os.path.join(staged.location, COMMITTABLES_FILE))

@@ -32,7 +32,8 @@ from psycopg import sql
 from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.runners import JOBS_DIR
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.fixtures.postgres_server import PostgresServer
 from tests.fixtures.spark_standalone import StandaloneCluster
@@ -129,7 +130,7 @@ def test_spark_submit_commits_a_table_fresh_readers_see(
 
     assert result["rows"] == 20000
     assert snapshot(spark, target) == expected_snapshot(spark, SQL)
-    (record,) = [r for r in AttemptJournal(connections).records() if r.target == target]
+    (record,) = [r for r in FileJournal(connections).records() if r.target == target]
     assert record.state is AttemptState.COMMITTED
     assert table_location(metastore, target) == record.location
     assert version_dirs(metastore, target) == [record.location.rsplit("/", 1)[1]]
@@ -144,7 +145,7 @@ def test_query_failing_on_the_cluster_fails_the_task_and_keeps_the_previous_vers
 ) -> None:
     target = f"{database}.kept"
     # The previous version is built in-process: only the failing build goes to the cluster.
-    build(spark, staged_table(metastore, AttemptJournal(tmp_path), target, "create"), SQL)
+    build(spark, staged_table(metastore, FileJournal(tmp_path), target, "create"), SQL)
     before, before_dirs = snapshot(spark, target), version_dirs(metastore, target)
     # One try per Spark task: the failure is deterministic, retries would only cost time.
     operator = submit_operator(
@@ -156,7 +157,7 @@ def test_query_failing_on_the_cluster_fails_the_task_and_keeps_the_previous_vers
 
     assert snapshot(spark, target) == before
     assert version_dirs(metastore, target) == before_dirs
-    (record,) = [r for r in AttemptJournal(connections).records() if r.target == target]
+    (record,) = [r for r in FileJournal(connections).records() if r.target == target]
     assert record.state is AttemptState.ABORTED
 
 
@@ -189,7 +190,7 @@ def test_jdbc_target_through_spark_submit_keeps_the_password_out(
         ).fetchone()
     assert found == (20000, sum(i % 97 for i in range(20000)), 20000)
     assert left == (0,)
-    (record,) = [r for r in AttemptJournal(connections).records() if r.target == target]
+    (record,) = [r for r in FileJournal(connections).records() if r.target == target]
     assert record.state is AttemptState.COMMITTED
     # The hook logs the command and the driver's output through Airflow's logging (to stdout).
     logged = caplog.text + "".join(capfd.readouterr())
@@ -279,7 +280,7 @@ def test_dags_test_spark_submit_commits(
     assert result.returncode == 0, output[-4000:]
     assert "Spark-Submit cmd" in output and marker in output  # the cluster built it, not local Spark
     assert snapshot(spark, target) == expected_snapshot(spark, SQL)
-    (record,) = AttemptJournal(journal_dir).records()
+    (record,) = FileJournal(journal_dir).records()
     assert record.state is AttemptState.COMMITTED and record.target == target
     assert record.task is not None and record.task.dag_id == "staged_spark_submit"
     assert record.manifest is not None and record.manifest["rows"] == 20000
@@ -301,8 +302,8 @@ def test_sigterm_of_dags_test_while_spark_submit_job_runs(
     tmp_path: Path,
 ) -> None:
     target, journal_dir, marker = f"{database}.killed", tmp_path / "journal", uuid.uuid4().hex
-    journal = AttemptJournal(journal_dir)
-    build(spark, staged_table(metastore, AttemptJournal(tmp_path / "seed"), target, "create"), SQL)
+    journal = FileJournal(journal_dir)
+    build(spark, staged_table(metastore, FileJournal(tmp_path / "seed"), target, "create"), SQL)
     before, before_dirs = snapshot(spark, target), version_dirs(metastore, target)
     env = dags_test_env(
         airflow_cli, spark_cluster, metastore, journal_dir, target, SQL_SLOW, "replace", marker

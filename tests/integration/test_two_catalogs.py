@@ -28,7 +28,8 @@ from airflow_provider_staged.lineage.datasets import hive_namespace
 from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.airflow_cli import AirflowCli, staged_connection
@@ -131,7 +132,7 @@ def _rows(location: str) -> list[tuple[int, int | None]]:
 
 
 def _records(journal_dir: Path) -> list[AttemptRecord]:
-    return sorted(AttemptJournal(journal_dir).records(), key=lambda record: record.created_at)
+    return sorted(FileJournal(journal_dir).records(), key=lambda record: record.created_at)
 
 
 def test_a_table_bound_to_other_refreshes_into_other(airflow_cli: AirflowCli, catalogs: Catalogs) -> None:
@@ -228,7 +229,7 @@ def test_the_failure_callback_aborts_on_others_catalog(
     staged = HiveStagedTable(
         TableIdentifier.parse(f"{catalogs.db}.totals"),
         StagingPurpose.CREATE_OR_REPLACE_TABLE_AS,
-        AttemptJournal(catalogs.other_journal),
+        FileJournal(catalogs.other_journal),
         catalogs.other.uri,
         task=task_ref,
         conn_id="other",
@@ -243,7 +244,7 @@ def test_the_failure_callback_aborts_on_others_catalog(
     for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
         callback({"ti": ti, "task": task})
 
-    record = AttemptJournal(catalogs.other_journal).require(staged.attempt_id)
+    record = FileJournal(catalogs.other_journal).require(staged.attempt_id)
     assert record.state is AttemptState.ABORTED and record.error == "task failed"
     assert not local_path(record.location).exists()
     after = _table(catalogs.other, catalogs.db)

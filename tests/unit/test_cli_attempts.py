@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from airflow_provider_staged.cli import main as cli
 from airflow_provider_staged.cli.main import app
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.settings import StagedSettings
 
 
@@ -23,7 +24,7 @@ def _record(attempt_id: str, created_at: float, **fields: object) -> AttemptReco
 
 
 @pytest.fixture
-def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AttemptJournal:
+def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FileJournal:
     settings = StagedSettings("thrift://127.0.0.1:9", str(tmp_path / "warehouse"), str(tmp_path / "journal"))
     monkeypatch.setattr(cli, "connection_settings", lambda conn: settings)
     return settings.journal
@@ -35,7 +36,7 @@ def _listed(*args: str) -> list[dict[str, str]]:
     return json.loads(result.output)
 
 
-def test_newest_first_with_operation_partition_run_and_outcome(journal: AttemptJournal) -> None:
+def test_newest_first_with_operation_partition_run_and_outcome(journal: FileJournal) -> None:
     refresh = TaskRef("mt__analytics__daily", "refresh", "manual__2024-01-03T00:00:00", 2)
     journal.create(_record("a-old", 100.0))
     journal.create(_record(
@@ -65,13 +66,13 @@ def test_newest_first_with_operation_partition_run_and_outcome(journal: AttemptJ
     assert "(no task)" in lines[2]
 
 
-def test_a_whole_table_build_of_a_partitioned_table_is_named_by_its_purpose(journal: AttemptJournal) -> None:
+def test_a_whole_table_build_of_a_partitioned_table_is_named_by_its_purpose(journal: FileJournal) -> None:
     journal.create(_record("a", 1.0, kind="hive_partitions", purpose="replace",
                            catalog={"partition_columns": ["ds"], "partition_spec": {}}))
     assert _listed()[0]["operation"] == "replace table as"
 
 
-def test_an_empty_journal_says_so(journal: AttemptJournal) -> None:
+def test_an_empty_journal_says_so(journal: FileJournal) -> None:
     result = CliRunner().invoke(app, ["attempts"])
     assert result.exit_code == 0 and "no attempts in the journal" in result.output
 

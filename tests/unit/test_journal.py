@@ -1,13 +1,36 @@
+"""The journal contract, run against both journals: the file journal and the shared PostgreSQL one
+(a real server from ``tests/fixtures/postgres_server.py``, a fresh schema per test)."""
+
 import multiprocessing
 import os
 import time
+import uuid
 
 import pytest
 
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook
 from airflow_provider_staged.staging.errors import CommitConflictError
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
+from airflow_provider_staged.staging.journal_files import FileJournal
+from airflow_provider_staged.staging.journal_postgres import PostgresJournal
 from airflow_provider_staged.staging.versions import RetentionPolicy, new_attempt_id, parse_version_dir
+
+
+def open_journal(spec):
+    """A journal from a picklable spec: a directory, or (URL, schema)."""
+    return PostgresJournal(*spec) if isinstance(spec, tuple) else FileJournal(spec)
+
+
+@pytest.fixture(params=["files", "postgres"])
+def journal_spec(request, tmp_path):
+    if request.param == "files":
+        return str(tmp_path / "journal")
+    return request.getfixturevalue("postgres").url(), "j_" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def journal(journal_spec):
+    return open_journal(journal_spec)
 
 
 def _record(attempt_id="a1", task=None):
@@ -16,8 +39,7 @@ def _record(attempt_id="a1", task=None):
     )
 
 
-def test_transitions_and_history(tmp_path):
-    journal = AttemptJournal(tmp_path)
+def test_transitions_and_history(journal):
     journal.create(_record())
     with journal.locked("a1"):
         journal.transition("a1", AttemptState.WRITTEN, manifest={"rows": 3})
@@ -29,8 +51,7 @@ def test_transitions_and_history(tmp_path):
 
 
 @pytest.mark.parametrize("ended", [AttemptState.COMMITTED, AttemptState.ABORTED])
-def test_ended_attempts_cannot_move(tmp_path, ended):
-    journal = AttemptJournal(tmp_path)
+def test_ended_attempts_cannot_move(journal, ended):
     journal.create(_record())
     with journal.locked("a1"):
         journal.transition("a1", ended)
@@ -39,8 +60,7 @@ def test_ended_attempts_cannot_move(tmp_path, ended):
             journal.transition("a1", other)
 
 
-def test_duplicate_create_and_bad_ids(tmp_path):
-    journal = AttemptJournal(tmp_path)
+def test_duplicate_create_and_bad_ids(journal):
     journal.create(_record())
     with pytest.raises(CommitConflictError):
         journal.create(_record())
@@ -48,8 +68,7 @@ def test_duplicate_create_and_bad_ids(tmp_path):
         journal.get("../etc/passwd")
 
 
-def test_for_task_matches_try(tmp_path):
-    journal = AttemptJournal(tmp_path)
+def test_for_task_matches_try(journal):
     task1 = TaskRef("d", "t", "r", 1)
     journal.create(_record("a1", task1))
     journal.create(_record("a2", TaskRef("d", "t", "r", 2)))
@@ -58,15 +77,14 @@ def test_for_task_matches_try(tmp_path):
 
 
 
-def test_records_with_a_prefix_read_only_those_attempts(tmp_path):
-    journal = AttemptJournal(tmp_path)
+def test_records_with_a_prefix_read_only_those_attempts(journal):
     for attempt_id in ("q1-b1-x", "q1-b1-y", "q1-b10-x", "q2-b1-x"):
         journal.create(_record(attempt_id))
     assert [r.attempt_id for r in journal.records("q1-b1-")] == ["q1-b1-x", "q1-b1-y"]
     assert len(journal.records()) == 4
 
 def test_temporary_files_of_killed_writers_are_removed_once_stale(tmp_path):
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     journal.create(_record("a1"))
     journal.set_retention_mark("db.t", 1.0)
     marks = tmp_path / ".retention"
@@ -83,23 +101,88 @@ def test_temporary_files_of_killed_writers_are_removed_once_stale(tmp_path):
     assert journal.retention_mark("db.t") == 1.0 and journal.retention_mark("db.u") == 2.0
 
 
-def _hold_lock(root, ready, release):
-    journal = AttemptJournal(root)
+def test_records_with_a_prefix_take_it_literally(journal):
+    # ``_`` is a wildcard of SQL's LIKE: a prefix never matches by pattern.
+    for attempt_id in ("q1_b-x", "q1xb-y", "q1.b-z"):
+        journal.create(_record(attempt_id))
+    assert [r.attempt_id for r in journal.records("q1_b")] == ["q1_b-x"]
+    assert [r.attempt_id for r in journal.records("q1.")] == ["q1.b-z"]
+
+
+def test_times_are_the_journals_clock(journal):
+    before = journal.now()
+    assert abs(before - time.time()) < 5  # the test's server runs on this host
+    record = journal.create(_record())
     with journal.locked("a1"):
+        journal.transition("a1", AttemptState.WRITTEN)
+    after = journal.now()
+    stored = journal.require("a1")
+    times = [stored.created_at, stored.updated_at, stored.heartbeat_at, *(at for _, at in stored.history)]
+    assert all(before <= at <= after for at in times), (before, times, after)
+    assert record.history == stored.history[:1]
+
+
+def test_heartbeat_moves_only_open_attempts(journal):
+    journal.create(_record("open"))
+    journal.create(_record("ended"))
+    with journal.locked("ended"):
+        journal.transition("ended", AttemptState.ABORTED)
+    open_before, ended_before = journal.require("open"), journal.require("ended")
+    time.sleep(0.01)
+    journal.heartbeat("open")
+    journal.heartbeat("ended")
+    assert journal.require("open").heartbeat_at > open_before.heartbeat_at
+    assert journal.require("ended") == ended_before
+    assert [r.attempt_id for r in journal.open_attempts()] == ["open"]
+
+
+def test_remove_ended_keeps_open_records(journal):
+    journal.create(_record("open"))
+    journal.create(_record("done"))
+    with journal.locked("done"):
+        journal.transition("done", AttemptState.COMMITTED)
+    assert journal.remove_ended("open") is False
+    assert journal.remove_ended("done") is True
+    assert journal.remove_ended("done") is False
+    assert [r.attempt_id for r in journal.records()] == ["open"]
+
+
+def test_retention_marks(journal):
+    assert journal.retention_mark("db.t") is None
+    journal.set_retention_mark("db.t", 123.5)
+    journal.set_retention_mark("db.other", 7.0)
+    journal.set_retention_mark("db.t", 124.25)
+    assert journal.retention_mark("db.t") == 124.25 and journal.retention_mark("db.other") == 7.0
+    assert journal.records() == []  # not records
+
+
+def test_orphan_sightings_keep_the_first_and_forget_the_unlisted(journal):
+    first = journal.orphans_seen("db.t", ["w/_v=x", "w/_v=y"])
+    assert set(first) == {"w/_v=x", "w/_v=y"}
+    time.sleep(0.01)
+    again = journal.orphans_seen("db.t", ["w/_v=x", "w/_v=z"])
+    assert again["w/_v=x"] == first["w/_v=x"] and again["w/_v=z"] > first["w/_v=x"]
+    assert set(again) == {"w/_v=x", "w/_v=z"}  # y was not listed: its sighting is gone
+    assert journal.orphans_seen("db.other", []) == {}
+    assert journal.orphans_seen("db.t", []) == {}
+
+
+def _hold_lock(spec, ready, release):
+    with open_journal(spec).locked("a1"):
         ready.set()
         release.wait(10)
 
 
-def test_lock_excludes_other_processes(tmp_path):
+def test_lock_excludes_other_processes(journal_spec):
     ctx = multiprocessing.get_context("fork")
     ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_lock, args=(tmp_path, ready, release))
+    holder = ctx.Process(target=_hold_lock, args=(journal_spec, ready, release))
     holder.start()
     assert ready.wait(10)
     started = time.monotonic()
     threading_release = ctx.Process(target=lambda: (time.sleep(0.5), release.set()))
     threading_release.start()
-    with AttemptJournal(tmp_path).locked("a1"):
+    with open_journal(journal_spec).locked("a1"):
         waited = time.monotonic() - started
     holder.join()
     threading_release.join()

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.pruning import prunable
 
 NOW = 1_000_000.0
@@ -70,7 +71,7 @@ def test_bad_keep_last_is_refused_naming_it() -> None:
 
 
 def test_remove_ended_deletes_an_ended_record_and_its_lock_only(tmp_path) -> None:
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     journal.create(record("open", state=AttemptState.BEGUN))
     journal.create(record("done", state=AttemptState.BEGUN))
     with journal.locked("done"):
@@ -81,7 +82,7 @@ def test_remove_ended_deletes_an_ended_record_and_its_lock_only(tmp_path) -> Non
 
 
 def test_a_lock_waited_for_while_its_file_is_deleted_is_taken_on_the_new_file(tmp_path) -> None:
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     lock_path = journal._path("a", ".lock")
     inside, release = threading.Event(), threading.Event()
 
@@ -123,7 +124,7 @@ def test_the_maintenance_pass_prunes_after_the_version_sweep(tmp_path, monkeypat
 
 
 def _increment_under_lock(root: str, times: int) -> None:
-    journal = AttemptJournal(root)
+    journal = FileJournal(root)
     counter = journal.root / "counter"
     for _ in range(times):
         with journal.locked("a"):
@@ -133,7 +134,7 @@ def _increment_under_lock(root: str, times: int) -> None:
 
 
 def _prune_repeatedly(root: str) -> None:
-    journal = AttemptJournal(root)
+    journal = FileJournal(root)
     removed = 0
     while not (journal.root / "stop").exists():
         if journal.get("a") is None:

@@ -51,6 +51,8 @@ def test_the_form_has_a_typed_field_for_every_extra() -> None:
     # null: a field left blank (the hook's default).
     assert types == {
         "warehouse": ["string", "null"],
+        "journal": ["string", "null"],
+        "journal_schema": ["string", "null"],
         "journal_dir": ["string", "null"],
         "atomic": ["boolean", "null"],
         "keep_versions": ["integer", "null"],

@@ -14,7 +14,8 @@ import pytest
 
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds import hive_table
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -35,7 +36,7 @@ def test_earliest_expiry_of_each_policy() -> None:
 
 
 def test_the_mark_is_beside_the_records(tmp_path: Path) -> None:
-    journal = AttemptJournal(tmp_path)
+    journal = FileJournal(tmp_path)
     assert journal.retention_mark(TARGET) is None
     journal.set_retention_mark(TARGET, 123.5)
     journal.set_retention_mark("db.other", 7.0)
@@ -50,7 +51,7 @@ class Sweeps:
 
     def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retention: RetentionPolicy) -> None:
         self.root = tmp_path / "warehouse" / "t"
-        self.journal = AttemptJournal(tmp_path / "journal")
+        self.journal = FileJournal(tmp_path / "journal")
         self.retention = retention
         self.listings = 0
         self.monkeypatch = monkeypatch

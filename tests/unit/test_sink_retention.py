@@ -56,4 +56,6 @@ def test_version_of_a_running_append_that_creates_the_table_is_not_an_orphan():
     records = [_append("a2", AttemptState.WRITTEN, T0)]
     assert _doomed(_listed("a2"), records, set(), POLICY, T0 + 10**6) == []
     aborted = [_append("a2", AttemptState.ABORTED, T0)]
-    assert _doomed(_listed("a2"), aborted, set(), POLICY, T0 + 1) == [f"{ROOT}/_v=a2"]
+    # Dead since its abort, by the journal's clock: deleted once the grace has passed.
+    assert _doomed(_listed("a2"), aborted, set(), POLICY, T0 + 1) == []
+    assert _doomed(_listed("a2"), aborted, set(), POLICY, T0 + 3601) == [f"{ROOT}/_v=a2"]

@@ -74,7 +74,7 @@ def test_shipped_sink_reads_the_secret_file_only_while_the_write_runs(sink, tmp_
 
 
 def test_the_sink_kind_journals_no_password(sink):
-    staged = SinkStagedTable(sink, sink.settings.journal)
+    staged = SinkStagedTable(sink, sink.settings.journal, sink.settings.journal_dir)
     assert not _contains_password(str(staged.catalog_ref()))
     assert not _contains_password(base64.b64decode(staged.catalog_ref()["sink"]))
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
+from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
@@ -18,6 +21,10 @@ from airflow_provider_staged.storage.s3 import S3Options
 
 # The connection test answers a person waiting in the UI: a silent host fails within this.
 TEST_TIMEOUT_MS = 10_000
+
+log = logging.getLogger(__name__)
+# Connections already warned about a file journal beside a shared warehouse (once per process).
+_WARNED: set[str] = set()
 
 
 class StagedTableHook(BaseHook):
@@ -52,8 +59,13 @@ class StagedTableHook(BaseHook):
         settings = StagedSettings.from_fields(conn.host, conn.port, conn.extra, staged_home())
         if settings.aws_conn_id:
             # This process's storage layer and Spark reach the warehouse's bucket with its keys.
-            bucket = urlparse(settings.warehouse).netloc
+            bucket = urlsplit(settings.warehouse).netloc
             configure_s3(s3_options_of(self.get_connection(settings.aws_conn_id)), bucket or None)
+        if settings.journal_url:  # the extra is no secret field: keep the URL's password out of task logs
+            password = conninfo_to_dict(settings.journal_url).get("password")
+            if password:
+                mask_secret(password)
+        warn_if_journal_is_local(self.staged_conn_id, settings)
         return settings
 
     def test_connection(self) -> tuple[bool, str]:
@@ -102,6 +114,23 @@ def s3_options_of(connection: Any) -> S3Options:
         access_key=connection.login or None,
         secret_key=connection.password or None,
         session_token=extra.get("aws_session_token") or None,
+    )
+
+
+def warn_if_journal_is_local(conn_id: str, settings: StagedSettings) -> None:
+    """Say once that a warehouse other hosts write into is journaled on this host's disk only:
+    there, each worker's sweep sees only its own attempts (docs/DESIGN.md, "The shared journal")."""
+    if settings.journal_url or urlsplit(settings.warehouse).scheme in ("", "file") or conn_id in _WARNED:
+        return
+    _WARNED.add(conn_id)
+    log.warning(
+        "connection %s: warehouse %s is shared, but the attempt journal is a directory on this host "
+        "(%s): workers on other hosts do not see its attempts, and their sweeps may delete this "
+        'host\'s versions. Set the connection extra "journal" to a postgresql:// URL that every '
+        "worker reaches.",
+        conn_id,
+        settings.warehouse,
+        settings.journal_dir,
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +49,7 @@ from airflow_provider_staged.storage.files import (
     Entry,
     check_location,
     delete_dir,
+    join,
     list_dir,
     normalize_location,
     remove_empty_dir,
@@ -76,6 +76,10 @@ VERSION_KINDS = (*HIVE_KINDS, APPEND_KIND)
 EXPIRE_KIND = "hive_expire"
 # The rows the sink appended to the current version (a table parameter the sink kinds keep).
 SINK_ROWS_KEY = "sink.rows"
+# Kinds whose manifest lists the files their job wrote into the attempt's location (a sink's
+# commit and a continuous table's overwrite move files there in the commit itself; a rollback
+# checks its version under the table's lock).
+FILES_IN_LOCATION_KINDS = ("hive_table", "hive_partitions")
 
 
 class HiveStagedTable(JournaledStagedTable):
@@ -237,6 +241,12 @@ class HiveStagedTable(JournaledStagedTable):
             table = client.get_table(self.identifier.database, self.identifier.table)
         return is_version(table, record.location)
 
+    def missing_files(self, record: AttemptRecord) -> list[str]:
+        if self.kind not in FILES_IN_LOCATION_KINDS:
+            return []
+        manifest = Manifest.from_dict(record.manifest or {"location": record.location})
+        return missing_files(manifest.location, [item.path for item in manifest.files])
+
     def discard(self, record: AttemptRecord) -> None:
         delete_dir(record.location)
         # The first build of a table that failed: no table, so no sweep would ever remove it.
@@ -247,7 +257,7 @@ class HiveStagedTable(JournaledStagedTable):
         # Leftovers of earlier failed attempts go with a later sweep or the TTL sweep.
         if not self.purpose.replaces:
             return
-        now = time.time()
+        now = self.journal.now()
         oldest = self.journal.retention_mark(self.target)
         # Nothing kept by the last sweep, nor superseded since (later: by this commit), can be
         # due yet: skip the listing and the journal read (O(journal)) on the commit's path.
@@ -258,6 +268,21 @@ class HiveStagedTable(JournaledStagedTable):
     def versions_root(self, record: AttemptRecord) -> str:
         """The directory holding the table's version directories (the one ``record`` wrote in)."""
         return normalize_location(record.location).rpartition("/")[0]
+
+
+def missing_files(location: str, relative_paths: list[str]) -> list[str]:
+    """Of ``relative_paths`` under ``location``, those that do not exist: one listing per
+    directory that holds some (not one request per file on an object store)."""
+    by_directory: dict[str, set[str]] = {}
+    for path in relative_paths:
+        directory, _, name = path.rpartition("/")
+        by_directory.setdefault(directory, set()).add(name)
+    missing = []
+    for directory, names in sorted(by_directory.items()):
+        where = join(location, directory) if directory else normalize_location(location)
+        present = {entry.name for entry in list_dir(where)}
+        missing += [f"{where}/{name}" for name in sorted(names - present)]
+    return missing
 
 
 def sweep_versions(
@@ -273,7 +298,7 @@ def sweep_versions(
     right after a commit, inside the grace period). Records the oldest version it kept as the
     table's ``retention_mark`` in the journal, which lets ``after_commit`` skip sweeps.
     """
-    now = time.time() if now is None else now
+    now = staged.journal.now() if now is None else now
     listed = list_versions(root)
     records = staged.journal.records()
     deleted, kept = sweep_listed(staged, retention, listed, records, now)
@@ -303,11 +328,18 @@ def sweep_listed(
     being read. So before deleting such a version, the journal is read again, after the catalog:
     that commit is in it by then (an attempt journals BEGUN before its catalog call), as
     committed, with the versions it superseded, or still in flight (then they count as
-    superseded now)."""
-    now = time.time() if now is None else now
+    superseded now).
+
+    An orphan (no record names it as in flight or committed) is deleted only a grace period after
+    it died by the journal's clock: its abort, or, when no record names it at all (a writer on
+    another journal), the sweep that first saw it (``orphans_seen``)."""
+    now = staged.journal.now() if now is None else now
     records = version_records(journal_records, staged.target)
     named, unknown = superseded_times(records, now)
     candidates, orphans = _candidates(listed, records, now, (named, unknown))
+    unrecorded = [location for location, since in orphans.items() if since is None]
+    if unrecorded:
+        orphans.update(staged.journal.orphans_seen(staged.target, unrecorded))
     if not _due(candidates, orphans, set(), retention, now):
         return [], candidates
     with staged._client() as client:
@@ -320,30 +352,45 @@ def sweep_listed(
         if tracks_partitions(table):
             live |= {_version_dir(p.sd.location) for p in client.partitions(table.dbName, table.tableName)}
     # Versions whose end a record names are dated right whatever landed since.
-    if any(location not in named for location in _due(candidates, [], live, retention, now)):
+    if any(location not in named for location in _due(candidates, {}, live, retention, now)):
         later = version_records(staged.journal.records(), staged.target)
         candidates, _ = _candidates(listed, records, now, superseded_times(later, now))
     doomed = _due(candidates, orphans, live, retention, now)
     for location in doomed:
-        log.info("retention: deleting superseded version %s of %s", location, staged.target)
+        log.info("retention: deleting %s version %s of %s",
+                 "orphaned" if location in orphans else "superseded", location, staged.target)
         delete_dir(location)
+    if set(unrecorded) & set(doomed):  # their sightings are done with
+        staged.journal.orphans_seen(staged.target, [o for o in unrecorded if o not in doomed])
     return doomed, {location: at for location, at in candidates.items() if location not in doomed}
 
 
 def _doomed(
     listed: list[Entry], records: list[AttemptRecord], live: set[str], retention: RetentionPolicy, now: float
 ) -> list[str]:
-    """The listed version directories to delete: orphans, and superseded versions past retention."""
-    return _due(*_candidates(listed, records, now), live, retention, now)
+    """The listed version directories to delete: orphans, and superseded versions past retention
+    (an orphan no record names counts as first seen ``now``: not due)."""
+    candidates, orphans = _candidates(listed, records, now)
+    return _due(candidates, {o: now if at is None else at for o, at in orphans.items()}, live, retention, now)
 
 
 def _due(
-    candidates: dict[str, float], orphans: list[str], live: set[str], retention: RetentionPolicy, now: float
+    candidates: dict[str, float],
+    orphans: Mapping[str, float | None],
+    live: set[str],
+    retention: RetentionPolicy,
+    now: float,
 ) -> list[str]:
-    """Of ``_candidates``' result, the directories to delete: orphans, and superseded versions past
-    retention; never one in ``live`` (what the catalog points at)."""
+    """Of ``_candidates``' result, the directories to delete: orphans dead for longer than the
+    grace period (``orphans``: location -> since when, None: unknown, kept), and superseded
+    versions past retention; never one in ``live`` (what the catalog points at)."""
     superseded = {location: at for location, at in candidates.items() if location not in live}
-    return [o for o in orphans if o not in live] + retention.expired(superseded, now)
+    dead = [
+        location
+        for location, since in orphans.items()
+        if location not in live and since is not None and now - since > retention.grace_seconds
+    ]
+    return dead + retention.expired(superseded, now)
 
 
 def superseded_times(records: list[AttemptRecord], now: float) -> tuple[dict[str, float], float]:
@@ -372,22 +419,28 @@ def _candidates(
     records: list[AttemptRecord],
     now: float,
     times: tuple[dict[str, float], float] | None = None,
-) -> tuple[dict[str, float], list[str]]:
+) -> tuple[dict[str, float], dict[str, float | None]]:
     """The listed versions that retention decides on (location -> when it was superseded, from
     ``times`` if given, else from ``records``: :func:`superseded_times`), and the orphans
-    (neither in flight nor committed); live ones included (``_due`` drops them)."""
+    (neither in flight nor committed: location -> when it was aborted, None when no record names
+    it); live ones included (``_due`` drops them)."""
     writes = [r for r in records if r.kind in VERSION_KINDS]
     in_flight = {version_location(r) for r in writes if not r.state.ended}
     committed = {version_location(r) for r in writes if r.state is AttemptState.COMMITTED}
+    aborted: dict[str, float] = {}
+    for r in writes:
+        if r.state is AttemptState.ABORTED:
+            aborted[version_location(r)] = max(aborted.get(version_location(r), 0.0), r.updated_at)
     superseded_at, unknown = times or superseded_times(records, now)
-    candidates, orphans = {}, []
+    candidates: dict[str, float] = {}
+    orphans: dict[str, float | None] = {}
     for entry in listed:
         if entry.location in in_flight:
             continue
         if entry.location in committed:
             candidates[entry.location] = superseded_at.get(entry.location, unknown)
         else:
-            orphans.append(entry.location)  # aborted, or never journaled: never readable
+            orphans[entry.location] = aborted.get(entry.location)  # never readable
     return candidates, orphans
 
 
