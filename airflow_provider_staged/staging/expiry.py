@@ -132,6 +132,7 @@ class HivePartitionExpiry(HiveStagedTable):
     """Drop the planned partitions that are still expired when the commit holds the table lock."""
 
     kind = EXPIRE_KIND
+    writes_data = False
 
     def __init__(self, identifier: TableIdentifier, planned: dict[str, str], now: float, **hive: Any) -> None:
         """``hive``: the arguments of :class:`HiveStagedTable` after the purpose (journal, ...)."""

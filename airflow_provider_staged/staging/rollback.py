@@ -172,6 +172,7 @@ class HiveRollback(HiveStagedTable):
     of its partitions back to their directories in a kept version (one ``alter_partitions``)."""
 
     kind = ROLLBACK_KIND
+    writes_data = False
 
     def __init__(
         self,

@@ -178,9 +178,12 @@ class HiveStagedTable(JournaledStagedTable):
             return storage_paths.side_root(database_dir, self.identifier.table)
         return storage_paths.default_root(database_dir, self.identifier.table)
 
+    # Lifecycle kinds (expiry, rollback) write no data: nothing to check where they would write.
+    writes_data = True
+
     def check_target(self) -> None:
         super().check_target()
-        if not self.skipped:
+        if self.writes_data and not self.skipped:
             # Where the job will write: an unusable store fails here, before any Spark work.
             check_location(self.staging_location())
 
