@@ -274,31 +274,44 @@ class HiveServices:
     metastore_uri: str
     warehouse: Path
     home: Path  # temp directory: journal, control writes; removed on exit
+    # Where the database's tables are: ``warehouse`` as a URI, or ``s3a://<bucket>/warehouse``.
+    location: str = ""
 
 
 @contextmanager
 def hive_services(
-    app_name: str, database: str, conf: Mapping[str, str] | None = None
+    app_name: str, database: str, conf: Mapping[str, str] | None = None, s3: bool = False
 ) -> Iterator[HiveServices]:
-    """A throwaway metastore (Derby, temp home) and one ``local[2]`` SparkSession; both stopped."""
+    """A throwaway metastore (Derby, temp home) and one ``local[2]`` SparkSession; both stopped.
+    ``s3``: the database lives on a local S3 server (S3Proxy over a temp directory), whose
+    endpoint and keys the metastore, Spark and the storage layer get from the environment."""
     from airflow_provider_staged.engine.session import build_session
     from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
+    from airflow_provider_staged.local.s3_server import start_s3_server, stop_s3_server
 
     home = Path(tempfile.mkdtemp(prefix=f"{app_name}-"))
     started = time.perf_counter()
-    spark = None
+    spark = server = None
     try:
+        if s3:
+            server = start_s3_server(home / "s3", in_memory=False, heap="1g")
+            os.environ.update(server.options.environment())
         metastore = start_metastore(home)
+        location = f"file:{metastore.warehouse}"
+        if server is not None:
+            location = f"s3a://{server.create_bucket('bench')}/warehouse"
         settings = {"spark.ui.showConsoleProgress": "false", **(conf or {})}
         spark = build_session(metastore.uri, metastore.warehouse, "local[2]", app_name, settings)
         spark.sparkContext.setLogLevel("ERROR")
-        spark.sql(f"CREATE DATABASE {database}")
+        spark.sql(f"CREATE DATABASE {database} LOCATION '{location}/{database}.db'")
         print(f"services up in {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
-        yield HiveServices(spark, metastore.uri, Path(metastore.warehouse), home)
+        yield HiveServices(spark, metastore.uri, Path(metastore.warehouse), home, location)
     finally:
         if spark is not None:
             spark.stop()
         stop_metastore(home)
+        if server is not None:
+            stop_s3_server(server)
         shutil.rmtree(home, ignore_errors=True)
         print(f"total {time.perf_counter() - started:.0f}s; load average {load()}", flush=True)
 

@@ -42,7 +42,6 @@ Run: ``.venv/bin/python benchmarks/bench_ctas.py`` (smoke run: ``--smoke``).
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 
 from _common import (
@@ -61,12 +60,13 @@ from _common import (
 )
 
 from airflow_provider_staged.engine.execution import execute_staged
-from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
+from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
+from airflow_provider_staged.storage import files
 
 DATABASE = "bench"
 SQL = "SELECT id, id % 1000 AS k, rand(42) AS v, CAST(id AS STRING) AS s FROM range({rows})"
@@ -164,15 +164,15 @@ class CtasBlock:
 
     def write_only(self) -> float:
         self.count += 1
-        path = self.services.home / "write_only" / f"{self.block}_{self.count}"
-        seconds = stopwatch(lambda: self.spark.sql(self.sql).write.parquet(str(path)))
-        shutil.rmtree(path, ignore_errors=True)
+        path = f"{self.services.location}/write_only/{self.block}_{self.count}"
+        seconds = stopwatch(lambda: self.spark.sql(self.sql).write.parquet(path))
+        files.delete_dir(path)
         return seconds
 
     def drop(self, table: str) -> None:
         """Drop a table and its files (an atomic table is EXTERNAL: DROP keeps its data)."""
         self.spark.sql(f"DROP TABLE IF EXISTS {DATABASE}.{table}")
-        shutil.rmtree(self.services.warehouse / f"{DATABASE}.db" / table, ignore_errors=True)
+        files.delete_dir(f"{self.services.location}/{DATABASE}.db/{table}")
 
     def close(self) -> None:
         for table in self.tables:
@@ -229,22 +229,23 @@ def commit_latency(services: HiveServices, rows: int, samples: int) -> dict[str,
     manifest = run_staged_write(services.spark, SQL.format(rows=rows), first.write_spec())
     first.written(manifest)
     first.commit()
-    source = local_path(first.location)
+    source = first.location
     times: dict[str, list[float]] = {"publish": [], "after_commit": [], "commit": []}
     for _ in range(samples):
         attempt = staged(StagingPurpose.CREATE_OR_REPLACE_TABLE_AS)
         attempt.begin()
         # Same files, new version directory: what a Spark write would leave, without the run.
-        shutil.copytree(source, local_path(attempt.location))
+        for entry in files.list_files(source):
+            files.copy_file(entry.location, files.join(attempt.location, entry.path))
         attempt.written({**manifest, "location": attempt.location})
         timed_method(attempt, "publish", times["publish"])
         timed_method(attempt, "after_commit", times["after_commit"])
         with timed(times["commit"]):
             attempt.commit()
         attempt.housekeep()  # retention, after the commit (timed as after_commit)
-        source = local_path(attempt.location)  # the current version: retention never deletes it
+        source = attempt.location  # the current version: retention never deletes it
     services.spark.sql(f"DROP TABLE {identifier.name}")
-    shutil.rmtree(services.warehouse / f"{DATABASE}.db" / identifier.table, ignore_errors=True)
+    files.delete_dir(f"{services.location}/{DATABASE}.db/{identifier.table}")
     return times
 
 
@@ -294,13 +295,17 @@ def main() -> None:
     )
     parser.add_argument("--samples", type=int, default=15, help="commits timed per latency size")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 reps: proves the script runs")
+    parser.add_argument(
+        "--store", choices=("local", "s3"), default="local",
+        help="where the tables live: the local disk, or a local S3 server (S3Proxy) through s3a://",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.sizes, args.reps, args.latency_sizes, args.samples = [10_000, 50_000], 2, [1000, 50_000], 3
     purposes = [StagingPurpose.parse(value) for value in args.purposes.split(",")]
 
-    with hive_services("bench-ctas", DATABASE) as services:
-        print(f"SQL: {SQL.format(rows='N')}")
+    with hive_services("bench-ctas", DATABASE, s3=args.store == "s3") as services:
+        print(f"SQL: {SQL.format(rows='N')}; tables at {services.location}")
         calls = ThriftCalls()
         summary: Summary = {}
         for rows in args.sizes:

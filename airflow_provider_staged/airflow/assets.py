@@ -33,11 +33,16 @@ def table_asset_uri(metastore_uri: str, identifier: TableIdentifier) -> str:
 
 
 def table_asset(identifier: TableIdentifier, metastore_uri: str) -> Asset:
-    """The table's asset (named ``<database>.<table>``): the one the staged operators and the
-    refresh tasks emit events for."""
+    """The table's asset: the one the staged operators and the refresh tasks emit events for.
+
+    Named by its URI, as Airflow names an asset given only one: a name is unique in Airflow,
+    and ``<database>.<table>`` alone would make the same table name in two metastores (or one
+    metastore reached at another address: a failover URI, a proxy) one name with two URIs,
+    which Airflow refuses as an inactive asset when the task runs.
+    """
     from airflow.sdk import Asset
 
-    return Asset(name=identifier.name, uri=table_asset_uri(metastore_uri, identifier))
+    return Asset(uri=table_asset_uri(metastore_uri, identifier))
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:

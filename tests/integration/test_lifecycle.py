@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER_KEY
 from airflow_provider_staged.cli.main import app
-from airflow_provider_staged.engine.spark_job import data_files
+from airflow_provider_staged.engine.spark_job import data_files, run_staged_write
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import StagingError
@@ -40,7 +40,7 @@ from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import list_table_versions, rollback
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
-from airflow_provider_staged.storage.files import local_path, normalize_location, run_staged_write
+from airflow_provider_staged.storage.files import local_path, normalize_location
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration import lifecycle_workers, race_workers
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location

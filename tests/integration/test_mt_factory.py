@@ -113,8 +113,7 @@ def test_refresh_dag_shape(dags_dir: Path) -> None:
     (task,) = orders.tasks
     assert task.task_id == "refresh" and task.owner == "sales"
     (asset,) = task.outlets
-    assert asset.name == "analytics.orders_daily"
-    assert asset.uri == "hive://metastore.example:9083/analytics/orders_daily"
+    assert asset.name == asset.uri == "hive://metastore.example:9083/analytics/orders_daily"
     assert dagbag.dags["mt__web__clicks_by_hour"].timetable.expression == "0 */2 * * *"
     rollup = dagbag.dags["mt__default__rollup"]
     assert rollup.timetable.expression == "15 3 * * *"

@@ -60,12 +60,14 @@ def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, 
 
 
 def asset_uris(airflow_cli, dag_id: str, name: str) -> set[str]:
-    """The URIs of the assets named ``name`` that ``dag_id``'s tasks emitted events for."""
+    """The URIs of the assets of table ``name`` (``db.table``) that ``dag_id``'s tasks emitted
+    events for (an asset is named by its URI, ``hive://<host>:<port>/<db>/<table>``)."""
+    database, table = name.split(".")
     with sqlite3.connect(airflow_cli.home / "airflow.db") as db:
         rows = db.execute(
             "SELECT asset.uri FROM asset_event JOIN asset ON asset.id = asset_event.asset_id "
-            "WHERE asset_event.source_dag_id = ? AND asset.name = ?",
-            (dag_id, name),
+            "WHERE asset_event.source_dag_id = ? AND asset.uri LIKE ?",
+            (dag_id, f"hive://%/{database}/{table}"),
         )
         return {uri for (uri,) in rows}
 

@@ -35,10 +35,7 @@ def test_a_bad_hive_asset_uri_is_refused_naming_it(uri: str, message: str) -> No
 def test_the_asset_of_a_table_is_its_openlineage_dataset() -> None:
     identifier = TableIdentifier.parse("Analytics.Daily_Orders")
     asset = table_asset(identifier, "thrift://Meta.Example:9083")
-    assert (asset.name, asset.uri) == (
-        "analytics.daily_orders",
-        "hive://meta.example:9083/analytics/daily_orders",
-    )
+    assert asset.name == asset.uri == "hive://meta.example:9083/analytics/daily_orders"
     dataset = translate_airflow_asset(asset, None)
     expected = hive_dataset("thrift://Meta.Example:9083", "analytics.daily_orders")
     assert DatasetName(dataset.namespace, dataset.name) == expected
