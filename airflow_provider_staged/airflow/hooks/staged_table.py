@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
 from airflow_provider_staged.discovery.embedded import metastore_status, staged_home
