@@ -86,7 +86,7 @@ from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.rollback import HiveRollback
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage.files import normalize_location
-from tests.fixtures.metastore import new_database
+from tests.fixtures.metastore import METASTORE_FIXTURES, new_database, spark_table
 from tests.integration import recovery_helpers as rh
 
 pytestmark = pytest.mark.timeout(600)
@@ -156,6 +156,7 @@ class HiveHarness:
 
     def __init__(self, spark: Any, metastore: Any, database: str, scratch: Path) -> None:
         self.spark = spark
+        self.metastore = metastore
         self.metastore_uri = metastore.uri
         self.warehouse = metastore.warehouse
         self.database = database
@@ -177,8 +178,7 @@ class HiveHarness:
 
     def read(self, target: str) -> Any:
         reader = self.spark.newSession()  # its own catalog state: what a new reader sees
-        reader.catalog.refreshTable(target)
-        return tuple(reader.sql(self.content_query(target)).first())
+        return tuple(reader.sql(self.content_query(spark_table(reader, self.metastore, target))).first())
 
     def catalog_table(self, target: str) -> ttypes.Table:
         database, table = target.split(".")
@@ -334,8 +334,8 @@ class PartitionHarness(HiveHarness):
 
     def read(self, target: str) -> Any:
         reader = self.spark.newSession()
-        reader.catalog.refreshTable(target)
-        return {(r.region, r.ds): (r.n, r.h) for r in reader.sql(self.content_query(target)).collect()}
+        name = spark_table(reader, self.metastore, target)
+        return {(r.region, r.ds): (r.n, r.h) for r in reader.sql(self.content_query(name)).collect()}
 
     def partitions(self, target: str) -> dict[tuple[str, ...], str]:
         database, table = target.split(".")
@@ -469,32 +469,34 @@ class DiscoveredPartitionHarness(PartitionHarness):
 
 
 @pytest.fixture(scope="module")
-def hive_database(metastore: Any) -> str:
-    return new_database(metastore, "rm")
+def hive_database(any_metastore: Any) -> str:
+    return new_database(any_metastore, "rm")
 
 
 @pytest.fixture(scope="module")
-def hive_table_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveHarness:
-    harness = HiveHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-hive"))
+def hive_table_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveHarness:
+    harness = HiveHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-hive"))
     harness.setup_neighbour()
     return harness
 
 
 @pytest.fixture(scope="module")
-def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -> PartitionHarness:
-    return PartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
+def hive_partitions_harness(spark, any_metastore, hive_database, tmp_path_factory) -> PartitionHarness:
+    return PartitionHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
 
 
 @pytest.fixture(scope="module")
-def hive_partitions_discovered_harness(spark, metastore, hive_database, tmp_path_factory):
-    return DiscoveredPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-dparts"))
+def hive_partitions_discovered_harness(spark, any_metastore, hive_database, tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("rm-dparts")
+    return DiscoveredPartitionHarness(spark, any_metastore, hive_database, scratch)
 
 
 @pytest.fixture(scope="module")
 def hive_partitions_continuous_harness(
-    spark, metastore, hive_database, tmp_path_factory
+    spark, any_metastore, hive_database, tmp_path_factory
 ) -> ContinuousPartitionHarness:
-    return ContinuousPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-cparts"))
+    scratch = tmp_path_factory.mktemp("rm-cparts")
+    return ContinuousPartitionHarness(spark, any_metastore, hive_database, scratch)
 
 
 # -- the lifecycle kinds: expiry and rollback (no data written; the "write" is their manifest) ------
@@ -751,23 +753,23 @@ class PartitionRollbackHarness(RollbackHarness):
 
 
 @pytest.fixture(scope="module")
-def hive_expire_harness(spark, metastore, hive_database, tmp_path_factory) -> ExpiryHarness:
-    return ExpiryHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-expire"))
+def hive_expire_harness(spark, any_metastore, hive_database, tmp_path_factory) -> ExpiryHarness:
+    return ExpiryHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-expire"))
 
 
 @pytest.fixture(scope="module")
-def hive_rollback_harness(spark, metastore, hive_database, tmp_path_factory) -> RollbackHarness:
-    harness = RollbackHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-rollback"))
+def hive_rollback_harness(spark, any_metastore, hive_database, tmp_path_factory) -> RollbackHarness:
+    harness = RollbackHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-rollback"))
     harness.setup_neighbour()
     return harness
 
 
 @pytest.fixture(scope="module")
 def hive_rollback_partitions_harness(
-    spark, metastore, hive_database, tmp_path_factory
+    spark, any_metastore, hive_database, tmp_path_factory
 ) -> PartitionRollbackHarness:
     return PartitionRollbackHarness(
-        spark, metastore, hive_database, tmp_path_factory.mktemp("rm-part-rollback")
+        spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-part-rollback")
     )
 
 
@@ -1100,19 +1102,21 @@ def _sink_harness(cls: type[HiveSinkHarness], spark, metastore, database, scratc
 
 
 @pytest.fixture(scope="module")
-def hive_append_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    return _sink_harness(HiveSinkHarness, spark, metastore, hive_database, tmp_path_factory.mktemp("rm-app"))
+def hive_append_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
+    scratch = tmp_path_factory.mktemp("rm-app")
+    return _sink_harness(HiveSinkHarness, spark, any_metastore, hive_database, scratch)
 
 
 @pytest.fixture(scope="module")
-def hive_overwrite_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
+def hive_overwrite_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
     scratch = tmp_path_factory.mktemp("rm-over")
-    return _sink_harness(HiveSinkOverwriteHarness, spark, metastore, hive_database, scratch)
+    return _sink_harness(HiveSinkOverwriteHarness, spark, any_metastore, hive_database, scratch)
 
 
 @pytest.fixture(scope="module")
-def sink_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    return _sink_harness(SinkKindHarness, spark, metastore, hive_database, tmp_path_factory.mktemp("rm-sink"))
+def sink_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
+    scratch = tmp_path_factory.mktemp("rm-sink")
+    return _sink_harness(SinkKindHarness, spark, any_metastore, hive_database, scratch)
 
 
 class JdbcSinkHarness(JdbcHarness):
@@ -1256,11 +1260,31 @@ def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, a
         pytest.fail("\n\n".join(failures))
 
 
-MATRIX = [
+FULL_MATRIX = [
     *itertools.product(KINDS, STEPS, OUTCOMES),
     *itertools.product(SINK_KINDS, STEPS, OUTCOMES),
     *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
     *itertools.product(LAST_CATALOG_CALL, ["between_catalog_calls"], OUTCOMES),
+]
+STOCK_METASTORES = [kind for kind in METASTORE_FIXTURES if kind != "embedded"]
+
+
+def _on_stock(cases: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The Hive cases, each (kind, step) once with the task outcomes taking turns: the step decides
+    what the catalog holds, the outcome only what reconcile does (the full matrix covers it)."""
+    hive = [case for case in cases if not case[0].startswith("jdbc")]
+    seen = {}
+    for kind, step, outcome in hive:
+        seen.setdefault((kind, step), []).append(outcome)
+    return [
+        (kind, step, outcomes[i % len(outcomes)]) for i, ((kind, step), outcomes) in enumerate(seen.items())
+    ]
+
+
+# Every case on the embedded metastore; the Hive ones, thinned, on each stock metastore.
+MATRIX = [
+    *((*case, "embedded") for case in FULL_MATRIX),
+    *((*case, kind) for kind in STOCK_METASTORES for case in _on_stock(FULL_MATRIX)),
 ]
 
 
@@ -1271,8 +1295,11 @@ def new_attempt(harness: Any, case: Case) -> JournaledStagedTable:
     return rh.new_attempt(case.kind, case.target, case.journal, harness.metastore_uri, case.task)
 
 
-@pytest.mark.parametrize(("kind", "step", "outcome"), MATRIX, ids=["-".join(case) for case in MATRIX])
-def test_crash_then_reconcile(kind, step, outcome, request, tmp_path):
+@pytest.mark.parametrize(
+    ("kind", "step", "outcome", "metastore_kind"), MATRIX, ids=["-".join(case) for case in MATRIX],
+    indirect=["metastore_kind"],
+)
+def test_crash_then_reconcile(kind, step, outcome, metastore_kind, request, tmp_path):
     harness = request.getfixturevalue(f"{kind}_harness")
     case = harness.new_case(tmp_path, f"{step}-{outcome}")
     staged = new_attempt(harness, case)
@@ -1301,12 +1328,14 @@ KILLED = [
 
 
 @pytest.fixture(scope="module")
-def killed_build(request, metastore, tmp_path_factory):
+def killed_build(request, any_metastore, metastore_kind, tmp_path_factory):
     """One process with its own Spark session drives every KILLED attempt to its step, writes a
     marker and blocks; it is SIGKILLed once all of them are there."""
     base = tmp_path_factory.mktemp("rm-killed")
     cases, items = {}, []
     for kind, step, outcome in KILLED:
+        if kind.startswith("jdbc") and metastore_kind != "embedded":
+            continue
         name = f"{kind}-{step}-{outcome}"
         harness = request.getfixturevalue(f"{kind}_harness")
         case = harness.new_case(base / name, f"killed-{step}-{outcome}")
@@ -1331,8 +1360,8 @@ def killed_build(request, metastore, tmp_path_factory):
     plan.write_text(
         json.dumps(
             {
-                "metastore_uri": metastore.uri,
-                "warehouse": metastore.warehouse,
+                "metastore_uri": any_metastore.uri,
+                "warehouse": any_metastore.warehouse,
                 "marker": str(marker),
                 "attempts": items,
             }
@@ -1368,8 +1397,17 @@ def killed_build(request, metastore, tmp_path_factory):
     return cases, reached, before_kill, returncode
 
 
-@pytest.mark.parametrize(("kind", "step", "outcome"), KILLED, ids=["-".join(case) for case in KILLED])
-def test_sigkill_then_reconcile(kind, step, outcome, killed_build, request):
+KILLED_ON = [
+    *((*case, "embedded") for case in KILLED),
+    *((*case, kind) for kind in STOCK_METASTORES for case in KILLED if not case[0].startswith("jdbc")),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "step", "outcome", "metastore_kind"), KILLED_ON, ids=["-".join(case) for case in KILLED_ON],
+    indirect=["metastore_kind"],
+)
+def test_sigkill_then_reconcile(kind, step, outcome, metastore_kind, killed_build, request):
     cases, reached, before_kill, returncode = killed_build
     assert returncode == -signal.SIGKILL, f"the build process ended with {returncode}, not by SIGKILL"
     name = f"{kind}-{step}-{outcome}"

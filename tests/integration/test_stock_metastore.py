@@ -9,7 +9,8 @@
   commits at once.
 
 Each test runs on every kind of metastore (``any_metastore``); the session's Spark is bound to
-the embedded one, so a stock table is read by Spark from its exact Thrift definition copied there.
+the embedded one, so a stock table is read by Spark from its exact definition copied there
+(``spark_table``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
-from tests.fixtures.metastore import new_database
+from tests.fixtures.metastore import new_database, spark_table
 from tests.integration import race_workers
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,27 +62,16 @@ def database(any_metastore: MetastoreInfo) -> str:
 
 
 def spark_reads(
-    spark: Any, metastore: MetastoreInfo, source: MetastoreInfo, target: str
+    spark: Any, source: MetastoreInfo, target: str
 ) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
-    """(schema, sorted rows) as Spark reads ``target`` of ``source`` through a metastore: for a
-    metastore other than Spark's own, from the table's exact definition copied into Spark's."""
-    if source.uri != metastore.uri:
-        database, table = target.split(".")
-        with MetastoreClient(source.uri) as client:
-            definition = client.get_table(database, table)
-        definition.dbName = new_database(metastore, "mirror")
-        with MetastoreClient(metastore.uri) as client:
-            client.thrift.create_table(definition)
-        target = f"{definition.dbName}.{table}"
-    spark.catalog.refreshTable(target)
-    frame = spark.table(target)
+    """(schema, sorted rows) as Spark reads ``target`` of ``source`` through a metastore."""
+    frame = spark.table(spark_table(spark, source, target))
     schema = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
     return schema, sorted(map(tuple, frame.collect()))
 
 
 def test_replaces_that_reorder_or_narrow_columns_commit(
-    spark: Any, metastore: MetastoreInfo, any_metastore: MetastoreInfo, metastore_kind: str, database: str,
-    tmp_path: Path,
+    spark: Any, any_metastore: MetastoreInfo, metastore_kind: str, database: str, tmp_path: Path
 ) -> None:
     target = f"{database}.reshaped"
     journal = AttemptJournal(tmp_path / "journal")
@@ -91,7 +81,7 @@ def test_replaces_that_reorder_or_narrow_columns_commit(
         run_attempt(staged, lambda spec, query=query: run_staged_write(spark, query, spec), ttl_seconds=60)
         assert journal.require(staged.attempt_id).state is AttemptState.COMMITTED, f"v{number}"
         expected = sorted(map(tuple, spark.sql(query).collect()))
-        assert spark_reads(spark, metastore, any_metastore, target) == (schema, expected), f"v{number}"
+        assert spark_reads(spark, any_metastore, target) == (schema, expected), f"v{number}"
         snapshot = read_table(any_metastore.uri, TableIdentifier.parse(target), limit=100)
         assert snapshot.columns == [name for name, _ in schema], f"v{number}"
         assert sorted(snapshot.rows) == expected, f"v{number}: the reader reads another version"
