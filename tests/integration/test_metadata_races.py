@@ -374,22 +374,25 @@ def test_sink_commits_racing_status_writes_and_a_replace_lose_nothing(
 
 
 def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
-    any_metastore: MetastoreInfo, database: str, tmp_path: Path
+    metastore: MetastoreInfo, tmp_path: Path
 ) -> None:
     """A whole-table commit switches the location and the parameters (schema, version) in one
     ``alter_table``; the metastore reads them in separate statements, and on Derby a read could
     join one commit's location to the next one's parameters (in 944 of 10,840 reads of
     ``benchmarks/probes/probe_partition_snapshot.py --write table`` on Hive's store)."""
+    # The embedded store's whole reads (SnapshotReadsStore); Hive's own store on PostgreSQL tears
+    # them (4 of 873 table reads, 5 of 853 listings in a run), which no writer of ours prevents.
+    database = new_database(metastore, "race_reads")
     target = f"{database}.switched"
     journal_dir = str(tmp_path / "journal")
     parquet = tmp_path / "source.parquet"
     race_workers.write_source_parquet(parquet)
-    race_workers.commit_copy(any_metastore.uri, target, journal_dir, str(parquet), "create")
+    race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet), "create")
 
     reading = (race_workers.table_read, race_workers.one_version)
-    with _readers(any_metastore.uri, target, tmp_path, *reading) as readers:
+    with _readers(metastore.uri, target, tmp_path, *reading) as readers:
         for _ in range(TABLE_SWITCHES):
-            race_workers.commit_copy(any_metastore.uri, target, journal_dir, str(parquet))
+            race_workers.commit_copy(metastore.uri, target, journal_dir, str(parquet))
     all_reads = readers.reads
     bad = [read for read in all_reads if read["verdict"] != "ok"]
     assert bad == [], f"{len(bad)} of {len(all_reads)} table reads joined two commits, first: {bad[:2]}"
@@ -397,24 +400,27 @@ def test_table_readers_never_join_one_commits_location_to_anothers_parameters(
 
 
 def test_readers_never_see_half_of_a_multi_partition_drop_or_add(
-    any_metastore: MetastoreInfo, database: str, tmp_path: Path
+    metastore: MetastoreInfo, tmp_path: Path
 ) -> None:
     """An expiry drops several partitions in one call, a refresh adds several in one: a listing
     sees all of the call or none of it (Derby has no snapshots: the embedded metastore's store
     makes it so; before, a listing returned a half-deleted partition with no values)."""
+    # The embedded store's whole reads (SnapshotReadsStore); Hive's own store on PostgreSQL tears
+    # them (4 of 873 table reads, 5 of 853 listings in a run), which no writer of ours prevents.
+    database = new_database(metastore, "race_reads")
     target = f"{database}.dropped"
     journal_dir = str(tmp_path / "journal")
     for refresh in range(race_workers.DROPPED_AFTER + 1):
-        race_workers.refresh_partitions(any_metastore.uri, target, journal_dir, refresh)
-    with MetastoreClient(any_metastore.uri) as client:
+        race_workers.refresh_partitions(metastore.uri, target, journal_dir, refresh)
+    with MetastoreClient(metastore.uri) as client:
         added = [p for p in client.partitions(database, "dropped") if p.values[0].startswith("n")]
     names = [f"ds={p.values[0]}" for p in added]
     assert len(names) == race_workers.DROPPED_AFTER
 
     reading = (race_workers.listed_names, race_workers.whole_drop_or_add)
     with (
-        _readers(any_metastore.uri, target, tmp_path, *reading) as readers,
-        MetastoreClient(any_metastore.uri) as client,
+        _readers(metastore.uri, target, tmp_path, *reading) as readers,
+        MetastoreClient(metastore.uri) as client,
     ):
         for _ in range(DROP_CYCLES):
             client.drop_partitions(database, "dropped", names)
@@ -426,17 +432,19 @@ def test_readers_never_see_half_of_a_multi_partition_drop_or_add(
     assert len(all_reads) >= MIN_READS and states == {0, 1}, (len(all_reads), states)
 
 
-def test_readers_never_see_a_mixed_multi_partition_refresh(
-    any_metastore: MetastoreInfo, database: str, tmp_path: Path
-) -> None:
+def test_readers_never_see_a_mixed_multi_partition_refresh(metastore: MetastoreInfo, tmp_path: Path) -> None:
+
+    # The embedded store's whole reads (SnapshotReadsStore); Hive's own store on PostgreSQL tears
+    # them (4 of 873 table reads, 5 of 853 listings in a run), which no writer of ours prevents.
+    database = new_database(metastore, "race_reads")
     target = f"{database}.refreshed"
     journal_dir = str(tmp_path / "journal")
-    race_workers.refresh_partitions(any_metastore.uri, target, journal_dir, 0)  # creates b0, b1
+    race_workers.refresh_partitions(metastore.uri, target, journal_dir, 0)  # creates b0, b1
 
     windows = []
-    with _readers(any_metastore.uri, target, tmp_path) as readers:
+    with _readers(metastore.uri, target, tmp_path) as readers:
         for refresh in range(1, REFRESHES + 1):
-            windows.append(race_workers.refresh_partitions(any_metastore.uri, target, journal_dir, refresh))
+            windows.append(race_workers.refresh_partitions(metastore.uri, target, journal_dir, refresh))
             # Let the readers read the new state before the next refresh (wait on their counter).
             wanted = readers.counter.value + READS_PER_REFRESH
             deadline = time.monotonic() + WAIT
@@ -464,7 +472,7 @@ def test_readers_never_see_a_mixed_multi_partition_refresh(
     assert len(overlapping) >= REFRESHES
     assert seen_refreshes >= set(range(1, REFRESHES))  # every state between two refreshes was read
     # The end state: refresh REFRESHES everywhere.
-    with MetastoreClient(any_metastore.uri) as client:
+    with MetastoreClient(metastore.uri) as client:
         final = race_workers.read_partitions(client, database, "refreshed")
     assert classify(final) == ("ok", REFRESHES)
     assert sorted(final) == sorted(partitions_of_refresh(REFRESHES))
@@ -640,7 +648,7 @@ def test_concurrent_create_or_replace_of_a_new_table_both_commit(
 
 
 def test_partition_refreshes_racing_whole_table_replaces_serialize(
-    any_metastore: MetastoreInfo, database: str, tmp_path: Path
+    any_metastore: MetastoreInfo, metastore_kind: str, database: str, tmp_path: Path
 ) -> None:
     """Two processes refresh every partition of a table (the partition kind: a commit prepared under
     the table's lock, then one compare-and-set switch, or the locked commit when refused), a third
@@ -685,7 +693,10 @@ def test_partition_refreshes_racing_whole_table_replaces_serialize(
     # a refresh of the table a replace left reading its directories, which prepares none).
     switches = {outcome: sum(len(results[k]["switches"][outcome]) for k in ("refresh", "refresh_other"))
                 for outcome in ("landed", "refused")}
-    assert switches["landed"] and switches["refused"], switches
+    if metastore_kind == "embedded":
+        assert switches["landed"] and switches["refused"], switches
+    else:  # no store checks a prepared switch: every refresh commits under the lock
+        assert switches == {"landed": 0, "refused": 0}, switches
     def overlapping(kind: str, other: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         pairs = [(r, p) for r in builds[kind] for p in builds[other]]
         return [(r, p) for r, p in pairs if r["t0"] < p["t1"] and p["t0"] < r["t1"]]
