@@ -15,6 +15,10 @@ committer and the manifest of the global committer, as the runtime does before t
 The lifecycle kinds are in it too: a partition expiry (``hive_expire``), a rollback of a whole
 table and one of some partitions (``hive_rollback``). They write no data, so they have no
 mid-write step; their "write" is the manifest the commit uses.
+
+Every case runs on the embedded metastore; the Hive cases run on each stock metastore too
+(``METASTORE_FIXTURES``: Hive's defaults, none of the project's Java), each kind and step once
+with the task outcomes taking turns, and so do the real SIGKILLs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -468,37 +473,6 @@ class DiscoveredPartitionHarness(PartitionHarness):
         self.assert_root(case, record, new)
 
 
-@pytest.fixture(scope="module")
-def hive_database(any_metastore: Any) -> str:
-    return new_database(any_metastore, "rm")
-
-
-@pytest.fixture(scope="module")
-def hive_table_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveHarness:
-    harness = HiveHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-hive"))
-    harness.setup_neighbour()
-    return harness
-
-
-@pytest.fixture(scope="module")
-def hive_partitions_harness(spark, any_metastore, hive_database, tmp_path_factory) -> PartitionHarness:
-    return PartitionHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
-
-
-@pytest.fixture(scope="module")
-def hive_partitions_discovered_harness(spark, any_metastore, hive_database, tmp_path_factory):
-    scratch = tmp_path_factory.mktemp("rm-dparts")
-    return DiscoveredPartitionHarness(spark, any_metastore, hive_database, scratch)
-
-
-@pytest.fixture(scope="module")
-def hive_partitions_continuous_harness(
-    spark, any_metastore, hive_database, tmp_path_factory
-) -> ContinuousPartitionHarness:
-    scratch = tmp_path_factory.mktemp("rm-cparts")
-    return ContinuousPartitionHarness(spark, any_metastore, hive_database, scratch)
-
-
 # -- the lifecycle kinds: expiry and rollback (no data written; the "write" is their manifest) ------
 
 
@@ -750,27 +724,6 @@ class PartitionRollbackHarness(RollbackHarness):
 
     def setup_neighbour(self) -> None:
         """The neighbours here are partitions of the table (checked in ``check``)."""
-
-
-@pytest.fixture(scope="module")
-def hive_expire_harness(spark, any_metastore, hive_database, tmp_path_factory) -> ExpiryHarness:
-    return ExpiryHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-expire"))
-
-
-@pytest.fixture(scope="module")
-def hive_rollback_harness(spark, any_metastore, hive_database, tmp_path_factory) -> RollbackHarness:
-    harness = RollbackHarness(spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-rollback"))
-    harness.setup_neighbour()
-    return harness
-
-
-@pytest.fixture(scope="module")
-def hive_rollback_partitions_harness(
-    spark, any_metastore, hive_database, tmp_path_factory
-) -> PartitionRollbackHarness:
-    return PartitionRollbackHarness(
-        spark, any_metastore, hive_database, tmp_path_factory.mktemp("rm-part-rollback")
-    )
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------------
@@ -1095,30 +1048,6 @@ class SinkKindHarness(HiveSinkHarness):
         assert not local_path(record.location).exists(), f"the attempt's directory {record.location} is left"
 
 
-def _sink_harness(cls: type[HiveSinkHarness], spark, metastore, database, scratch: Path) -> HiveSinkHarness:
-    harness = cls(spark, metastore, database, scratch)
-    harness.setup_neighbour()
-    return harness
-
-
-@pytest.fixture(scope="module")
-def hive_append_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    scratch = tmp_path_factory.mktemp("rm-app")
-    return _sink_harness(HiveSinkHarness, spark, any_metastore, hive_database, scratch)
-
-
-@pytest.fixture(scope="module")
-def hive_overwrite_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    scratch = tmp_path_factory.mktemp("rm-over")
-    return _sink_harness(HiveSinkOverwriteHarness, spark, any_metastore, hive_database, scratch)
-
-
-@pytest.fixture(scope="module")
-def sink_harness(spark, any_metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    scratch = tmp_path_factory.mktemp("rm-sink")
-    return _sink_harness(SinkKindHarness, spark, any_metastore, hive_database, scratch)
-
-
 class JdbcSinkHarness(JdbcHarness):
     """OLD built as for ``jdbc_table``; the attempt is a write of the PostgreSQL sink appending to
     it (``jdbc_append``), each task into its own staged table: NEW is OLD plus the batch."""
@@ -1177,6 +1106,47 @@ def jdbc_append_harness(jdbc_table_harness, spark, metastore, postgres, tmp_path
     harness = JdbcSinkHarness(spark, metastore, postgres, table.conn_id, table.schema,
                               tmp_path_factory.mktemp("rm-pg-append"))
     harness.neighbour_state = table.neighbour_state
+    return harness
+
+
+# -- the Hive harnesses, one per (kind, metastore) --------------------------------------------------
+
+# kind -> its harness, and whether it builds the untouched neighbour table
+HIVE_HARNESSES: dict[str, tuple[type[HiveHarness], bool]] = {
+    "hive_table": (HiveHarness, True),
+    "hive_partitions": (PartitionHarness, False),
+    "hive_partitions_discovered": (DiscoveredPartitionHarness, False),
+    "hive_partitions_continuous": (ContinuousPartitionHarness, False),
+    "hive_expire": (ExpiryHarness, False),
+    "hive_rollback": (RollbackHarness, True),
+    "hive_rollback_partitions": (PartitionRollbackHarness, False),
+    "hive_append": (HiveSinkHarness, True),
+    "hive_overwrite": (HiveSinkOverwriteHarness, True),
+    "sink": (SinkKindHarness, True),
+}
+
+
+@pytest.fixture(scope="module")
+def harness_of(spark, tmp_path_factory) -> Callable[[pytest.FixtureRequest, str, str], Any]:
+    """(a test's request, kind, metastore kind) -> the kind's harness on that metastore, made once in
+    the module (in a database of its own per metastore). The PostgreSQL kinds' need no metastore."""
+    made: dict[tuple[str, str], Any] = {}
+    databases: dict[str, str] = {}
+
+    def harness(request: pytest.FixtureRequest, kind: str, metastore_kind: str) -> Any:
+        if kind not in HIVE_HARNESSES:
+            return request.getfixturevalue(f"{kind}_harness")
+        if (kind, metastore_kind) not in made:
+            metastore = request.getfixturevalue(METASTORE_FIXTURES[metastore_kind])
+            if metastore_kind not in databases:
+                databases[metastore_kind] = new_database(metastore, "rm")
+            cls, neighbour = HIVE_HARNESSES[kind]
+            scratch = tmp_path_factory.mktemp(f"rm-{kind}-{metastore_kind}")
+            made[kind, metastore_kind] = cls(spark, metastore, databases[metastore_kind], scratch)
+            if neighbour:
+                made[kind, metastore_kind].setup_neighbour()
+        return made[kind, metastore_kind]
+
     return harness
 
 
@@ -1296,11 +1266,10 @@ def new_attempt(harness: Any, case: Case) -> JournaledStagedTable:
 
 
 @pytest.mark.parametrize(
-    ("kind", "step", "outcome", "metastore_kind"), MATRIX, ids=["-".join(case) for case in MATRIX],
-    indirect=["metastore_kind"],
+    ("kind", "step", "outcome", "metastore_kind"), MATRIX, ids=["-".join(case) for case in MATRIX]
 )
-def test_crash_then_reconcile(kind, step, outcome, metastore_kind, request, tmp_path):
-    harness = request.getfixturevalue(f"{kind}_harness")
+def test_crash_then_reconcile(kind, step, outcome, metastore_kind, harness_of, request, tmp_path):
+    harness = harness_of(request, kind, metastore_kind)
     case = harness.new_case(tmp_path, f"{step}-{outcome}")
     staged = new_attempt(harness, case)
     crash(harness, case, staged, step)
@@ -1328,73 +1297,84 @@ KILLED = [
 
 
 @pytest.fixture(scope="module")
-def killed_build(request, any_metastore, metastore_kind, tmp_path_factory):
-    """One process with its own Spark session drives every KILLED attempt to its step, writes a
-    marker and blocks; it is SIGKILLed once all of them are there."""
-    base = tmp_path_factory.mktemp("rm-killed")
-    cases, items = {}, []
-    for kind, step, outcome in KILLED:
-        if kind.startswith("jdbc") and metastore_kind != "embedded":
-            continue
-        name = f"{kind}-{step}-{outcome}"
-        harness = request.getfixturevalue(f"{kind}_harness")
-        case = harness.new_case(base / name, f"killed-{step}-{outcome}")
-        if outcome == "no_task":
-            case.task = None
-        cases[name] = case
-        item = {
-            "name": name,
-            "kind": kind,
-            "step": step,
-            "target": case.target,
-            "journal": str(case.journal.root),
-            "task": vars(case.task) if case.task else None,
-        }
-        if isinstance(harness, LifecycleHarness):  # planned here, from the case's table and versions
-            staged = harness.new_attempt(case)
-            staged.begin()
-            item.update(attempt_id=staged.attempt_id, manifest=harness.manifest_of(staged))
-        items.append(item)
-    marker = base / "reached.json"
-    plan = base / "plan.json"
-    plan.write_text(
-        json.dumps(
-            {
-                "metastore_uri": any_metastore.uri,
-                "warehouse": any_metastore.warehouse,
-                "marker": str(marker),
-                "attempts": items,
+def killed_build(harness_of, tmp_path_factory) -> Callable[[pytest.FixtureRequest, str], Any]:
+    """Per metastore kind: one process with its own Spark session drives every KILLED attempt to its
+    step, writes a marker and blocks; it is SIGKILLed once all of them are there."""
+    done: dict[str, Any] = {}
+
+    def build(request: pytest.FixtureRequest, metastore_kind: str) -> Any:
+        if metastore_kind not in done:
+            done[metastore_kind] = _killed_build(request, metastore_kind)
+        return done[metastore_kind]
+
+    def _killed_build(request: pytest.FixtureRequest, metastore_kind: str) -> Any:
+        metastore = request.getfixturevalue(METASTORE_FIXTURES[metastore_kind])
+        base = tmp_path_factory.mktemp(f"rm-killed-{metastore_kind}")
+        cases, items = {}, []
+        for kind, step, outcome in KILLED:
+            if kind.startswith("jdbc") and metastore_kind != "embedded":
+                continue
+            name = f"{kind}-{step}-{outcome}"
+            harness = harness_of(request, kind, metastore_kind)
+            case = harness.new_case(base / name, f"killed-{step}-{outcome}")
+            if outcome == "no_task":
+                case.task = None
+            cases[name] = case
+            item = {
+                "name": name,
+                "kind": kind,
+                "step": step,
+                "target": case.target,
+                "journal": str(case.journal.root),
+                "task": vars(case.task) if case.task else None,
             }
+            if isinstance(harness, LifecycleHarness):  # planned here, from the case's table and versions
+                staged = harness.new_attempt(case)
+                staged.begin()
+                item.update(attempt_id=staged.attempt_id, manifest=harness.manifest_of(staged))
+            items.append(item)
+        marker = base / "reached.json"
+        plan = base / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "metastore_uri": metastore.uri,
+                    "warehouse": metastore.warehouse,
+                    "marker": str(marker),
+                    "attempts": items,
+                }
+            )
         )
-    )
-    log_path = base / "child.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.recovery_helpers", str(plan)],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-        )
-    try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"the build process (exit {process.poll()}) did not reach its steps:\n"
-                    + log_path.read_text()[-4000:]
-                )
-            time.sleep(0.2)
-        reached = json.loads(marker.read_text())
-        # The journal as the process left it, read before the kill.
-        before_kill = {name: cases[name].journal.require(reached[name]).state for name in reached}
-        os.kill(process.pid, signal.SIGKILL)
-        returncode = process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return cases, reached, before_kill, returncode
+        log_path = base / "child.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.recovery_helpers", str(plan)],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ),
+            )
+        try:
+            deadline = time.monotonic() + 300
+            while not marker.exists():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"the build process (exit {process.poll()}) did not reach its steps:\n"
+                        + log_path.read_text()[-4000:]
+                    )
+                time.sleep(0.2)
+            reached = json.loads(marker.read_text())
+            # The journal as the process left it, read before the kill.
+            before_kill = {name: cases[name].journal.require(reached[name]).state for name in reached}
+            os.kill(process.pid, signal.SIGKILL)
+            returncode = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        return cases, reached, before_kill, returncode
+
+    return build
 
 
 KILLED_ON = [
@@ -1404,16 +1384,15 @@ KILLED_ON = [
 
 
 @pytest.mark.parametrize(
-    ("kind", "step", "outcome", "metastore_kind"), KILLED_ON, ids=["-".join(case) for case in KILLED_ON],
-    indirect=["metastore_kind"],
+    ("kind", "step", "outcome", "metastore_kind"), KILLED_ON, ids=["-".join(case) for case in KILLED_ON]
 )
-def test_sigkill_then_reconcile(kind, step, outcome, metastore_kind, killed_build, request):
-    cases, reached, before_kill, returncode = killed_build
+def test_sigkill_then_reconcile(kind, step, outcome, metastore_kind, killed_build, harness_of, request):
+    cases, reached, before_kill, returncode = killed_build(request, metastore_kind)
     assert returncode == -signal.SIGKILL, f"the build process ended with {returncode}, not by SIGKILL"
     name = f"{kind}-{step}-{outcome}"
     case, attempt_id = cases[name], reached[name]
     assert before_kill[name] is AttemptState.WRITTEN
-    harness = request.getfixturevalue(f"{kind}_harness")
+    harness = harness_of(request, kind, metastore_kind)
     staged = new_attempt(harness, case)
     assert staged.attempt_id == attempt_id or case.task is None  # the same task try: the same attempt
     if step == "after_catalog":
