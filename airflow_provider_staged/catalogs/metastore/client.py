@@ -396,7 +396,6 @@ class MetastoreClient:
             finally:
                 self._locked.discard(key)
 
-
     def release_locks(self, database: str, table: str) -> list[int]:
         """Release the locks of the table that this client's owner took (its process is gone or
         out of its locked sections): a stock metastore never expires them."""

@@ -146,8 +146,10 @@ class _StaleLocks:
             if seen != beat:
                 self.seen[lock.lockid] = (beat, now)
             elif now - since >= STALE_LOCK_SECONDS:
-                log.warning("released metastore lock %s of %s.%s (%s): no heartbeat for %.0f s, its holder "
-                            "is gone", lock.lockid, self.database, self.table, lock.agentInfo, now - since)
+                log.warning(
+                    "released metastore lock %s of %s.%s (%s): no heartbeat for %.0f s, its holder is gone",
+                    lock.lockid, self.database, self.table, lock.agentInfo, now - since,
+                )
                 release_lock(self.client, lock.lockid)
                 del self.seen[lock.lockid]
 
