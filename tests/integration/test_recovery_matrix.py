@@ -1242,7 +1242,7 @@ STOCK_METASTORES = [kind for kind in METASTORE_FIXTURES if kind != "embedded"]
 def _on_stock(cases: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """The Hive cases, each (kind, step) once with the task outcomes taking turns: the step decides
     what the catalog holds, the outcome only what reconcile does (the full matrix covers it)."""
-    hive = [case for case in cases if not case[0].startswith("jdbc")]
+    hive = [case for case in cases if case[0] in HIVE_HARNESSES]
     seen = {}
     for kind, step, outcome in hive:
         seen.setdefault((kind, step), []).append(outcome)
@@ -1312,7 +1312,7 @@ def killed_build(harness_of, tmp_path_factory) -> Callable[[pytest.FixtureReques
         base = tmp_path_factory.mktemp(f"rm-killed-{metastore_kind}")
         cases, items = {}, []
         for kind, step, outcome in KILLED:
-            if kind.startswith("jdbc") and metastore_kind != "embedded":
+            if kind not in HIVE_HARNESSES and metastore_kind != "embedded":
                 continue
             name = f"{kind}-{step}-{outcome}"
             harness = harness_of(request, kind, metastore_kind)
@@ -1379,7 +1379,7 @@ def killed_build(harness_of, tmp_path_factory) -> Callable[[pytest.FixtureReques
 
 KILLED_ON = [
     *((*case, "embedded") for case in KILLED),
-    *((*case, kind) for kind in STOCK_METASTORES for case in KILLED if not case[0].startswith("jdbc")),
+    *((*case, kind) for kind in STOCK_METASTORES for case in KILLED if case[0] in HIVE_HARNESSES),
 ]
 
 
