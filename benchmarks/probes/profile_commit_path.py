@@ -343,8 +343,8 @@ def partition_block(uri: str, home: Path, samples: int, counters: Counters) -> N
         staged.housekeep()
         with MetastoreClient(uri) as client:  # untimed: back to the 10 partitions
             count = len(client.partitions(DATABASE, identifier.table))
-            for day in range(REPLACED, REPLACED + ADDED):
-                client.drop_partition(DATABASE, identifier.table, [f"2024-01-{day + 1:02d}"])
+            added = [f"ds=2024-01-{day + 1:02d}" for day in range(REPLACED, REPLACED + ADDED)]
+            client.drop_partitions(DATABASE, identifier.table, added)
         if prefix != "setup" and count != REPLACED + ADDED:
             raise RuntimeError(f"{count} partitions after the refresh, not {REPLACED + ADDED}")
 
