@@ -19,7 +19,8 @@ import pytest
 from packaging.version import Version
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.staging.journal import AttemptJournal, AttemptState
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
 from tests.fixtures.airflow_cli import REPO, staged_connection
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, version_dirs
 
@@ -56,7 +57,7 @@ def journal_dir(tmp_path_factory) -> Path:
 def orders(spark, metastore, database, journal_dir) -> str:
     """The source table, built by an atomic CTAS."""
     target = f"{database}.orders"
-    build(spark, staged_table(metastore, AttemptJournal(journal_dir), target, "create"), SOURCE_SQL)
+    build(spark, staged_table(metastore, FileJournal(journal_dir), target, "create"), SOURCE_SQL)
     return target
 
 
@@ -101,12 +102,12 @@ def test_atomic_ctas_then_a_failed_replace_keeps_the_table(spark, metastore, jou
     assert snapshot(spark, orders) == expected_snapshot(spark, SOURCE_SQL)
     before = version_dirs(metastore, orders)
     failing = "SELECT id, ds, IF(id = 299, raise_error('injected failure'), amount) AS amount FROM " + orders
-    replace = staged_table(metastore, AttemptJournal(journal_dir), orders, "replace")
+    replace = staged_table(metastore, FileJournal(journal_dir), orders, "replace")
     with pytest.raises(Exception, match="injected failure"):
         build(spark, replace, failing)
     assert snapshot(spark, orders) == expected_snapshot(spark, SOURCE_SQL)
     assert version_dirs(metastore, orders) == before
-    assert AttemptJournal(journal_dir).get(replace.attempt_id).state is AttemptState.ABORTED
+    assert FileJournal(journal_dir).get(replace.attempt_id).state is AttemptState.ABORTED
 
 
 def test_partition_refresh_under_airflow_dags_test(
