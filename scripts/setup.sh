@@ -45,7 +45,8 @@ fi
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev,openlineage]"  # the tests check the lineage events too
+# The newest tested versions (scripts/compat.sh tests the lowest); the tests check the lineage events too.
+.venv/bin/python -m pip install -q -c scripts/newest-versions.txt -e ".[dev,openlineage]"
 # dag-factory is only a comparison (the DAG-parse benchmark, tests/integration/test_mt_factory.py):
 # installed outside site-packages (tests/fixtures/dag_factory.py adds it where needed), because
 # there its airflow.plugins entry point, a listener, would load into every Airflow process.

@@ -113,7 +113,7 @@ def postgres_connection(conn_id: str) -> PostgresConnection:
 
     The catalogs' one use of Airflow: the staging core names targets by connection id only.
     """
-    from airflow.sdk import BaseHook
+    from airflow.providers.common.compat.sdk import BaseHook
 
     conn = BaseHook.get_connection(conn_id)
     if conn.conn_type not in ("postgres", "postgresql"):

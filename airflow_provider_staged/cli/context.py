@@ -3,8 +3,9 @@ workflow scheduler's set-up (flags, environment, `staged up`'s Airflow), ``KEY=V
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,12 +81,14 @@ def parse_partition_pairs(values: list[str] | None) -> dict[str, str]:
 
 
 def connection_settings(conn_id: str) -> StagedSettings:
-    from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
+    # Airflow 3.0 logs its start and the lookup to stdout, which is the command's output (--output json).
+    with redirect_stdout(sys.stderr):
+        from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
 
-    try:
-        return StagedTableHook(conn_id).get_settings()
-    except RuntimeError as err:  # the hook's "no connection <id> and no local metastore"
-        raise StagingError(str(err)) from err
+        try:
+            return StagedTableHook(conn_id).get_settings()
+        except RuntimeError as err:  # the hook's "no connection <id> and no local metastore"
+            raise StagingError(str(err)) from err
 
 
 @dataclass(frozen=True)

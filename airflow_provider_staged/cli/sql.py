@@ -214,8 +214,10 @@ def catalog_settings(metastore_uri: str, warehouse: str | None) -> StagedSetting
 
 def quiet_spark_errors() -> None:
     """pyspark logs each failed query as a JSON line on stderr; the client reports it in one line."""
-    from pyspark.logger import PySparkLogger
-
+    try:
+        from pyspark.logger import PySparkLogger
+    except ModuleNotFoundError:  # pyspark 3.5 logs no query context
+        return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 

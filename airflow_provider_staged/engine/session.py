@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import sys
 import threading
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from airflow_provider_staged.staging.errors import ServiceError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,6 +93,29 @@ def hive_conf(metastore_uri: str, warehouse: str) -> dict[str, str]:
     }
 
 
+@functools.cache
+def check_pyspark_install() -> None:
+    """Fail, naming both versions, when pyspark-client is installed at another version than pyspark.
+
+    Both install into the one ``pyspark/`` package (the Spark provider 6 requires the client), and
+    pip cannot require them to be the same version: another client's Python files overwrite
+    pyspark's, which then no longer match its jars.
+    """
+    try:
+        client = metadata.version("pyspark-client")
+    except metadata.PackageNotFoundError:
+        return
+    spark = metadata.version("pyspark")
+    if client != spark:
+        fix = (f"pip install pyspark-client=={spark}" if int(spark.split(".")[0]) >= 4 else
+               f"pip install 'apache-airflow-providers-apache-spark<6' (6 requires pyspark-client 4), "
+               f"pip uninstall pyspark-client, pip install --force-reinstall pyspark=={spark}")
+        raise ServiceError(
+            f"pyspark {spark} and pyspark-client {client} write the same pyspark package and must be "
+            f"the same version: {fix}"
+        )
+
+
 def build_session(
     metastore_uri: str,
     warehouse: str,
@@ -97,6 +124,7 @@ def build_session(
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Get or create the process's SparkSession bound to the metastore."""
+    check_pyspark_install()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     # Python workers (data sources, UDFs) need this interpreter's packages (pyarrow, the provider).

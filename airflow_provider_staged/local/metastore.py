@@ -62,6 +62,9 @@ def derby_conf(home: Path) -> dict[str, str]:
 
 
 JAVA_SOURCES = sorted(Path(__file__).with_name("java").glob("*.java"))
+# The launcher alone: Hive's own server on a loopback socket, none of the embedded default's
+# speed-ups (a stock metastore).
+LAUNCHER_SOURCES = [Path(__file__).with_name("java") / "LoopbackMetaStore.java"]
 JAVA_PACKAGE = "org.apache.hadoop.hive.metastore"
 LAUNCHER_CLASS = f"{JAVA_PACKAGE}.LoopbackMetaStore"
 # hive.txn.timeout: a lock whose holder died blocks the table's commits this long. Live holders
@@ -74,11 +77,11 @@ def _jdk_tool(name: str) -> str | None:
     return shutil.which(name, path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(name)
 
 
-def launcher_classes() -> Path:
-    """The compiled loopback launcher and Derby store, built once per sources and Spark jars into
-    a user cache."""
+def launcher_classes(java_sources: Sequence[Path] = JAVA_SOURCES) -> Path:
+    """The compiled loopback launcher (with the embedded default's store and alter handler unless
+    ``java_sources`` says otherwise), built once per sources and Spark jars into a user cache."""
     jars = spark_home() / "jars"
-    sources = b"".join(source.read_bytes() for source in JAVA_SOURCES)
+    sources = b"".join(source.read_bytes() for source in java_sources)
     digest = hashlib.sha256(sources + str(jars.resolve()).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-provider-staged"
     target = cache / f"metastore-launcher-{digest}"
@@ -93,12 +96,12 @@ def launcher_classes() -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix="launcher-", dir=cache))
     result = subprocess.run(
-        [javac, "-nowarn", "-d", str(build), "-cp", f"{jars}/*", *map(str, JAVA_SOURCES)],
+        [javac, "-nowarn", "-d", str(build), "-cp", f"{jars}/*", *map(str, java_sources)],
         capture_output=True, text=True, check=False,
     )
     if result.returncode != 0:
         shutil.rmtree(build, ignore_errors=True)
-        raise ServiceError(f"javac failed to compile {JAVA_SOURCES}: {result.stderr[-2000:]}")
+        raise ServiceError(f"javac failed to compile {java_sources}: {result.stderr[-2000:]}")
     try:
         build.rename(target)  # atomic; a concurrent build that got there first is kept
     except OSError:
@@ -114,22 +117,49 @@ def metastore_command(
     classpath: Sequence[Path] = (),
     loopback: bool = True,
     lock_timeout_seconds: int = DEFAULT_LOCK_EXPIRY_SECONDS,
+    stock: bool = False,
 ) -> list[str]:
     """The server's command line; ``database`` (hiveconf settings) replaces the embedded Derby,
     ``classpath`` adds e.g. a JDBC driver or a directory holding a ``hive-site.xml``;
     ``loopback=False`` listens on every interface (Hive's own main, e.g. in a container);
-    ``lock_timeout_seconds``: how long a table lock outlives its dead holder."""
+    ``lock_timeout_seconds``: how long a table lock outlives its dead holder.
+
+    ``stock`` (needs ``database``): Hive's own defaults, as a team's metastore runs them — only
+    what creating the schema without schematool needs (pyspark ships no schematool scripts) and
+    the connection pool among pyspark's jars; none of the project's Java, no lock expiry, column
+    type changes checked (``hive.metastore.disallow.incompatible.col.type.changes`` true)."""
+    if stock and database is None:
+        raise ValueError("a stock metastore needs a database (the embedded Derby is never stock)")
     java = _jdk_tool("java") or "java"
     launcher = loopback or database is None
+    batched_alter = launcher and not stock
     settings = {
         # One batched read of the old partitions in alter_partitions (java/BatchedAlterHandler.java).
-        **({"hive.metastore.alter.impl": f"{JAVA_PACKAGE}.BatchedAlterHandler"} if launcher else {}),
+        **({"hive.metastore.alter.impl": f"{JAVA_PACKAGE}.BatchedAlterHandler"} if batched_alter else {}),
         **(derby_conf(home) if database is None else database),
+        "datanucleus.schema.autoCreateAll": "true",
+        "hive.metastore.schema.verification": "false",
+        "hive.metastore.warehouse.dir": warehouse.as_uri(),
+        # Hive's default BoneCP pool is not among the jars pyspark ships; HikariCP is.
+        "datanucleus.connectionPoolingType": "HikariCP",
         # It checks and makes table and database directories: S3A for s3a:// ones (its keys
         # come from the environment, Hadoop's default credential chain).
         **S3Options.from_env().hadoop_conf(),
     }
-    database_args = [arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")]
+    if not stock:
+        settings.update({
+            # A replace may change column types; the data is new files, not a rewrite.
+            "hive.metastore.disallow.incompatible.col.type.changes": "false",
+            "hive.metastore.event.db.notification.api.auth": "false",
+            # A committer killed while holding a table lock loses it after hive.txn.timeout: Hive
+            # 2.3 times locks out only in the housekeeping thread that the compactor initiator
+            # starts, first after reaper.start, then every reaper.interval.
+            "hive.txn.timeout": f"{lock_timeout_seconds}s",
+            "hive.compactor.initiator.on": "true",
+            "hive.timedout.txn.reaper.start": "5s",
+            "hive.timedout.txn.reaper.interval": "5s",
+        })
+    sources = LAUNCHER_SOURCES if stock else JAVA_SOURCES
     return [
         java,
         "-Xmx512m",
@@ -138,7 +168,7 @@ def metastore_command(
         f"-Dderby.system.home={home}",
         "-cp",
         os.pathsep.join([
-            *([str(launcher_classes())] if launcher else []),
+            *([str(launcher_classes(sources))] if launcher else []),
             f"{spark_home() / 'jars'}/*",
             *map(str, sorted((jvm_dir() / "s3").glob("*.jar"))),
             *map(str, classpath),
@@ -147,32 +177,7 @@ def metastore_command(
         LAUNCHER_CLASS if loopback else "org.apache.hadoop.hive.metastore.HiveMetaStore",
         "-p",
         str(port),
-        *database_args,
-        "--hiveconf",
-        "datanucleus.schema.autoCreateAll=true",
-        "--hiveconf",
-        "hive.metastore.schema.verification=false",
-        "--hiveconf",
-        f"hive.metastore.warehouse.dir={warehouse.as_uri()}",
-        "--hiveconf",
-        # A replace may change column types; the data is new files, not a rewrite.
-        "hive.metastore.disallow.incompatible.col.type.changes=false",
-        "--hiveconf",
-        "hive.metastore.event.db.notification.api.auth=false",
-        # Hive's default BoneCP pool is not among the jars pyspark ships; HikariCP is.
-        "--hiveconf",
-        "datanucleus.connectionPoolingType=HikariCP",
-        # A committer killed while holding a table lock loses it after hive.txn.timeout: Hive
-        # 2.3 times locks out only in the housekeeping thread that the compactor initiator
-        # starts, first after reaper.start, then every reaper.interval.
-        "--hiveconf",
-        f"hive.txn.timeout={lock_timeout_seconds}s",
-        "--hiveconf",
-        "hive.compactor.initiator.on=true",
-        "--hiveconf",
-        "hive.timedout.txn.reaper.start=5s",
-        "--hiveconf",
-        "hive.timedout.txn.reaper.interval=5s",
+        *[arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")],
     ]
 
 
@@ -182,11 +187,12 @@ def start_metastore(
     database: Mapping[str, str] | None = None,
     classpath: Sequence[Path] = (),
     lock_timeout_seconds: int = DEFAULT_LOCK_EXPIRY_SECONDS,
+    stock: bool = False,
 ) -> MetastoreInfo:
     """Start the metastore unless one recorded under ``home`` is running; return its info.
 
-    ``database``, ``classpath`` and ``lock_timeout_seconds``: see :func:`metastore_command`
-    (default: Derby under ``home``).
+    ``database``, ``classpath``, ``lock_timeout_seconds`` and ``stock``: see
+    :func:`metastore_command` (default: Derby under ``home``).
     """
     home = (home or staged_home()).resolve()
     running = metastore_status(home)
@@ -200,7 +206,7 @@ def start_metastore(
     pid_file = home / "metastore.pid"
     env = dict(os.environ, HADOOP_USER_NAME=os.environ.get("HADOOP_USER_NAME", "staged"))
     command = metastore_command(
-        port, home, warehouse, database, classpath, lock_timeout_seconds=lock_timeout_seconds
+        port, home, warehouse, database, classpath, lock_timeout_seconds=lock_timeout_seconds, stock=stock
     )
     pid = start_background(command, pid_file, log_file, env, home)
     try:

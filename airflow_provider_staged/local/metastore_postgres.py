@@ -157,14 +157,15 @@ def server_settings(database: MetastoreDatabase, home: Path) -> tuple[dict[str, 
 
 
 def start_postgres_metastore(
-    database: MetastoreDatabase, home: Path, port: int | None = None
+    database: MetastoreDatabase, home: Path, port: int | None = None, stock: bool = False
 ) -> MetastoreInfo:
     """Create the transaction tables if needed and start the metastore in the background
-    (state, logs and the warehouse under ``home``, as :func:`start_metastore`)."""
+    (state, logs and the warehouse under ``home``, as :func:`start_metastore`); ``stock``: with
+    Hive's defaults (see :func:`metastore_command`)."""
     home = home.resolve()
     create_txn_tables(database)
     settings, classpath = server_settings(database, home)
-    return start_metastore(home, port, settings, classpath)
+    return start_metastore(home, port, settings, classpath, stock=stock)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

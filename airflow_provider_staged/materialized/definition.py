@@ -157,6 +157,11 @@ class MaterializedTableDefinition:
         """Where ``name`` of ``clause`` is written; the CREATE's line when it is not."""
         return self.positions.get((clause, name), (self.lines.get(CREATE, 1), 1))
 
+    def __deepcopy__(self, memo: dict[int, object]) -> MaterializedTableDefinition:
+        # Immutable (frozen, read-only mappings), so it is its own copy. Airflow deep-copies the
+        # operators that hold it (3.0's `dags test` does), and a mappingproxy cannot be copied.
+        return self
+
 
 def read_freshness(c: Cursor) -> Freshness:
     """``= INTERVAL 'n' unit`` after FRESHNESS, with Flink's errors at its positions."""

@@ -35,13 +35,21 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import pyspark
 from pyspark import cloudpickle
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+except ModuleNotFoundError:  # pyspark 3.5
+    raise ImportError(
+        f"the unified sink needs pyspark 4.0 or newer (Spark's Python data source API); "
+        f"pyspark {pyspark.__version__} is installed"
+    ) from None
 
 from airflow_provider_staged.sink.api import (
     Sink,

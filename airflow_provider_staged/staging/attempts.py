@@ -144,6 +144,12 @@ class JournaledStagedTable(StagedTable):
     def after_commit(self, record: AttemptRecord) -> None:
         """Housekeeping after a commit (retention); errors are logged, never raised."""
 
+    def release_locks(self) -> list[int]:
+        """Release the catalog locks this attempt took and left (its process died holding them);
+        called under the attempt's journal lock, which every section holding one holds too.
+        Returns their ids."""
+        return []
+
     # -- the protocol -------------------------------------------------------------------
 
     def check_target(self) -> None:

@@ -66,6 +66,12 @@ def _settle(
     record: AttemptRecord, settings: StagedSettings, task_state: TaskStateLookup | None, now: float
 ) -> str:
     staged = from_record(record, settings)
+    # Every section of an attempt that holds a catalog lock holds its journal lock: holding that,
+    # any lock of the attempt was left by a dead process (a stock metastore never expires it).
+    with settings.journal.locked(record.attempt_id):
+        if released := staged.release_locks():
+            log.warning("released catalog locks %s that attempt %s left on %s", released,
+                        record.attempt_id, record.target)
     state = task_state(record.task) if task_state is not None and record.task is not None else None
     if record.state is AttemptState.ABORTING:
         abort_attempt(staged, "abort resumed")

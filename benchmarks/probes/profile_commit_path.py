@@ -19,6 +19,8 @@ and what is ours can be told apart. No Spark: the "write" hard-links the same Pa
    dropped again after each sample (untimed). Target: commit p50 < 100 ms.
 
 Starts a Derby metastore and a PostgreSQL server + metastore (temp homes); stops all of them.
+``--metastores derby,stock``: against a stock metastore (Hive's defaults, none of the project's
+Java), where a partition commit is the locked path.
 Run: ``.venv/bin/python benchmarks/probes/profile_commit_path.py`` (smoke run: ``--smoke``).
 """
 
@@ -176,7 +178,8 @@ def reuse(enabled: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
-    """name -> (metastore URI, warehouse) for a Derby- and a PostgreSQL-backed metastore."""
+    """name -> (metastore URI, warehouse): ``derby`` (the embedded default), ``postgres`` (docker/'s
+    settings) and ``stock`` (Hive's defaults, none of the project's Java) on PostgreSQL."""
     from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
     from airflow_provider_staged.local.metastore_postgres import (
         MetastoreDatabase,
@@ -185,7 +188,7 @@ def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
     from tests.fixtures.postgres_server import start_postgres, stop_postgres
 
     homes: list[Path] = []
-    server = None
+    servers = []
     found: dict[str, tuple[str, Path]] = {}
     try:
         for name in names:
@@ -197,10 +200,11 @@ def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
                 import psycopg
 
                 server = start_postgres(durable=True)  # PostgreSQL's defaults, as a real one
+                servers.append(server)
                 with psycopg.connect(server.conninfo(), autocommit=True) as admin:
                     admin.execute("CREATE DATABASE hms")
                 database = MetastoreDatabase(server.host, server.port, "hms", server.user, server.password)
-                info = start_postgres_metastore(database, home)
+                info = start_postgres_metastore(database, home, stock=name == "stock")
             found[name] = (f"thrift://127.0.0.1:{info.port}", Path(info.warehouse))
             with MetastoreClient(found[name][0]) as client:
                 client.ensure_database(DATABASE, info.warehouse)
@@ -209,7 +213,7 @@ def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
         METASTORE_CONNECTIONS.close_all()
         for home in homes:
             stop_metastore(home)
-        if server is not None:
+        for server in servers:
             stop_postgres(server)
         for home in homes:
             shutil.rmtree(home, ignore_errors=True)
@@ -339,8 +343,8 @@ def partition_block(uri: str, home: Path, samples: int, counters: Counters) -> N
         staged.housekeep()
         with MetastoreClient(uri) as client:  # untimed: back to the 10 partitions
             count = len(client.partitions(DATABASE, identifier.table))
-            for day in range(REPLACED, REPLACED + ADDED):
-                client.drop_partition(DATABASE, identifier.table, [f"2024-01-{day + 1:02d}"])
+            added = [f"ds=2024-01-{day + 1:02d}" for day in range(REPLACED, REPLACED + ADDED)]
+            client.drop_partitions(DATABASE, identifier.table, added)
         if prefix != "setup" and count != REPLACED + ADDED:
             raise RuntimeError(f"{count} partitions after the refresh, not {REPLACED + ADDED}")
 
@@ -364,7 +368,9 @@ def attempted(block: Callable[..., None], *args: Any) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--metastores", default="derby,postgres", help="comma-separated: derby, postgres")
+    parser.add_argument(
+        "--metastores", default="derby,postgres", help="comma-separated: derby, postgres, stock"
+    )
     parser.add_argument("--samples", type=int, default=20, help="measured samples per arm")
     parser.add_argument("--smoke", action="store_true", help="2 samples: proves the script runs")
     args = parser.parse_args()

@@ -15,6 +15,10 @@ committer and the manifest of the global committer, as the runtime does before t
 The lifecycle kinds are in it too: a partition expiry (``hive_expire``), a rollback of a whole
 table and one of some partitions (``hive_rollback``). They write no data, so they have no
 mid-write step; their "write" is the manifest the commit uses.
+
+Every case runs on the embedded metastore; the Hive cases run on each stock metastore too
+(``METASTORE_FIXTURES``: Hive's defaults, none of the project's Java), each kind and step once
+with the task outcomes taking turns, and so do the real SIGKILLs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -88,7 +93,7 @@ from airflow_provider_staged.staging.rollback import HiveRollback
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage import files
 from airflow_provider_staged.storage.files import FileEntry, local_path, normalize_location
-from tests.fixtures.metastore import new_database
+from tests.fixtures.metastore import METASTORE_FIXTURES, new_database, spark_table
 from tests.integration import recovery_helpers as rh
 
 pytestmark = pytest.mark.timeout(600)
@@ -171,6 +176,7 @@ class HiveHarness:
 
     def __init__(self, spark: Any, metastore: Any, database: str, scratch: Path) -> None:
         self.spark = spark
+        self.metastore = metastore
         self.metastore_uri = metastore.uri
         self.warehouse = metastore.warehouse
         self.database = database
@@ -192,8 +198,7 @@ class HiveHarness:
 
     def read(self, target: str) -> Any:
         reader = self.spark.newSession()  # its own catalog state: what a new reader sees
-        reader.catalog.refreshTable(target)
-        return tuple(reader.sql(self.content_query(target)).first())
+        return tuple(reader.sql(self.content_query(spark_table(reader, self.metastore, target))).first())
 
     def catalog_table(self, target: str) -> ttypes.Table:
         database, table = target.split(".")
@@ -352,8 +357,8 @@ class PartitionHarness(HiveHarness):
 
     def read(self, target: str) -> Any:
         reader = self.spark.newSession()
-        reader.catalog.refreshTable(target)
-        return {(r.region, r.ds): (r.n, r.h) for r in reader.sql(self.content_query(target)).collect()}
+        name = spark_table(reader, self.metastore, target)
+        return {(r.region, r.ds): (r.n, r.h) for r in reader.sql(self.content_query(name)).collect()}
 
     def partitions(self, target: str) -> dict[tuple[str, ...], str]:
         database, table = target.split(".")
@@ -488,23 +493,6 @@ class DiscoveredPartitionHarness(PartitionHarness):
 
 
 @pytest.fixture(scope="module")
-def hive_database(metastore: Any) -> str:
-    return new_database(metastore, "rm")
-
-
-@pytest.fixture(scope="module")
-def hive_table_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveHarness:
-    harness = HiveHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-hive"))
-    harness.setup_neighbour()
-    return harness
-
-
-@pytest.fixture(scope="module")
-def hive_partitions_harness(spark, metastore, hive_database, tmp_path_factory) -> PartitionHarness:
-    return PartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-parts"))
-
-
-@pytest.fixture(scope="module")
 def s3_hive_database(metastore: Any, s3_bucket: str) -> str:
     """A database whose tables live on the S3 server (``s3a://``)."""
     name = f"rm_s3_{uuid.uuid4().hex[:8]}"
@@ -523,18 +511,6 @@ def hive_table_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) 
 @pytest.fixture(scope="module")
 def hive_partitions_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> PartitionHarness:
     return PartitionHarness(spark, metastore, s3_hive_database, tmp_path_factory.mktemp("rm-parts-s3"))
-
-
-@pytest.fixture(scope="module")
-def hive_partitions_discovered_harness(spark, metastore, hive_database, tmp_path_factory):
-    return DiscoveredPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-dparts"))
-
-
-@pytest.fixture(scope="module")
-def hive_partitions_continuous_harness(
-    spark, metastore, hive_database, tmp_path_factory
-) -> ContinuousPartitionHarness:
-    return ContinuousPartitionHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-cparts"))
 
 
 # -- the lifecycle kinds: expiry and rollback (no data written; the "write" is their manifest) ------
@@ -788,27 +764,6 @@ class PartitionRollbackHarness(RollbackHarness):
 
     def setup_neighbour(self) -> None:
         """The neighbours here are partitions of the table (checked in ``check``)."""
-
-
-@pytest.fixture(scope="module")
-def hive_expire_harness(spark, metastore, hive_database, tmp_path_factory) -> ExpiryHarness:
-    return ExpiryHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-expire"))
-
-
-@pytest.fixture(scope="module")
-def hive_rollback_harness(spark, metastore, hive_database, tmp_path_factory) -> RollbackHarness:
-    harness = RollbackHarness(spark, metastore, hive_database, tmp_path_factory.mktemp("rm-rollback"))
-    harness.setup_neighbour()
-    return harness
-
-
-@pytest.fixture(scope="module")
-def hive_rollback_partitions_harness(
-    spark, metastore, hive_database, tmp_path_factory
-) -> PartitionRollbackHarness:
-    return PartitionRollbackHarness(
-        spark, metastore, hive_database, tmp_path_factory.mktemp("rm-part-rollback")
-    )
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------------
@@ -1133,28 +1088,6 @@ class SinkKindHarness(HiveSinkHarness):
         assert not local_path(record.location).exists(), f"the attempt's directory {record.location} is left"
 
 
-def _sink_harness(cls: type[HiveSinkHarness], spark, metastore, database, scratch: Path) -> HiveSinkHarness:
-    harness = cls(spark, metastore, database, scratch)
-    harness.setup_neighbour()
-    return harness
-
-
-@pytest.fixture(scope="module")
-def hive_append_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    return _sink_harness(HiveSinkHarness, spark, metastore, hive_database, tmp_path_factory.mktemp("rm-app"))
-
-
-@pytest.fixture(scope="module")
-def hive_overwrite_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    scratch = tmp_path_factory.mktemp("rm-over")
-    return _sink_harness(HiveSinkOverwriteHarness, spark, metastore, hive_database, scratch)
-
-
-@pytest.fixture(scope="module")
-def sink_harness(spark, metastore, hive_database, tmp_path_factory) -> HiveSinkHarness:
-    return _sink_harness(SinkKindHarness, spark, metastore, hive_database, tmp_path_factory.mktemp("rm-sink"))
-
-
 class JdbcSinkHarness(JdbcHarness):
     """OLD built as for ``jdbc_table``; the attempt is a write of the PostgreSQL sink appending to
     it (``jdbc_append``), each task into its own staged table: NEW is OLD plus the batch."""
@@ -1213,6 +1146,47 @@ def jdbc_append_harness(jdbc_table_harness, spark, metastore, postgres, tmp_path
     harness = JdbcSinkHarness(spark, metastore, postgres, table.conn_id, table.schema,
                               tmp_path_factory.mktemp("rm-pg-append"))
     harness.neighbour_state = table.neighbour_state
+    return harness
+
+
+# -- the Hive harnesses, one per (kind, metastore) --------------------------------------------------
+
+# kind -> its harness, and whether it builds the untouched neighbour table
+HIVE_HARNESSES: dict[str, tuple[type[HiveHarness], bool]] = {
+    "hive_table": (HiveHarness, True),
+    "hive_partitions": (PartitionHarness, False),
+    "hive_partitions_discovered": (DiscoveredPartitionHarness, False),
+    "hive_partitions_continuous": (ContinuousPartitionHarness, False),
+    "hive_expire": (ExpiryHarness, False),
+    "hive_rollback": (RollbackHarness, True),
+    "hive_rollback_partitions": (PartitionRollbackHarness, False),
+    "hive_append": (HiveSinkHarness, True),
+    "hive_overwrite": (HiveSinkOverwriteHarness, True),
+    "sink": (SinkKindHarness, True),
+}
+
+
+@pytest.fixture(scope="module")
+def harness_of(spark, tmp_path_factory) -> Callable[[pytest.FixtureRequest, str, str], Any]:
+    """(a test's request, kind, metastore kind) -> the kind's harness on that metastore, made once in
+    the module (in a database of its own per metastore). The PostgreSQL kinds' need no metastore."""
+    made: dict[tuple[str, str], Any] = {}
+    databases: dict[str, str] = {}
+
+    def harness(request: pytest.FixtureRequest, kind: str, metastore_kind: str) -> Any:
+        if kind not in HIVE_HARNESSES:
+            return request.getfixturevalue(f"{kind}_harness")
+        if (kind, metastore_kind) not in made:
+            metastore = request.getfixturevalue(METASTORE_FIXTURES[metastore_kind])
+            if metastore_kind not in databases:
+                databases[metastore_kind] = new_database(metastore, "rm")
+            cls, neighbour = HIVE_HARNESSES[kind]
+            scratch = tmp_path_factory.mktemp(f"rm-{kind}-{metastore_kind}")
+            made[kind, metastore_kind] = cls(spark, metastore, databases[metastore_kind], scratch)
+            if neighbour:
+                made[kind, metastore_kind].setup_neighbour()
+        return made[kind, metastore_kind]
+
     return harness
 
 
@@ -1296,12 +1270,32 @@ def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, a
         pytest.fail("\n\n".join(failures))
 
 
-MATRIX = [
+FULL_MATRIX = [
     *itertools.product(KINDS, STEPS, OUTCOMES),
     *itertools.product(S3_KINDS, STEPS, OUTCOMES),
     *itertools.product(SINK_KINDS, STEPS, OUTCOMES),
     *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
     *itertools.product(LAST_CATALOG_CALL, ["between_catalog_calls"], OUTCOMES),
+]
+STOCK_METASTORES = [kind for kind in METASTORE_FIXTURES if kind != "embedded"]
+
+
+def _on_stock(cases: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The Hive cases, each (kind, step) once with the task outcomes taking turns: the step decides
+    what the catalog holds, the outcome only what reconcile does (the full matrix covers it)."""
+    hive = [case for case in cases if case[0] in HIVE_HARNESSES]
+    seen = {}
+    for kind, step, outcome in hive:
+        seen.setdefault((kind, step), []).append(outcome)
+    return [
+        (kind, step, outcomes[i % len(outcomes)]) for i, ((kind, step), outcomes) in enumerate(seen.items())
+    ]
+
+
+# Every case on the embedded metastore; the Hive ones, thinned, on each stock metastore.
+MATRIX = [
+    *((*case, "embedded") for case in FULL_MATRIX),
+    *((*case, kind) for kind in STOCK_METASTORES for case in _on_stock(FULL_MATRIX)),
 ]
 
 
@@ -1312,9 +1306,11 @@ def new_attempt(harness: Any, case: Case) -> JournaledStagedTable:
     return rh.new_attempt(case.kind, case.target, case.journal, harness.metastore_uri, case.task)
 
 
-@pytest.mark.parametrize(("kind", "step", "outcome"), MATRIX, ids=["-".join(case) for case in MATRIX])
-def test_crash_then_reconcile(kind, step, outcome, request, tmp_path):
-    harness = request.getfixturevalue(f"{kind}_harness")
+@pytest.mark.parametrize(
+    ("kind", "step", "outcome", "metastore_kind"), MATRIX, ids=["-".join(case) for case in MATRIX]
+)
+def test_crash_then_reconcile(kind, step, outcome, metastore_kind, harness_of, request, tmp_path):
+    harness = harness_of(request, kind, metastore_kind)
     case = harness.new_case(tmp_path, f"{step}-{outcome}")
     staged = new_attempt(harness, case)
     crash(harness, case, staged, step)
@@ -1342,81 +1338,102 @@ KILLED = [
 
 
 @pytest.fixture(scope="module")
-def killed_build(request, metastore, tmp_path_factory):
-    """One process with its own Spark session drives every KILLED attempt to its step, writes a
-    marker and blocks; it is SIGKILLed once all of them are there."""
-    base = tmp_path_factory.mktemp("rm-killed")
-    cases, items = {}, []
-    for kind, step, outcome in KILLED:
-        name = f"{kind}-{step}-{outcome}"
-        harness = request.getfixturevalue(f"{kind}_harness")
-        case = harness.new_case(base / name, f"killed-{step}-{outcome}")
-        if outcome == "no_task":
-            case.task = None
-        cases[name] = case
-        item = {
-            "name": name,
-            "kind": kind,
-            "step": step,
-            "target": case.target,
-            "journal": str(case.journal.root),
-            "task": vars(case.task) if case.task else None,
-        }
-        if isinstance(harness, LifecycleHarness):  # planned here, from the case's table and versions
-            staged = harness.new_attempt(case)
-            staged.begin()
-            item.update(attempt_id=staged.attempt_id, manifest=harness.manifest_of(staged))
-        items.append(item)
-    marker = base / "reached.json"
-    plan = base / "plan.json"
-    plan.write_text(
-        json.dumps(
-            {
-                "metastore_uri": metastore.uri,
-                "warehouse": metastore.warehouse,
-                "marker": str(marker),
-                "attempts": items,
+def killed_build(harness_of, tmp_path_factory) -> Callable[[pytest.FixtureRequest, str], Any]:
+    """Per metastore kind: one process with its own Spark session drives every KILLED attempt to its
+    step, writes a marker and blocks; it is SIGKILLed once all of them are there."""
+    done: dict[str, Any] = {}
+
+    def build(request: pytest.FixtureRequest, metastore_kind: str) -> Any:
+        if metastore_kind not in done:
+            done[metastore_kind] = _killed_build(request, metastore_kind)
+        return done[metastore_kind]
+
+    def _killed_build(request: pytest.FixtureRequest, metastore_kind: str) -> Any:
+        metastore = request.getfixturevalue(METASTORE_FIXTURES[metastore_kind])
+        base = tmp_path_factory.mktemp(f"rm-killed-{metastore_kind}")
+        cases, items = {}, []
+        for kind, step, outcome in KILLED:
+            if kind not in HIVE_HARNESSES and metastore_kind != "embedded":
+                continue
+            name = f"{kind}-{step}-{outcome}"
+            harness = harness_of(request, kind, metastore_kind)
+            case = harness.new_case(base / name, f"killed-{step}-{outcome}")
+            if outcome == "no_task":
+                case.task = None
+            cases[name] = case
+            item = {
+                "name": name,
+                "kind": kind,
+                "step": step,
+                "target": case.target,
+                "journal": str(case.journal.root),
+                "task": vars(case.task) if case.task else None,
             }
+            if isinstance(harness, LifecycleHarness):  # planned here, from the case's table and versions
+                staged = harness.new_attempt(case)
+                staged.begin()
+                item.update(attempt_id=staged.attempt_id, manifest=harness.manifest_of(staged))
+            items.append(item)
+        marker = base / "reached.json"
+        plan = base / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "metastore_uri": metastore.uri,
+                    "warehouse": metastore.warehouse,
+                    "marker": str(marker),
+                    "attempts": items,
+                }
+            )
         )
-    )
-    log_path = base / "child.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.recovery_helpers", str(plan)],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-        )
-    try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"the build process (exit {process.poll()}) did not reach its steps:\n"
-                    + log_path.read_text()[-4000:]
-                )
-            time.sleep(0.2)
-        reached = json.loads(marker.read_text())
-        # The journal as the process left it, read before the kill.
-        before_kill = {name: cases[name].journal.require(reached[name]).state for name in reached}
-        os.kill(process.pid, signal.SIGKILL)
-        returncode = process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return cases, reached, before_kill, returncode
+        log_path = base / "child.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.recovery_helpers", str(plan)],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ),
+            )
+        try:
+            deadline = time.monotonic() + 300
+            while not marker.exists():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"the build process (exit {process.poll()}) did not reach its steps:\n"
+                        + log_path.read_text()[-4000:]
+                    )
+                time.sleep(0.2)
+            reached = json.loads(marker.read_text())
+            # The journal as the process left it, read before the kill.
+            before_kill = {name: cases[name].journal.require(reached[name]).state for name in reached}
+            os.kill(process.pid, signal.SIGKILL)
+            returncode = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        return cases, reached, before_kill, returncode
+
+    return build
 
 
-@pytest.mark.parametrize(("kind", "step", "outcome"), KILLED, ids=["-".join(case) for case in KILLED])
-def test_sigkill_then_reconcile(kind, step, outcome, killed_build, request):
-    cases, reached, before_kill, returncode = killed_build
+KILLED_ON = [
+    *((*case, "embedded") for case in KILLED),
+    *((*case, kind) for kind in STOCK_METASTORES for case in KILLED if case[0] in HIVE_HARNESSES),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "step", "outcome", "metastore_kind"), KILLED_ON, ids=["-".join(case) for case in KILLED_ON]
+)
+def test_sigkill_then_reconcile(kind, step, outcome, metastore_kind, killed_build, harness_of, request):
+    cases, reached, before_kill, returncode = killed_build(request, metastore_kind)
     assert returncode == -signal.SIGKILL, f"the build process ended with {returncode}, not by SIGKILL"
     name = f"{kind}-{step}-{outcome}"
     case, attempt_id = cases[name], reached[name]
     assert before_kill[name] is AttemptState.WRITTEN
-    harness = request.getfixturevalue(f"{kind}_harness")
+    harness = harness_of(request, kind, metastore_kind)
     staged = new_attempt(harness, case)
     assert staged.attempt_id == attempt_id or case.task is None  # the same task try: the same attempt
     if step == "after_catalog":

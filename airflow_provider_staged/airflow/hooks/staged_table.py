@@ -6,9 +6,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
-from airflow.sdk.log import mask_secret
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, mask_secret
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID

@@ -27,8 +27,8 @@ import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.airflow.operators.materialized_refresh import MaterializedTableRefreshOperator

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from airflow.sdk import Asset, Context, conf
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowSkipException, conf
+from airflow.sdk import Asset, Context
 
 from airflow_provider_staged.airflow.callbacks import task_ref
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook

@@ -26,6 +26,10 @@ class StagedAttemptOperator(LineageReporting, BaseOperator):
     OpenLineage facets of the attempt (at the start the query's inputs and the target; at the
     end the inputs and, once committed, the output)."""
 
+    # Airflow deep-copies operators (3.0's `dags test` does), and an Event cannot be: a copy,
+    # made before any try runs, shares the original's unset one.
+    shallow_copy_attrs = ("_killed",)
+
     def __init__(self, *, staged_conn_id: str, **kwargs: Any) -> None:
         for name in ("on_failure_callback", "on_retry_callback"):
             kwargs[name] = _prepend(abort_callback(staged_conn_id), kwargs.get(name))

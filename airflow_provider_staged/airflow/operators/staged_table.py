@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, Context, conf
+from airflow.providers.common.compat.sdk import conf
+from airflow.sdk import Asset, Context
 
 from airflow_provider_staged.airflow.callbacks import task_ref
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook

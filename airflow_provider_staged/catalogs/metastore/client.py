@@ -23,7 +23,8 @@ from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
 
 from airflow_provider_staged.catalogs.idle_connections import IdleConnections
-from airflow_provider_staged.catalogs.metastore.locks import table_lock
+from airflow_provider_staged.catalogs.metastore.locks import AGENT, release_locks, table_lock
+from airflow_provider_staged.catalogs.metastore.tables import without_hive_columns
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError, TableNotFoundError
 from airflow_provider_staged.storage.files import normalize_location
 
@@ -35,6 +36,8 @@ AlreadyExistsException = ttypes.AlreadyExistsException
 # A fresh value on every write of ours: alter_table sends the value it read as the expected one.
 REVISION_KEY = "staged.revision"
 _MODIFIED = "The table has been modified"
+# HiveAlterHandler's refusal of new column types that the old ones do not convert to implicitly.
+_INCOMPATIBLE_COLUMNS = "have types incompatible with the existing columns"
 _STABLE_READS = 20
 # Per metastore URI, whether its alter_table enforces an expected parameter (probed once).
 _ENFORCES_EXPECTED: dict[str, bool] = {}
@@ -135,10 +138,12 @@ def _connect(uri: str, timeout_ms: int) -> hmsclient.HMSClient:
 class MetastoreClient:
     """A metastore connection for one ``with`` block (borrowed from this process's idle ones)."""
 
-    def __init__(self, uri: str, timeout_ms: int = 30_000) -> None:
+    def __init__(self, uri: str, timeout_ms: int = 30_000, lock_owner: str = AGENT) -> None:
         parse_metastore_uri(uri)  # a bad URI fails here, before any block runs
         self.uri = uri
         self.timeout_ms = timeout_ms
+        # The agent info of the table locks this client takes (``locks.lock_owner``).
+        self.lock_owner = lock_owner
         self._borrowed: contextlib.AbstractContextManager[hmsclient.HMSClient] | None = None
         self._client: hmsclient.HMSClient | None = None
         # (database, table) -> the revision this block last read (None: the table has none).
@@ -147,7 +152,7 @@ class MetastoreClient:
 
     def fresh(self) -> MetastoreClient:
         """A client of its own for the same metastore (a lock's heartbeat thread, a retried unlock)."""
-        return MetastoreClient(self.uri, self.timeout_ms)
+        return MetastoreClient(self.uri, self.timeout_ms, self.lock_owner)
 
     def __enter__(self) -> MetastoreClient:
         borrowed = METASTORE_CONNECTIONS.connection(
@@ -222,7 +227,8 @@ class MetastoreClient:
         A compare-and-set on the revision read: when another writer came between (or dropped the
         table), the metastore refuses it and this raises :class:`CatalogConflictError` (nothing
         changed). A table that has no revision yet (made by someone else) gets one, under the
-        table's lock.
+        table's lock. Column types that the metastore refuses to change (a stock Hive) are
+        switched with the schema in Spark's parameters only (``tables.without_hive_columns``).
         """
         key = _key(table.dbName, table.tableName)
         if key not in self._revisions:
@@ -238,7 +244,15 @@ class MetastoreClient:
         database, name = table.dbName, table.tableName
         with self._dropped_is_conflict(database, name):
             try:
-                self.thrift.alter_table_with_environment_context(database, name, table, context)
+                try:
+                    self.thrift.alter_table_with_environment_context(database, name, table, context)
+                except ttypes.InvalidOperationException as err:
+                    if _INCOMPATIBLE_COLUMNS not in (err.message or ""):
+                        raise
+                    # Refused whole, nothing changed: the switch is still this one call, in the
+                    # form such a metastore takes.
+                    switch = without_hive_columns(table)
+                    self.thrift.alter_table_with_environment_context(database, name, switch, context)
             except ttypes.MetaException as err:
                 if _MODIFIED in (err.message or ""):
                     message = f"{database}.{name} changed after this writer read it"
@@ -375,12 +389,17 @@ class MetastoreClient:
     def locked(self, database: str, table: str) -> Iterator[MetastoreClient]:
         """Hold the table's metastore lock: every read-modify-write of several calls does."""
         key = _key(database, table)
-        with table_lock(self, database, table):
+        with table_lock(self, database, table, owner=self.lock_owner):
             self._locked.add(key)
             try:
                 yield self
             finally:
                 self._locked.discard(key)
+
+    def release_locks(self, database: str, table: str) -> list[int]:
+        """Release the locks of the table that this client's owner took (its process is gone or
+        out of its locked sections): a stock metastore never expires them."""
+        return release_locks(self, database, table, self.lock_owner)
 
 
 def _key(database: str, table: str) -> tuple[str, str]:

@@ -86,6 +86,24 @@ def _storage(manifest: Manifest, location: str) -> ttypes.StorageDescriptor:
     )
 
 
+def without_hive_columns(table: ttypes.Table) -> ttypes.Table:
+    """``table`` with its schema in Spark's parameters only, for a metastore that refuses its Hive
+    columns (``hive.metastore.disallow.incompatible.col.type.changes``, Hive's default, checks
+    each new column type against the old one at its position: a narrowing or a reorder fails).
+
+    Spark keeps such a schema the same way (``HiveExternalCatalog``: "Updating Hive metastore in
+    Spark SQL specific format"), but its placeholder column (``col array<string>``) is refused too
+    against real columns; an empty column list has no position to check. Spark reads a data-source
+    table's schema, location and partitions from the parameters and the catalog alone; the opaque
+    formats make a Hive reader fail instead of reading the files with no columns. The next switch
+    whose columns Hive takes writes them again."""
+    updated = copy.deepcopy(table)
+    updated.sd.cols = []
+    updated.sd.inputFormat, updated.sd.outputFormat = OPAQUE_INPUT, OPAQUE_OUTPUT
+    updated.sd.serdeInfo.serializationLib = OPAQUE_SERDE
+    return updated
+
+
 def _table_parameters(manifest: Manifest, version: str) -> dict[str, str]:
     return {
         "EXTERNAL": "TRUE",

@@ -1,6 +1,10 @@
 package org.apache.hadoop.hive.metastore;
 
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.lang.reflect.Field;
+import java.lang.reflect.UndeclaredThrowableException;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -68,6 +72,8 @@ public class SnapshotReadsStore extends ObjectStore {
   private static final ReentrantReadWriteLock SWITCH = new ReentrantReadWriteLock(true);
   // ObjectStore keeps its PersistenceManager, whose transaction the direct writes join, private.
   private static final Field PERSISTENCE_MANAGER = persistenceManagerField();
+  // ObjectStore's updateParameterWithExpectedValue, from Hive 2.3.10 on (pyspark 4's jars); null before.
+  private static final MethodHandle SUPER_UPDATE_PARAMETER_WITH_EXPECTED_VALUE = superUpdateParameterWithExpectedValue();
   private static final String ALTER_FAILED = "The transaction for alter partition did not commit successfully.";
 
   /** The expectations of the {@code alterPartitions} under way in this thread (see above). */
@@ -83,6 +89,18 @@ public class SnapshotReadsStore extends ObjectStore {
   @SuppressWarnings("unchecked")
   private static <E extends Exception> RuntimeException rethrow(Exception e) throws E {
     throw (E) e;  // the store call's own checked exceptions pass through unchanged
+  }
+
+  private static MethodHandle superUpdateParameterWithExpectedValue() {
+    MethodType type = MethodType.methodType(long.class, Table.class, String.class, String.class, String.class);
+    try {
+      return MethodHandles.lookup().findSpecial(
+          ObjectStore.class, "updateParameterWithExpectedValue", type, SnapshotReadsStore.class);
+    } catch (NoSuchMethodException e) {
+      return null;
+    } catch (IllegalAccessException e) {
+      throw new IllegalStateException(e);
+    }
   }
 
   /** {@code lookup} under the read side, unless it is part of a transaction (see above). */
@@ -575,11 +593,21 @@ public class SnapshotReadsStore extends ObjectStore {
     });
   }
 
-  @Override
+  /**
+   * A compare-and-set alter's first write (HIVE-26882), before alterTable in its transaction. Not an
+   * {@code @Override}: Hive 2.3.9 (pyspark 3.5's jars) has no such method and never calls this one.
+   */
   public long updateParameterWithExpectedValue(Table table, String key, String expected, String value)
       throws MetaException, NoSuchObjectException {
-    // A compare-and-set alter's first write (HIVE-26882), before alterTable in its transaction.
-    return write(() -> super.updateParameterWithExpectedValue(table, key, expected, value));
+    return write(() -> {
+      try {
+        return (long) SUPER_UPDATE_PARAMETER_WITH_EXPECTED_VALUE.invokeExact(this, table, key, expected, value);
+      } catch (Error | Exception e) {
+        throw e;
+      } catch (Throwable t) {
+        throw new UndeclaredThrowableException(t);
+      }
+    });
   }
 
   @Override

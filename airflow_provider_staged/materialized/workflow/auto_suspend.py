@@ -129,8 +129,7 @@ def api_scheduler(
 
 def _api_login(conn_id: str) -> tuple[str | None, str | None, str | None]:
     """``(endpoint, login, password)`` from the connection; all None when it does not exist."""
-    from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException, Connection
 
     try:
         conn = Connection.get(conn_id)
@@ -146,7 +145,7 @@ def _api_login(conn_id: str) -> tuple[str | None, str | None, str | None]:
 
 def _own_api_server() -> str:
     """The API server this task reports to: it serves the REST API too."""
-    from airflow.sdk import conf
+    from airflow.providers.common.compat.sdk import conf
 
     url = urlsplit(conf.get("core", "execution_api_server_url"))
     return f"{url.scheme}://{url.netloc}"

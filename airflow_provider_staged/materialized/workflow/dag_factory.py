@@ -17,7 +17,12 @@ from typing import Any
 
 import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, CronTriggerTimetable, get_parsing_context
+from airflow.sdk import DAG, get_parsing_context
+
+try:
+    from airflow.sdk import CronTriggerTimetable
+except ImportError:  # Airflow 3.0: the Task SDK has no timetables yet, core's is the one
+    from airflow.timetables.trigger import CronTriggerTimetable
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID, table_asset
 from airflow_provider_staged.airflow.callbacks import staged_settings
@@ -244,6 +249,6 @@ def _doc(definition: MaterializedTableDefinition) -> str:
 
 
 def _fail(message: str, **_context: Any) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.providers.common.compat.sdk import AirflowFailException
 
     raise AirflowFailException(message)

@@ -56,6 +56,7 @@ from airflow_provider_staged.catalogs.metastore.tables import (
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
+from airflow_provider_staged.staging.faults import fault_point
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
@@ -158,7 +159,10 @@ class HivePartitionStagedTable(HiveStagedTable):
         super().written(manifest)
         # A create-only purpose must fail on a table made meanwhile: its commit decides that.
         if not self.skipped and self.prepares_switch and self.purpose.replaces:
-            self._prepared = self._prepare_switch()
+            # Under the attempt's journal lock, as every section of an attempt that holds the
+            # table's lock: reconcile, holding it, knows any lock of the attempt abandoned.
+            with self.journal.locked(self.attempt_id):
+                self._prepared = self._prepare_switch()
 
     def _prepare_switch(self) -> PreparedSwitch | None:
         """Do the commit's reads and register its new partitions (at the placeholder: empty, as
@@ -175,6 +179,7 @@ class HivePartitionStagedTable(HiveStagedTable):
                 if not client.probe_partition_compare_and_set():
                     return None
                 with client.locked(database, name):
+                    fault_point("table_locked")
                     current = client.read_for_update(database, name)
                     revision = (current.parameters or {}).get(REVISION_KEY) if current else None
                     if revision is None or not self._keeps_table(current, manifest):

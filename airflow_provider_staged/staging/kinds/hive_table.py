@@ -20,6 +20,7 @@ from airflow_provider_staged.catalogs.metastore.client import (
     MetastoreClient,
     enforces_compare_and_set,
 )
+from airflow_provider_staged.catalogs.metastore.locks import lock_owner
 from airflow_provider_staged.catalogs.metastore.tables import (
     current_location,
     is_version,
@@ -31,6 +32,7 @@ from airflow_provider_staged.staging import storage_paths
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose, SupportsStaging
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.errors import CatalogConflictError, TableAlreadyExistsError
+from airflow_provider_staged.staging.faults import fault_point
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import (
     AttemptJournal,
@@ -131,7 +133,12 @@ class HiveStagedTable(JournaledStagedTable):
         }
 
     def _client(self) -> MetastoreClient:
-        return MetastoreClient(self.metastore_uri)
+        # Its table locks name this attempt: reconcile releases those its dead process left.
+        return MetastoreClient(self.metastore_uri, lock_owner=lock_owner(self.attempt_id))
+
+    def release_locks(self) -> list[int]:
+        with self._client() as client:
+            return client.release_locks(self.identifier.database, self.identifier.table)
 
     def target_exists(self) -> bool:
         with self._client() as client:
@@ -208,6 +215,7 @@ class HiveStagedTable(JournaledStagedTable):
                 yield client
                 return
             with client.locked(self.identifier.database, self.identifier.table):
+                fault_point("table_locked")
                 yield client
 
     def load_current(self, txn: MetastoreClient) -> ttypes.Table | None:

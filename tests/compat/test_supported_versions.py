@@ -1,0 +1,141 @@
+"""The core at both ends of the supported versions (README, "Supported versions").
+
+The whole suite runs this module at the newest versions (the main environment);
+``scripts/compat.sh`` runs it alone in an environment of the lowest ones
+(``scripts/lowest-versions.txt``). It therefore uses only what every supported Airflow and
+pyspark has: Airflow's CLI, a DagBag, the staged CLI, the fixtures' metastore and Spark.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import airflow
+import pytest
+from packaging.version import Version
+
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.staging.journal import AttemptState
+from airflow_provider_staged.staging.journal_files import FileJournal
+from tests.fixtures.airflow_cli import REPO, staged_connection
+from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, version_dirs
+
+SOURCE_SQL = (
+    "SELECT id, concat('2024-01-0', CAST(id % 3 + 1 AS STRING)) AS ds, id % 7 AS amount FROM range(300)"
+)
+DAILY = """
+CREATE MATERIALIZED TABLE {db}.orders_daily
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')
+FRESHNESS = INTERVAL '1' DAY
+REFRESH_MODE = FULL
+AS SELECT ds, count(*) AS orders, sum(amount) AS revenue FROM {db}.orders GROUP BY ds;
+"""
+BROKEN = (
+    "CREATE MATERIALIZED TABLE {db}.seven\nFRESHNESS = INTERVAL '7' MINUTE\nREFRESH_MODE = FULL\nAS SELECT 1"
+)
+
+
+@pytest.fixture(scope="module")
+def database(metastore) -> str:
+    name = "compat_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(name, metastore.warehouse)
+    return name
+
+
+@pytest.fixture(scope="module")
+def journal_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("compat-journal")
+
+
+@pytest.fixture(scope="module")
+def orders(spark, metastore, database, journal_dir) -> str:
+    """The source table, built by an atomic CTAS."""
+    target = f"{database}.orders"
+    build(spark, staged_table(metastore, FileJournal(journal_dir), target, "create"), SOURCE_SQL)
+    return target
+
+
+@pytest.fixture(scope="module")
+def dags_folder(tmp_path_factory, database) -> Path:
+    """The DAG factory's file, reading a good and a broken definition."""
+    folder = tmp_path_factory.mktemp("compat-dags")
+    shutil.copy(REPO / "dags" / "materialized_tables.py", folder)
+    (folder / "materialized").mkdir()
+    (folder / "materialized" / "orders_daily.sql").write_text(DAILY.format(db=database))
+    (folder / "materialized" / "seven.sql").write_text(BROKEN.format(db=database))
+    return folder
+
+
+def test_airflow_loads_the_provider_and_its_connection_type(airflow_cli):
+    result = airflow_cli.run("providers", "hooks", "--output", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    listed = json.loads(result.stdout.splitlines()[-1])  # Airflow 3.0 logs its start to stdout too
+    (hook,) = [h for h in listed if h["connection_type"] == "staged_hive"]
+    assert hook["class"] == "airflow_provider_staged.airflow.hooks.staged_table.StagedTableHook"
+    assert hook["package_name"] == "airflow-provider-staged"
+
+
+def test_dag_factory_builds_refresh_dags_and_shows_broken_definitions(dags_folder, database):
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.0
+        from airflow.models.dagbag import DagBag
+
+    dagbag = DagBag(dag_folder=str(dags_folder))
+    assert dagbag.import_errors == {}
+    daily, broken = dagbag.dags[f"mt__{database}__orders_daily"], dagbag.dags["mt__broken__seven"]
+    # The Task SDK's timetable (Airflow 3.1 on) names its cron `expression`; core's (3.0) `summary`.
+    assert (getattr(daily.timetable, "expression", None) or daily.timetable.summary) == "0 0 * * *"
+    assert "ds" in daily.params and [task.task_id for task in daily.tasks] == ["refresh"]
+    assert "seven.sql:2: FRESHNESS: invalid freshness INTERVAL '7' MINUTE" in broken.description
+    # Airflow deep-copies DAGs (3.0's `dags test` does): the operators and definitions must copy.
+    assert [task.task_id for task in copy.deepcopy(daily).tasks] == ["refresh"]
+
+
+def test_atomic_ctas_then_a_failed_replace_keeps_the_table(spark, metastore, journal_dir, orders):
+    assert snapshot(spark, orders) == expected_snapshot(spark, SOURCE_SQL)
+    before = version_dirs(metastore, orders)
+    failing = "SELECT id, ds, IF(id = 299, raise_error('injected failure'), amount) AS amount FROM " + orders
+    replace = staged_table(metastore, FileJournal(journal_dir), orders, "replace")
+    with pytest.raises(Exception, match="injected failure"):
+        build(spark, replace, failing)
+    assert snapshot(spark, orders) == expected_snapshot(spark, SOURCE_SQL)
+    assert version_dirs(metastore, orders) == before
+    assert FileJournal(journal_dir).get(replace.attempt_id).state is AttemptState.ABORTED
+
+
+def test_partition_refresh_under_airflow_dags_test(
+    airflow_cli, spark, metastore, journal_dir, orders, dags_folder, database
+):
+    env = airflow_cli.env(
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
+        AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
+            metastore.port, metastore.uri, journal_dir, metastore.warehouse
+        ),
+    )
+    if Version(airflow.__version__) < Version("3.0.2"):  # its `dags test` reads the DAG's file from the DB
+        reserialized = airflow_cli.run("dags", "reserialize", env=env)
+        assert reserialized.returncode == 0, reserialized.stderr[-3000:]
+    # A daily run fired at 2024-01-03 00:00 refreshes ds = 2024-01-02.
+    dag_id = f"mt__{database}__orders_daily"
+    result = airflow_cli.run("dags", "test", dag_id, "2024-01-03T00:00:00+00:00", env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    with MetastoreClient(metastore.uri) as client:
+        assert [p.values for p in client.partitions(database, "orders_daily")] == [["2024-01-02"]]
+    spark.catalog.refreshTable(f"{database}.orders_daily")
+    rows = spark.sql(f"SELECT ds, orders FROM {database}.orders_daily").collect()
+    assert [tuple(row) for row in rows] == [("2024-01-02", 100)]
+
+    # The staged CLI reads it back through the same connection (pyarrow, no JVM).
+    shown = airflow_cli.staged("show", f"{database}.orders_daily", "--output", "json", env=env)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert json.loads(shown.stdout)["partitions"] == [{"partition": "ds=2024-01-02", "rows": 1}]
+    versions = airflow_cli.staged("versions", f"{database}.orders_daily", env=env)
+    assert versions.returncode == 0, versions.stderr[-3000:]
+    assert "ds=2024-01-02" in versions.stdout
