@@ -137,7 +137,10 @@ def open_attempt(journal: PostgresJournal) -> AttemptRecord:
 def reconcile_on(cluster: Cluster, host: Host) -> list[dict[str, str]]:
     done = cluster.staged(host, "reconcile", "--output", "json")
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout or "[]")
+    # Airflow's log lines (the task-state lookup) come first on stdout: the JSON is the rest.
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("["))
+    return json.loads("\n".join(lines[start:]))
 
 
 def settle_from(cluster: Cluster, journal: PostgresJournal, host: Host, attempt_id: str) -> list[dict]:
