@@ -15,6 +15,8 @@ command -v mvn >/dev/null || need_apt+=(maven)
 if [ "${STAGED_SETUP_TESTS:-0}" = 1 ]; then
     command -v chromium >/dev/null || need_apt+=(chromium)
     command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
+    # Celery's broker for the several-hosts test (tests/fixtures/hosts.py).
+    command -v redis-server >/dev/null || need_apt+=(redis-server)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -55,6 +57,14 @@ if .venv/bin/python -m pip show dag-factory >/dev/null 2>&1; then
 fi
 [ -d .venv/opt/dag-factory/dagfactory ] ||
     .venv/bin/python -m pip install -q --no-deps --target .venv/opt/dag-factory "dag-factory==1.1.0"
+# The Celery provider (the several-hosts test's CeleryExecutor, tests/fixtures/hosts.py) outside
+# site-packages too: celery 5.7 pins python-dateutil 2.9 below the venv's, and provider 3.26.0
+# imports what celery 5.7 removed; 5.5.3 runs beside Airflow 3.3.2 and the venv's own libraries.
+if [ "${STAGED_SETUP_TESTS:-0}" = 1 ] && [ ! -d .venv/opt/celery/airflow/providers/celery ]; then
+    .venv/bin/python -m pip install -q --no-deps --target .venv/opt/celery \
+        apache-airflow-providers-celery==3.26.0 celery==5.5.3 kombu==5.5.4 billiard==4.3.2 vine==5.1.0 \
+        amqp==5.4.2 click-didyoumean==0.3.1 click-repl==0.4.1 click-plugins==1.1.1.2 redis==5.2.1
+fi
 # JVM dependencies, each profile of jvm/pom.xml (versions there) into .venv/jvm/<profile>/.
 command -v mvn >/dev/null || { echo "setup: mvn (Apache Maven) is needed for the JVM dependencies" >&2; exit 1; }
 jvm_profiles=(s3)

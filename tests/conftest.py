@@ -19,4 +19,5 @@ pytest_plugins = [
     "tests.fixtures.airflow_server",
     "tests.fixtures.airflow_cli",
     "tests.fixtures.browser",
+    "tests.fixtures.hosts",
 ]

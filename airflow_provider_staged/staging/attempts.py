@@ -28,6 +28,7 @@ from airflow_provider_staged.staging.errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
+from airflow_provider_staged.staging.faults import pause_point
 from airflow_provider_staged.staging.journal import (
     AttemptJournal,
     AttemptRecord,
@@ -248,6 +249,7 @@ class JournaledStagedTable(StagedTable):
                         f"aborted, {self.target} is unchanged"
                     )
                 return  # the catalog already pointed at it: journaled as committed
+            pause_point("publish")  # tests: the host dies or loses its network here
             try:
                 # A compare-and-set refused (another writer came between read and write)
                 # changed nothing: publish again from a fresh read.

@@ -75,7 +75,8 @@ def _s3_filesystem(options: S3Options) -> pafs.FileSystem:
     return options.filesystem()
 
 
-def _resolve(location: str) -> tuple[pafs.FileSystem, str]:
+def resolve(location: str) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for ``location`` and the path in it (local, or S3 with its options)."""
     parsed = urlparse(location)
     if parsed.scheme in LOCAL_SCHEMES:
         return pafs.LocalFileSystem(), parsed.path
@@ -99,7 +100,7 @@ def check_location(location: str) -> None:
     parsed = urlparse(location)
     if parsed.username or parsed.password:
         raise StorageError(f"location {_shown(location)!r}: credentials do not belong in a location")
-    _resolve(location)  # the scheme
+    resolve(location)  # the scheme
     if parsed.scheme in S3_SCHEMES:
         _check_bucket(parsed.scheme, parsed.netloc, s3_options(parsed.netloc))
 
@@ -139,7 +140,7 @@ class Entry:
 
 def list_dir(location: str) -> list[Entry]:
     """The direct children of ``location`` (empty when it does not exist)."""
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
     return [
         Entry(
@@ -155,7 +156,7 @@ def list_dir(location: str) -> list[Entry]:
 
 def delete_dir(location: str) -> None:
     """Delete a directory tree; nothing to do when it is already gone."""
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     with contextlib.suppress(FileNotFoundError):
         filesystem.delete_dir(path)
 
@@ -170,18 +171,18 @@ def remove_empty_dir(location: str) -> None:
 
 
 def exists(location: str) -> bool:
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     return filesystem.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def read_text(location: str) -> str:
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     with filesystem.open_input_stream(path) as stream:
         return stream.read().decode()
 
 
 def read_bytes(location: str) -> bytes:
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     with filesystem.open_input_stream(path) as stream:
         return stream.read()
 
@@ -189,7 +190,7 @@ def read_bytes(location: str) -> bytes:
 def write_bytes(location: str, data: bytes) -> None:
     """Write a whole file so that no reader sees part of it: one PUT on an object store, a
     temporary file renamed over it on a local disk."""
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     if not is_local(location):
         with filesystem.open_output_stream(path) as stream:
             stream.write(data)
@@ -212,21 +213,21 @@ def write_text(location: str, text: str) -> None:
 
 def delete_file(location: str) -> None:
     """Delete one file; nothing to do when it is already gone."""
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     with contextlib.suppress(FileNotFoundError):
         filesystem.delete_file(path)
 
 
 def make_dirs(location: str) -> None:
     """Create a directory and its parents (an object store records an empty marker)."""
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     filesystem.create_dir(path, recursive=True)
 
 
 def copy_file(source: str, target: str) -> None:
     """Copy one file within a filesystem (server-side on S3: no data through this process)."""
-    filesystem, source_path = _resolve(source)
-    _, target_path = _resolve(target)
+    filesystem, source_path = resolve(source)
+    _, target_path = resolve(target)
     filesystem.copy_file(source_path, target_path)
 
 
@@ -261,7 +262,7 @@ class FileEntry:
 
 def list_files(location: str) -> list[FileEntry]:
     """Every file under ``location``, recursively, sorted by path (empty when it does not exist)."""
-    filesystem, root = _resolve(location)
+    filesystem, root = resolve(location)
     selector = pafs.FileSelector(root, allow_not_found=True, recursive=True)
     found = []
     for info in filesystem.get_file_info(selector):
@@ -273,7 +274,7 @@ def list_files(location: str) -> list[FileEntry]:
 
 def open_input_file(location: str) -> pafs.NativeFile:
     """A random-access file (what a Parquet footer read needs)."""
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     return filesystem.open_input_file(path)
 
 
@@ -283,7 +284,7 @@ def probe_writable(location: str) -> None:
     A local directory that does not exist yet is probed in its nearest existing parent, where it
     would be created: the probe creates nothing. Object stores have no directories to create.
     """
-    filesystem, path = _resolve(location)
+    filesystem, path = resolve(location)
     if isinstance(filesystem, pafs.LocalFileSystem):
         existing = Path(path)
         while not existing.exists() and existing != existing.parent:

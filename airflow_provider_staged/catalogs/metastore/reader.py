@@ -14,6 +14,7 @@ from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.tables import VERSION_KEY, current_location, tracks_partitions
 from airflow_provider_staged.staging.errors import TableNotFoundError
 from airflow_provider_staged.staging.identifiers import JAVA_INT_MAX, TableIdentifier
+from airflow_provider_staged.storage.files import resolve
 
 
 @dataclass(frozen=True)
@@ -43,15 +44,17 @@ def read_table(metastore_uri: str, identifier: TableIdentifier, limit: int = 20)
     location = current_location(table)
     version = (table.parameters or {}).get(VERSION_KEY, "?")
     if not tracked:
+        filesystem, path = resolve(location)
         dataset = ds.dataset(
-            _path(location), format="parquet", partitioning="hive", exclude_invalid_files=True
+            path, filesystem=filesystem, format="parquet", partitioning="hive", exclude_invalid_files=True
         )
         head = dataset.head(limit)
         return _snapshot(version, location, head, dataset.count_rows(), {})
     counts, heads = {}, []
     for partition in sorted(partitions, key=lambda p: p.values):
         name = "/".join(f"{k}={v}" for k, v in zip(keys, partition.values, strict=True))
-        dataset = ds.dataset(_path(partition.sd.location), format="parquet", exclude_invalid_files=True)
+        filesystem, path = resolve(partition.sd.location)
+        dataset = ds.dataset(path, filesystem=filesystem, format="parquet", exclude_invalid_files=True)
         counts[name] = dataset.count_rows()
         missing = limit - sum(len(h) for h in heads)
         if missing > 0 and counts[name]:
@@ -61,10 +64,6 @@ def read_table(metastore_uri: str, identifier: TableIdentifier, limit: int = 20)
             heads.append(part)
     head = pa.concat_tables(heads, promote_options="default") if heads else pa.table({})
     return _snapshot(version, location, head, sum(counts.values()), counts)
-
-
-def _path(location: str) -> str:
-    return location.removeprefix("file:")
 
 
 def _snapshot(version: str, location: str, head: Any, total: int, counts: dict[str, int]) -> TableSnapshot:
