@@ -82,8 +82,9 @@ _OBJECT_STORES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs"}
 
 
 def hive_namespace(metastore_uri: str) -> str:
-    """``thrift://host:port`` → ``hive://host:port`` (host lower-cased, port 9083 by default)."""
-    parts = urlsplit(metastore_uri)
+    """``thrift://host:port`` → ``hive://host:port`` (host lower-cased, port 9083 by default); of
+    several URIs of one metastore (``thrift://h1:9083,thrift://h2:9083``) the first names it."""
+    parts = urlsplit(metastore_uri.split(",")[0].strip())
     return f"{HIVE_SCHEME}://{parts.hostname}:{parts.port or HIVE_DEFAULT_PORT}"
 
 

@@ -117,8 +117,8 @@ class StagedSettings:
         unknown = sorted(set(extras) - KNOWN_EXTRAS)
         if unknown:
             raise ValueError(f"unknown staged connection extra(s) {unknown}: known {sorted(KNOWN_EXTRAS)}")
-        if not host or not port:
-            raise ValueError(f"staged connection needs the metastore host and port, got {host!r}:{port!r}")
+        if not host or not port or not all(name.strip() for name in host.split(",")):
+            raise ValueError(f"staged connection needs the metastore host(s) and port, got {host!r}:{port!r}")
         keep = _optional_number(extras, "keep_versions")
         age_hours = _optional_number(extras, "max_version_age_hours")
         grace_minutes = _optional_number(extras, "version_grace_minutes")
@@ -134,7 +134,9 @@ class StagedSettings:
             PostgresJournal(journal_url, journal_schema)  # a bad URL or schema fails here, before any work
         defaults = RetentionPolicy()
         return cls(
-            metastore_uri=f"thrift://{host}:{int(port)}",
+            # Several hosts (``h1,h2``), as the Hive provider's connection takes them: one metastore
+            # behind several servers on the port, tried in order (failover).
+            metastore_uri=",".join(f"thrift://{name.strip()}:{int(port)}" for name in host.split(",")),
             warehouse=str(extras.get("warehouse") or home / "warehouse"),
             journal_dir=journal_dir,
             journal_url=journal_url,

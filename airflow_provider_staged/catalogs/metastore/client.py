@@ -99,6 +99,12 @@ def parse_metastore_uri(uri: str) -> tuple[str, int]:
     return parsed.hostname, port
 
 
+def parse_metastore_uris(uris: str) -> list[tuple[str, int]]:
+    """``(host, port)`` of each of ``thrift://h1:p1,thrift://h2:p2`` (Hive's
+    ``hive.metastore.uris``: several servers of one metastore, tried in order)."""
+    return [parse_metastore_uri(uri.strip()) for uri in uris.split(",")]
+
+
 class ThriftConnections(IdleConnections[hmsclient.HMSClient]):
     """Open metastore connections of this process, keyed by (URI, timeout)."""
 
@@ -121,25 +127,29 @@ METASTORE_CONNECTIONS = ThriftConnections()
 METASTORE_CONNECTIONS.register()
 
 
-def _connect(uri: str, timeout_ms: int) -> hmsclient.HMSClient:
-    host, port = parse_metastore_uri(uri)
-    socket = TSocket.TSocket(host, port)
-    socket.setTimeout(timeout_ms)
-    # Accelerated: Thrift's C codec (de)serializes tables and partitions ~10x faster.
-    protocol = TBinaryProtocol.TBinaryProtocolAccelerated(TTransport.TBufferedTransport(socket))
-    client = hmsclient.HMSClient(iprot=protocol, oprot=protocol)
-    try:
-        client.open()
-    except Exception as err:
-        raise StagingError(f"cannot reach the Hive Metastore at {uri}: {err}") from err
-    return client
+def _connect(uris: str, timeout_ms: int) -> hmsclient.HMSClient:
+    """A connection to the first of ``uris`` that answers (Hive's own client fails over so)."""
+    failures = []
+    for host, port in parse_metastore_uris(uris):
+        socket = TSocket.TSocket(host, port)
+        socket.setTimeout(timeout_ms)
+        # Accelerated: Thrift's C codec (de)serializes tables and partitions ~10x faster.
+        protocol = TBinaryProtocol.TBinaryProtocolAccelerated(TTransport.TBufferedTransport(socket))
+        client = hmsclient.HMSClient(iprot=protocol, oprot=protocol)
+        try:
+            client.open()
+        except Exception as err:
+            failures.append(f"{err}")
+            continue
+        return client
+    raise StagingError(f"cannot reach the Hive Metastore at {uris}: {'; '.join(failures)}")
 
 
 class MetastoreClient:
     """A metastore connection for one ``with`` block (borrowed from this process's idle ones)."""
 
     def __init__(self, uri: str, timeout_ms: int = 30_000, lock_owner: str = AGENT) -> None:
-        parse_metastore_uri(uri)  # a bad URI fails here, before any block runs
+        parse_metastore_uris(uri)  # a bad URI fails here, before any block runs
         self.uri = uri
         self.timeout_ms = timeout_ms
         # The agent info of the table locks this client takes (``locks.lock_owner``).
