@@ -42,7 +42,7 @@ def test_from_fields_rejects_bad_extras(tmp_path, extras, message):
 
 
 def test_from_fields_needs_host_and_port(tmp_path):
-    with pytest.raises(ValueError, match="host and port"):
+    with pytest.raises(ValueError, match=r"host\(s\) and port"):
         StagedSettings.from_fields("", None, None, tmp_path)
 
 
