@@ -36,12 +36,25 @@ def jvm_dir() -> Path:
     return Path(os.environ.get("STAGED_JVM_DIR") or Path(sys.prefix) / "jvm")
 
 
+def s3_jars() -> list[Path]:
+    """S3A's jars (hadoop-aws and its AWS SDK) when installed and built for this pyspark's own
+    Hadoop: hadoop-aws of another Hadoop release breaks S3A (and its class loading) in Spark."""
+    import pyspark
+
+    jars = sorted((jvm_dir() / "s3").glob("*.jar"))
+    hadoop = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    if not hadoop:
+        return []
+    version = hadoop[0].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    return jars if any(jar.name == f"hadoop-aws-{version}.jar" for jar in jars) else []
+
+
 def jars_conf() -> dict[str, str]:
     """``spark.jars``: the PostgreSQL JDBC driver (JDBC staged tables) and S3A with its AWS SDK
     (``s3a://`` warehouses), each when installed."""
     jdbc = Path(os.environ.get("STAGED_JDBC_JAR", DEFAULT_JDBC_JAR))
     jars = [jdbc] if jdbc.is_file() else []
-    jars += sorted((jvm_dir() / "s3").glob("*.jar"))
+    jars += s3_jars()
     return {"spark.jars": ",".join(map(str, jars))} if jars else {}
 
 

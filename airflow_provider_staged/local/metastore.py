@@ -26,7 +26,7 @@ from airflow_provider_staged.discovery.embedded import (
     read_pid,
     staged_home,
 )
-from airflow_provider_staged.engine.session import jvm_dir
+from airflow_provider_staged.engine.session import s3_jars
 from airflow_provider_staged.local.processes import (
     ServiceError,
     free_port,
@@ -170,7 +170,7 @@ def metastore_command(
         os.pathsep.join([
             *([str(launcher_classes(sources))] if launcher else []),
             f"{spark_home() / 'jars'}/*",
-            *map(str, sorted((jvm_dir() / "s3").glob("*.jar"))),
+            *map(str, s3_jars()),
             *map(str, classpath),
         ]),
         # HiveMetaStore's main on a 127.0.0.1 socket, or Hive's own on every interface.

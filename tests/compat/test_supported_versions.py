@@ -81,7 +81,9 @@ def test_airflow_loads_the_provider_and_its_connection_type(airflow_cli):
     assert hook["package_name"] == "airflow-provider-staged"
 
 
-def test_dag_factory_builds_refresh_dags_and_shows_broken_definitions(dags_folder, database):
+def test_dag_factory_builds_refresh_dags_and_shows_broken_definitions(
+    dags_folder, database, staged_default_connection
+):
     try:
         from airflow.dag_processing.dagbag import DagBag
     except ImportError:  # Airflow 3.0

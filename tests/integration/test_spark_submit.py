@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from airflow.sdk.exceptions import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from psycopg import sql
 

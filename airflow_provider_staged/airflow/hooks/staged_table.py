@@ -6,7 +6,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, mask_secret
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
@@ -16,6 +16,11 @@ from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage.files import configure_s3, probe_writable
 from airflow_provider_staged.storage.s3 import S3Options
+
+try:
+    from airflow.sdk.log import mask_secret
+except ImportError:  # Airflow 3.0: the Task SDK's masker
+    from airflow.sdk.execution_time.secrets_masker import mask_secret
 
 # The connection test answers a person waiting in the UI: a silent host fails within this.
 TEST_TIMEOUT_MS = 10_000
