@@ -84,7 +84,7 @@ class ThriftCalls:
         "check_lock",
         "unlock",
         "get_database",
-        "get_table",
+        "get_table_req",
         "get_partitions",
         "create_table_with_environment_context",
         "alter_table_with_environment_context",

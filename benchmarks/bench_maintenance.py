@@ -15,7 +15,7 @@ Measured in one run, on one metastore:
 - ``cold sweep``: the first database only: each table's partitions are read and its next
   expiry recorded under the table lock;
 - ``warm sweep``: every database, nothing expires (the steady state): one ``get_all_tables``
-  and one ``get_table_objects_by_name`` per database, no per-table call (target: <= 1 call per
+  and one ``get_table_objects_by_name_req`` per database, no per-table call (target: <= 1 call per
   table);
 - ``expiring sweep``: the first database, the clock moved so that every table's oldest
   partition expired: each table's expiry is a journaled attempt that drops it in one

@@ -12,7 +12,7 @@ API, so the page's first request is cold. Then:
 * warm, in alternating paired reps:
 * ``batched``: ``GET /materialized-tables/api/tables``, the page's endpoint: three
   metadatabase queries, then only the tables whose change token moved are read from the
-  metastore (``get_table_objects_by_name`` in chunks of 250, four in parallel), the rest comes
+  metastore (``get_table_objects_by_name_req`` in chunks of 250, four in parallel), the rest comes
   from the api-server's cache (``ui/catalog_cache.py``);
 * ``naive``: the same rows read one table at a time, as ``staged mt list`` reads them: per
   table one metastore ``get_table`` and REST ``GET /api/v2/dags/{id}``, ``.../dagRuns`` (the

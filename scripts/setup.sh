@@ -68,7 +68,7 @@ fi
 # JVM dependencies, each profile of jvm/pom.xml (versions there) into .venv/jvm/<profile>/.
 command -v mvn >/dev/null || { echo "setup: mvn (Apache Maven) is needed for the JVM dependencies" >&2; exit 1; }
 jvm_profiles=(s3)
-[ "${STAGED_SETUP_TESTS:-0}" = 1 ] && jvm_profiles+=(s3-server)
+[ "${STAGED_SETUP_TESTS:-0}" = 1 ] && jvm_profiles+=(s3-server hive4)
 for profile in "${jvm_profiles[@]}"; do
     stamp=.venv/jvm/$profile/.pom-sha256
     want=$(sha256sum jvm/pom.xml | cut -d' ' -f1)

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -72,7 +72,7 @@ LAUNCHER_CLASS = f"{JAVA_PACKAGE}.LoopbackMetaStore"
 DEFAULT_LOCK_EXPIRY_SECONDS = 60
 
 
-def _jdk_tool(name: str) -> str | None:
+def jdk_tool(name: str) -> str | None:
     """``name`` from ``$JAVA_HOME/bin``, else from ``PATH``."""
     return shutil.which(name, path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(name)
 
@@ -87,7 +87,7 @@ def launcher_classes(java_sources: Sequence[Path] = JAVA_SOURCES) -> Path:
     target = cache / f"metastore-launcher-{digest}"
     if target.is_dir():
         return target
-    javac = _jdk_tool("javac")
+    javac = jdk_tool("javac")
     if javac is None:
         raise ServiceError(
             "javac not found: the local metastore listens on 127.0.0.1 through a launcher compiled "
@@ -130,7 +130,7 @@ def metastore_command(
     type changes checked (``hive.metastore.disallow.incompatible.col.type.changes`` true)."""
     if stock and database is None:
         raise ValueError("a stock metastore needs a database (the embedded Derby is never stock)")
-    java = _jdk_tool("java") or "java"
+    java = jdk_tool("java") or "java"
     launcher = loopback or database is None
     batched_alter = launcher and not stock
     settings = {
@@ -198,17 +198,26 @@ def start_metastore(
     running = metastore_status(home)
     if running is not None:
         return running
+    port = port or free_port()
+
+    def command(warehouse: Path) -> list[str]:
+        return metastore_command(
+            port, home, warehouse, database, classpath, lock_timeout_seconds=lock_timeout_seconds, stock=stock
+        )
+
+    return launch_metastore(home, port, command)
+
+
+def launch_metastore(home: Path, port: int, command: Callable[[Path], list[str]]) -> MetastoreInfo:
+    """Run ``command(warehouse)`` in the background (logs, pid, state and the warehouse under
+    ``home``) and wait until it serves table locks on ``port``; return its info."""
     home.mkdir(parents=True, exist_ok=True)
     warehouse = home / "warehouse"
     warehouse.mkdir(exist_ok=True)
-    port = port or free_port()
     log_file = home / "logs" / "metastore.log"
     pid_file = home / "metastore.pid"
     env = dict(os.environ, HADOOP_USER_NAME=os.environ.get("HADOOP_USER_NAME", "staged"))
-    command = metastore_command(
-        port, home, warehouse, database, classpath, lock_timeout_seconds=lock_timeout_seconds, stock=stock
-    )
-    pid = start_background(command, pid_file, log_file, env, home)
+    pid = start_background(command(warehouse), pid_file, log_file, env, home)
     try:
         wait_for_port(port, pid, timeout=120, log_file=log_file)
         _wait_for_lock_tables(f"thrift://127.0.0.1:{port}", deadline=time.monotonic() + 60)

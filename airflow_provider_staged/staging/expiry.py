@@ -9,7 +9,7 @@ once no reader can still be reading them (after the retention grace, as supersed
 Paimon deletes an expired partition's files when its snapshot expires, for the same reason),
 and never while the catalog points at them.
 
-The sweep reads each database's tables in one ``get_table_objects_by_name`` call and skips
+The sweep reads each database's tables in one ``get_table_objects_by_name_req`` call and skips
 every table whose recorded next expiry (``partition_ttl.NEXT_EXPIRY_KEY``)
 lies in the future: a sweep in which nothing expires costs no per-table metastore call.
 """
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Tables per get_table_objects_by_name call: one call per database for all but huge ones.
+# Tables per get_table_objects_by_name_req call: one call per database for all but huge ones.
 _BATCH = 1000
 
 
@@ -331,7 +331,7 @@ def sweep_expiry(
             names = thrift.get_all_tables(database)
             report.calls += 1
             for start in range(0, len(names), _BATCH):
-                tables = thrift.get_table_objects_by_name(database, names[start : start + _BATCH])
+                tables = client.tables_named(database, names[start : start + _BATCH])
                 report.calls += 1
                 for table in tables:
                     params = table.parameters or {}

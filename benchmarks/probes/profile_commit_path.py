@@ -20,7 +20,7 @@ and what is ours can be told apart. No Spark: the "write" hard-links the same Pa
 
 Starts a Derby metastore and a PostgreSQL server + metastore (temp homes); stops all of them.
 ``--metastores derby,stock``: against a stock metastore (Hive's defaults, none of the project's
-Java), where a partition commit is the locked path.
+Java), where a partition commit is the locked path; ``hive4``: Hive 4's, stock.
 Run: ``.venv/bin/python benchmarks/probes/profile_commit_path.py`` (smoke run: ``--smoke``).
 """
 
@@ -51,7 +51,7 @@ from thrift.transport import TSocket
 from airflow_provider_staged.catalogs.metastore import client as client_module
 from airflow_provider_staged.catalogs.metastore.client import METASTORE_CONNECTIONS, MetastoreClient
 from airflow_provider_staged.catalogs.metastore.locks import table_lock
-from airflow_provider_staged.staging import journal as journal_module
+from airflow_provider_staged.staging import journal_files as journal_module
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal_files import FileJournal
@@ -179,8 +179,10 @@ def reuse(enabled: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
     """name -> (metastore URI, warehouse): ``derby`` (the embedded default), ``postgres`` (docker/'s
-    settings) and ``stock`` (Hive's defaults, none of the project's Java) on PostgreSQL."""
+    settings), ``stock`` (Hive's defaults, none of the project's Java) and ``hive4`` (Hive 4's
+    standalone metastore, stock, schema by schematool) on PostgreSQL."""
     from airflow_provider_staged.local.metastore import start_metastore, stop_metastore
+    from airflow_provider_staged.local.metastore_hive4 import start_hive4_metastore
     from airflow_provider_staged.local.metastore_postgres import (
         MetastoreDatabase,
         start_postgres_metastore,
@@ -204,7 +206,10 @@ def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
                 with psycopg.connect(server.conninfo(), autocommit=True) as admin:
                     admin.execute("CREATE DATABASE hms")
                 database = MetastoreDatabase(server.host, server.port, "hms", server.user, server.password)
-                info = start_postgres_metastore(database, home, stock=name == "stock")
+                if name == "hive4":
+                    info = start_hive4_metastore(database, home)
+                else:
+                    info = start_postgres_metastore(database, home, stock=name == "stock")
             found[name] = (f"thrift://127.0.0.1:{info.port}", Path(info.warehouse))
             with MetastoreClient(found[name][0]) as client:
                 client.ensure_database(DATABASE, info.warehouse)
@@ -369,7 +374,7 @@ def attempted(block: Callable[..., None], *args: Any) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--metastores", default="derby,postgres", help="comma-separated: derby, postgres, stock"
+        "--metastores", default="derby,postgres", help="comma-separated: derby, postgres, stock, hive4"
     )
     parser.add_argument("--samples", type=int, default=20, help="measured samples per arm")
     parser.add_argument("--smoke", action="store_true", help="2 samples: proves the script runs")

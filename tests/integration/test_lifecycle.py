@@ -170,7 +170,7 @@ def test_values_time_ttl_drops_nothing_inside_then_all_expired_in_one_call(
     # Nothing expires: one listing and one batch read for the database, no per-table call (a
     # reused metastore connection is first checked with one getStatus: not a table read).
     table_calls = [call for call in drops.calls if call != "getStatus"]
-    assert table_calls == ["get_all_tables", "get_table_objects_by_name"]
+    assert table_calls == ["get_all_tables", "get_table_objects_by_name_req"]
     assert drops.calls.count("getStatus") <= 1
     assert again.skipped >= 1 and target not in {p.target for p in again.plans}
 

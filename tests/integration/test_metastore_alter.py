@@ -15,7 +15,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
-from airflow_provider_staged.local.metastore import _jdk_tool, derby_conf, start_metastore, stop_metastore
+from airflow_provider_staged.local.metastore import derby_conf, jdk_tool, start_metastore, stop_metastore
 from tests.fixtures.metastore import new_database
 
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
@@ -119,7 +119,7 @@ def test_the_embedded_metastore_runs_the_batched_handler(metastore, table):
     before = _partitions(metastore, database)
     with MetastoreClient(metastore.uri) as client:
         client.alter_partitions(database, "t", [_moved(before["d0"], f"{root}/v1/ds=d0")])
-    jcmd = _jdk_tool("jcmd") or "jcmd"
+    jcmd = jdk_tool("jcmd") or "jcmd"
     histogram = subprocess.run(
         [jcmd, str(metastore.pid), "GC.class_histogram"], capture_output=True, text=True, check=True
     ).stdout

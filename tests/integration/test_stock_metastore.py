@@ -30,7 +30,7 @@ from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.locks import lock_owner, table_locks
 from airflow_provider_staged.catalogs.metastore.reader import read_table
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
-from airflow_provider_staged.engine.spark_job import local_path, run_staged_write
+from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.faults import FAULT_ENV
@@ -40,6 +40,7 @@ from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage.files import local_path
 from tests.fixtures.metastore import new_database, spark_table
 from tests.integration import race_workers
 

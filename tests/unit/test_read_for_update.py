@@ -24,14 +24,14 @@ def _table(revision: str, location: str) -> ttypes.Table:
 
 
 class FakeThrift:
-    """Answers ``get_table`` from a script of reads; records ``alter_table`` calls."""
+    """Answers ``get_table_req`` from a script of reads; records ``alter_table`` calls."""
 
     def __init__(self, reads: list[ttypes.Table]) -> None:
         self.reads: Iterator[ttypes.Table] = iter(reads)
         self.altered: list[tuple[ttypes.Table, dict[str, str]]] = []
 
-    def get_table(self, database: str, table: str) -> ttypes.Table:
-        return copy.deepcopy(next(self.reads))
+    def get_table_req(self, request: ttypes.GetTableRequest) -> ttypes.GetTableResult:
+        return ttypes.GetTableResult(table=copy.deepcopy(next(self.reads)))
 
     def alter_table_with_environment_context(self, db: str, name: str, table: Any, context: Any) -> None:
         self.altered.append((table, context.properties))

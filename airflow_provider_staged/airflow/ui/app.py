@@ -1,7 +1,7 @@
 """The FastAPI app of the Materialized tables page, mounted by the api-server (see ``plugin``).
 
 - ``GET /``: the page (plain HTML + JS, shown in the UI's navigation as an external view);
-- ``GET /api/tables``: every table's row, read in batches (``get_table_objects_by_name`` per
+- ``GET /api/tables``: every table's row, read in batches (``get_table_objects_by_name_req`` per
   database in chunks of 250, three metadatabase queries), with its calls and stage times in
   ``stats``;
 - ``POST /api/tables/{table}/suspend|resume|refresh``: through the workflow scheduler

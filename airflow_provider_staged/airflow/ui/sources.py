@@ -1,6 +1,6 @@
 """What the Materialized tables page reads outside Airflow: the definitions and the catalog.
 
-Pure of Airflow. The catalog is read in one ``get_table_objects_by_name`` call per database
+Pure of Airflow. The catalog is read in one ``get_table_objects_by_name_req`` call per database
 in a few chunks read in parallel, not per table, and only for the tables whose change token
 moved since the api-server last read them (``catalog_cache``); ``tables_one_by_one`` is the
 naive listing, one ``get_table`` per table, kept for the benchmark's comparison. Both count
@@ -141,7 +141,7 @@ class CatalogReads:
         return result.values
 
     def tables(self, identifiers: Iterable[TableIdentifier]) -> dict[TableIdentifier, ttypes.Table]:
-        """The existing tables among ``identifiers``: ``get_table_objects_by_name`` per database,
+        """The existing tables among ``identifiers``: ``get_table_objects_by_name_req`` per database,
         in chunks of ``chunk`` names, up to ``connections`` chunks at once.
 
         The metastore builds one call's tables one after another in one worker thread; chunks
@@ -166,7 +166,7 @@ class CatalogReads:
         database, names = job
         with MetastoreClient(self.uri) as client:  # a Thrift client serves one thread
             try:
-                return client.thrift.get_table_objects_by_name(database, names)
+                return client.tables_named(database, names)
             except ttypes.UnknownDBException:
                 return []  # no table of this database was refreshed yet
 

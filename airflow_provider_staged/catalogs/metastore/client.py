@@ -203,10 +203,17 @@ class MetastoreClient:
             return True
 
     def get_table(self, database: str, table: str) -> ttypes.Table | None:
+        # The request forms (Hive 2.3 has them): Hive 4 dropped get_table and
+        # get_table_objects_by_name.
         try:
-            return self.thrift.get_table(database, table)
+            return self.thrift.get_table_req(ttypes.GetTableRequest(dbName=database, tblName=table)).table
         except NoSuchObjectException:
             return None
+
+    def tables_named(self, database: str, names: list[str]) -> list[ttypes.Table]:
+        """The tables of ``database`` among ``names``, in one call (missing ones left out)."""
+        request = ttypes.GetTablesRequest(dbName=database, tblNames=names)
+        return self.thrift.get_table_objects_by_name_req(request).tables
 
     def read_for_update(self, database: str, table: str) -> ttypes.Table | None:
         """The table as one writer left it, for a read-modify-write (``alter_table``).
