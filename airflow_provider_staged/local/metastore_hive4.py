@@ -28,7 +28,6 @@ from airflow_provider_staged.engine.session import jvm_dir
 from airflow_provider_staged.local.metastore import jdk_tool, launch_metastore
 from airflow_provider_staged.local.metastore_postgres import MetastoreDatabase, server_settings
 from airflow_provider_staged.local.processes import ServiceError, free_port
-from airflow_provider_staged.storage.s3 import S3Options
 
 PROFILE = "hive4"
 SCHEMA_TOOL_CLASS = "org.apache.hadoop.hive.metastore.tools.schematool.MetastoreSchemaTool"
@@ -127,12 +126,12 @@ def start_hive4_metastore(database: MetastoreDatabase, home: Path, port: int | N
             {
                 "hive.metastore.thrift.bind.host": "127.0.0.1",
                 "hive.metastore.warehouse.dir": warehouse.as_uri(),
-                **S3Options.from_env().hadoop_conf(),
             }
         )
-        s3a = sorted((jvm_dir() / "s3").glob("*.jar"))
+        # No S3A here: the profile's Hadoop (3.3.6) is not the one hadoop-aws was built for
+        # (pyspark's), so s3a:// locations are not served by this metastore (not tested).
         return [
-            *java_command(SERVER_CLASS, conf_dir, [*jars, *s3a]),
+            *java_command(SERVER_CLASS, conf_dir, jars),
             "-p",
             str(port),
             *[arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")],
