@@ -175,11 +175,7 @@ def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dic
     try:
         for key, value in sql_conf.items():
             spark.conf.set(key, value)
-        try:
-            manifest = writer(query_frame(spark, sql), spec)
-        except BaseException:
-            wait_for_running_tasks(spark)
-            raise
+        manifest = writer(query_frame(spark, sql), spec)
     finally:
         for key, value in previous.items():
             if value is None:
@@ -189,29 +185,6 @@ def run_staged_write(spark: SparkSession, sql: str, spec: dict[str, Any]) -> dic
     if spec.get("manifest_path"):
         write_manifest(spec["manifest_path"], manifest)
     return manifest
-
-
-def wait_for_running_tasks(spark: SparkSession, timeout: float = 60.0) -> None:
-    """After a failed write, wait (bounded) until the tasks Spark is still cancelling have stopped.
-
-    A job fails as soon as one task fails; the others are killed asynchronously and their
-    cleanup (deleting their attempt files; on S3A, re-creating a parent directory marker) can
-    land after the caller has already discarded the attempt's directory, which would bring it
-    back as an orphan. Over Spark Connect the engine waits on the server instead.
-    """
-    import time
-
-    context = getattr(spark, "sparkContext", None)
-    if context is None:
-        return
-    # The executors' own count: a failed job's stages leave the active list before its killed
-    # tasks have ended.
-    tracker = context._jsc.sc().statusTracker()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(executor.numRunningTasks() > 0 for executor in tracker.getExecutorInfos()):
-            return
-        time.sleep(0.1)
 
 
 def write_manifest(location: str, manifest: dict[str, Any]) -> None:

@@ -1203,6 +1203,8 @@ def crash(harness: Any, case: Case, staged: JournaledStagedTable, step: str) -> 
     if step == "mid_write":
         with pytest.raises(Exception, match=rh.INJECTED):
             harness.write(staged, rh.FAIL_SQL[case.kind], mid_write=True)
+        if getattr(harness, "spark", None) is not None:
+            wait_for_idle_executors(harness.spark)
         harness.assert_partly_written(case, staged)  # and no abort: the process "died"
         assert case.journal.require(staged.attempt_id).state is AttemptState.BEGUN
         return
@@ -1232,6 +1234,16 @@ def crash(harness: Any, case: Case, staged: JournaledStagedTable, step: str) -> 
         assert case.journal.require(staged.attempt_id).state is AttemptState.ABORTING
         return
     assert case.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
+
+
+def wait_for_idle_executors(spark: Any, timeout: float = 60.0) -> None:
+    """Until the tasks Spark is still killing after the injected failure have ended: a process
+    that dies mid-write takes its tasks with it, while this one's would otherwise go on cleaning
+    up (on S3A, re-creating a directory marker) after the reconcile below."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while any(e.numRunningTasks() > 0 for e in tracker.getExecutorInfos()) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, action: str) -> None:
