@@ -23,7 +23,6 @@ from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage import files
 from airflow_provider_staged.storage.files import StorageError, list_dir, list_files
 from airflow_provider_staged.storage.s3 import S3Options
-from tests.fixtures.s3 import new_bucket
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location
 
 pytestmark = pytest.mark.timeout(300)
@@ -124,7 +123,7 @@ def test_sigkilled_writer_is_aborted_by_reconcile(spark, metastore, journal, tar
 
 def test_unusable_locations_fail_before_any_work(metastore, journal, s3_server, monkeypatch):
     # A bucket that does not exist (any more): the metastore made the database while it did.
-    bucket = new_bucket(s3_server, "gone")
+    bucket = s3_server.create_bucket("gone")
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database("s3_gone_bucket", f"s3a://{bucket}/warehouse")
     s3_server.options.filesystem().delete_dir_contents(bucket)
