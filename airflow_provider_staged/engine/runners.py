@@ -24,13 +24,12 @@ from airflow_provider_staged.engine.session import (
 )
 from airflow_provider_staged.staging.manifest import MANIFEST_NAME
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.staging.storage_paths import JOBS_DIR
 from airflow_provider_staged.storage import files
 from airflow_provider_staged.storage.files import warehouse_s3_env
 
 log = logging.getLogger(__name__)
 
-# Under the warehouse: the spec and manifest of each submitted job, while it runs.
-JOBS_DIR = "_staged_jobs"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 

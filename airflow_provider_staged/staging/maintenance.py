@@ -32,7 +32,8 @@ from airflow_provider_staged.staging.kinds.hive_table import (
 )
 from airflow_provider_staged.staging.pruning import prune_journal
 from airflow_provider_staged.staging.reconcile import ReconcileAction, TaskStateLookup, reconcile
-from airflow_provider_staged.storage.files import normalize_location
+from airflow_provider_staged.staging.storage_paths import JOBS_DIR
+from airflow_provider_staged.storage.files import delete_dir, join, list_dir, normalize_location
 
 if TYPE_CHECKING:
     from airflow_provider_staged.staging.settings import StagedSettings
@@ -50,6 +51,7 @@ class VersionSweep:
     deleted: dict[str, list[str]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     pruned: list[str] = field(default_factory=list)
+    job_dirs: list[str] = field(default_factory=list)
 
 
 def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> VersionSweep:
@@ -86,12 +88,29 @@ def sweep_all_versions(settings: StagedSettings, now: float | None = None) -> Ve
         if deleted:
             report.deleted[target] = deleted
     _drop_superseded_tables(settings, records, report)
+    try:
+        report.job_dirs = sweep_job_dirs(settings, records)
+    except Exception as error:
+        log.exception("sweeping the submitted jobs' directories failed")
+        report.failures[JOBS_DIR] = str(error)
     try:  # after the sweep: the records of the directories it deleted are no longer needed
         report.pruned = prune_journal(settings, now=now, records=records)
     except Exception as error:
         log.exception("pruning the journal failed")
         report.failures["journal"] = str(error)
     return report
+
+
+def sweep_job_dirs(settings: StagedSettings, records: list[AttemptRecord]) -> list[str]:
+    """The spec-and-manifest directories of submitted jobs whose attempt ended: the engine deletes
+    its own when the job returns, so these are what a killed worker left."""
+    ended = {record.attempt_id for record in records if record.state.ended}
+    deleted = []
+    for entry in list_dir(join(settings.warehouse, JOBS_DIR)):
+        if entry.name in ended:
+            delete_dir(entry.location)
+            deleted.append(entry.location)
+    return deleted
 
 
 def _drop_superseded_tables(
@@ -135,6 +154,8 @@ class MaintenanceReport:
         out += [f"expiry {t}: NOT EXPIRED: {untracked_ttl_message(t)}" for t in self.expiry.untracked]
         out += [f"retention {t}: deleted {d}" for t, d in self.versions.deleted.items()]
         out += [f"retention {t}: FAILED {e}" for t, e in self.versions.failures.items()]
+        if self.versions.job_dirs:
+            out.append(f"jobs: deleted {len(self.versions.job_dirs)} directory(ies) of ended attempts")
         if self.versions.pruned:
             out.append(f"journal: pruned {len(self.versions.pruned)} ended sink record(s)")
         return out

@@ -1,4 +1,4 @@
-"""Where a table's version directories live (pure)."""
+"""Where a table's version directories and a submitted job's files live (pure)."""
 
 
 def default_root(database_dir: str, table: str) -> str:
@@ -8,3 +8,8 @@ def default_root(database_dir: str, table: str) -> str:
 def side_root(database_dir: str, table: str) -> str:
     """For a table whose data sits in ``default_root``: versions go beside it, not inside."""
     return f"{database_dir}/_staged/{table}"
+
+
+# Where the spark-submit engine ships a job's spec and manifest: beside the data, not on a
+# worker's disk, so a driver on any host reads and writes them.
+JOBS_DIR = "_staged_jobs"

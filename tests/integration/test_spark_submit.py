@@ -31,9 +31,9 @@ from psycopg import sql
 
 from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
-from airflow_provider_staged.engine.runners import JOBS_DIR
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.journal_files import FileJournal
+from airflow_provider_staged.staging.storage_paths import JOBS_DIR
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.fixtures.postgres_server import PostgresServer
 from tests.fixtures.spark_standalone import StandaloneCluster

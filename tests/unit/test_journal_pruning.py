@@ -123,6 +123,31 @@ def test_the_maintenance_pass_prunes_after_the_version_sweep(tmp_path, monkeypat
     assert "journal: pruned 2 ended sink record(s)" in MaintenanceReport([], SweepReport(), versions).lines()
 
 
+def test_the_version_sweep_deletes_the_job_directories_of_ended_attempts_only(tmp_path) -> None:
+    from airflow_provider_staged.staging.expiry import SweepReport
+    from airflow_provider_staged.staging.maintenance import MaintenanceReport, sweep_all_versions
+    from airflow_provider_staged.staging.settings import StagedSettings
+    from airflow_provider_staged.staging.storage_paths import JOBS_DIR
+
+    settings = StagedSettings("thrift://127.0.0.1:9", str(tmp_path / "wh"), str(tmp_path / "journal"))
+    ends = {"q-done-r1": AttemptState.COMMITTED, "q-aborted-r1": AttemptState.ABORTED, "q-open-r1": None}
+    for attempt_id, end in ends.items():
+        settings.journal.create(record(attempt_id, state=AttemptState.BEGUN, age=0))
+        if end is not None:
+            with settings.journal.locked(attempt_id):
+                settings.journal.transition(attempt_id, end)
+    jobs = tmp_path / "wh" / JOBS_DIR
+    for name in [*ends, "not-journaled"]:  # what killed workers left, and what one writes now
+        (jobs / name).mkdir(parents=True)
+        (jobs / name / "spec.json").write_text("{}")
+    versions = sweep_all_versions(settings)
+    assert sorted(p.name for p in jobs.iterdir()) == ["not-journaled", "q-open-r1"]
+    deleted = sorted(location.rpartition("/")[2] for location in versions.job_dirs)
+    assert deleted == ["q-aborted-r1", "q-done-r1"]
+    lines = MaintenanceReport([], SweepReport(), versions).lines()
+    assert "jobs: deleted 2 directory(ies) of ended attempts" in lines
+
+
 def _increment_under_lock(root: str, times: int) -> None:
     journal = FileJournal(root)
     counter = journal.root / "counter"
