@@ -8,7 +8,7 @@ from datetime import datetime, timezone, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_provider_staged.materialized.freshness import Freshness
+from airflow_provider_staged.materialized.freshness import Freshness, TimeUnit
 from airflow_provider_staged.staging.date_patterns import PartitionError
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
@@ -151,7 +151,7 @@ def periodic_partition(
     fire time, per column.
 
     ``formatters`` maps partition columns to strftime patterns; ``schedule`` is the table's cron
-    (None: ``scheduleTime - freshness`` on the wall clock in ``zone``). Previous fire times
+    (None: ``scheduleTime - freshness``, see :func:`_freshness_before`). Previous fire times
     follow Airflow's ``CronTriggerTimetable``, so every partition is refreshed exactly once
     across daylight saving: the run at 03:00 PDT on 2024-03-10 refreshes hour 01 (02:00 never
     existed), and of the two runs at 01:00 on 2024-11-03 the second (01:00 PST) raises
@@ -161,19 +161,34 @@ def periodic_partition(
         local = local_schedule_time(schedule_time, zone)
     else:  # None or another non-string is refused by name, not an AttributeError
         local = parse_schedule_time(schedule_time)
+    zone_info = time_zone(zone)
     if schedule is None:
-        start = local - freshness.as_timedelta()
+        start = _freshness_before(local, freshness, zone_info)
     else:
-        zone_info = time_zone(zone)
         start = previous_fire_time(schedule, _aware(local, zone_info), zone_info).replace(tzinfo=None)
-        if start.replace(fold=0) >= local.replace(fold=0):  # the wall clock went back
-            spec = ", ".join(f"{c}={start.strftime(p)}" for c, p in formatters.items())
-            raise PartitionNotEndedError(
-                f"partition {spec or '(whole table)'} of schedule time {format_schedule_time(local)} "
-                f"has not ended: the clock went back at the end of daylight saving in {zone}; the "
-                "next run refreshes it"
-            )
+    if start.replace(fold=0) >= local.replace(fold=0):  # the wall clock went back
+        spec = ", ".join(f"{c}={start.strftime(p)}" for c, p in formatters.items())
+        raise PartitionNotEndedError(
+            f"partition {spec or '(whole table)'} of schedule time {format_schedule_time(local)} "
+            f"has not ended: the clock went back at the end of daylight saving in {zone}; the "
+            "next run refreshes it"
+        )
     return {column: start.strftime(pattern) for column, pattern in formatters.items()}
+
+
+def _freshness_before(local: datetime, freshness: Freshness, zone: tzinfo) -> datetime:
+    """Wall-clock ``local`` minus ``freshness`` in ``zone``, as Flink's getPeriodRefreshPartition
+    does for seconds, minutes and hours: in absolute time, so 03:00 PDT on 2024-03-10 minus an
+    hour is 01:00 PST (02:00 never existed). Days and weeks are calendar days here: Flink also
+    subtracts 24 hours for them, which on the day after a change lands on the wrong day
+    (2024-03-11 00:00 minus a day gives 2024-03-09 23:00, and partition 2024-03-10 is never
+    refreshed). A typed time the clock shows twice is its first (daylight) occurrence, as on the
+    cron path; Flink's SimpleDateFormat reads the second, so 01:30 on 2024-11-03 less an hour
+    would refresh hour 01 while it is being written again."""
+    if freshness.unit in (TimeUnit.DAY, TimeUnit.WEEK):
+        return local - freshness.as_timedelta()
+    aware = _aware(local, zone).astimezone(timezone.utc) - freshness.as_timedelta()
+    return aware.astimezone(zone).replace(tzinfo=None)  # keeps fold: which of a repeated hour
 
 
 def previous_fire_time(cron: str, fired: datetime, zone: tzinfo) -> datetime:
