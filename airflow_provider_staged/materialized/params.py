@@ -105,7 +105,7 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
         shape = (
             f"a value such as {example!r} (date-formatter {_java(formatters[column])})"
             if example is not None
-            else "its value, without quotes, backslashes or semicolons"
+            else "its value as the data has it (quotes and newlines included)"
         )
         schemas[column] = {
             "default": None,

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_staged.materialized.freshness import Freshness, TimeUnit
 from airflow_provider_staged.staging.date_patterns import PartitionError
+from airflow_provider_staged.staging.partition_paths import partition_path
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
 # [0-9], not \d: Python's \d and strptime also take fullwidth and other non-ASCII digits.
@@ -35,8 +36,11 @@ _FIELD_REGEX = {
     "%S": "[0-5][0-9]",
 }
 _REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\/")
-# A partition value ends up inside a partition spec: refuse anything that could break quoting.
-_UNSAFE_CHARACTERS = "'\"`\\\\;\\x00-\\x1f\\x7f"
+# Any value the data can produce may be refreshed: quotes, backslashes and newlines are quoted
+# where a value reaches SQL (refresh.string_literal) and escaped in paths and partition names
+# (partition_paths.escape_path_name, as Hive and Spark escape them). Only NUL is refused: neither
+# escapes it, so Spark cannot write such a partition in the first place.
+_UNSAFE_CHARACTERS = "\\x00"
 _UNSAFE_VALUE = re.compile(f"[{_UNSAFE_CHARACTERS}]")
 # The end of a JSON Schema pattern: Python's ``$`` (jsonschema) also matches before a final
 # newline, the negative look-ahead refuses 'eu\n' too (ECMA-262's ``$`` does not need it).
@@ -44,9 +48,14 @@ _END = "$(?!\\n)"
 # Hive's and Spark's directory name of the null partition: as a value it would filter the rows
 # that are the string while replacing the partition of the null ones (their rows lost).
 NULL_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
-# The longest partition value the metastore stores (PARTITION_KEY_VALS.PART_KEY_VAL), in bytes:
-# a longer one passes Spark and fails the partition's registration, after the write.
+# The longest partition value the metastore stores (PARTITION_KEY_VALS.PART_KEY_VAL, VARCHAR(256)
+# in Hive 2.3 to 4.0's schemas), in bytes: a longer one passes Spark and fails the partition's
+# registration, after the write. Bytes, not characters: 255 bytes fit any of the metastore's
+# databases (a MySQL latin1 column counts bytes).
 MAX_VALUE_BYTES = 255
+# PARTITIONS.PART_NAME is VARCHAR(767): the escaped ``col=value/...`` name, in which each quote
+# or newline takes three characters, so 255 bytes of them overflow it.
+MAX_NAME_LENGTH = 767
 # JSON Schema pattern of a value without a date-formatter.
 SAFE_VALUE_PATTERN = f"^(?!{NULL_PARTITION_NAME}{_END})[^{_UNSAFE_CHARACTERS}]+{_END}"
 
@@ -248,7 +257,7 @@ def validate_static_partitions(
         if not isinstance(value, str) or not value or _UNSAFE_VALUE.search(value):
             raise PartitionError(
                 f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
-                "string without quotes, backslashes, semicolons or control characters"
+                "string without NUL characters"
             )
         if len(value.encode()) > MAX_VALUE_BYTES:
             raise PartitionError(
@@ -267,6 +276,12 @@ def validate_static_partitions(
                 f"column's date-formatter (e.g. {example!r})"
             )
         checked[column] = value
+    name = partition_path(list(checked), list(checked.values()))
+    if len(name) > MAX_NAME_LENGTH:
+        raise PartitionError(
+            f"invalid partition {name[:60]!r}…: its name is {len(name)} characters long escaped, the "
+            f"metastore stores at most {MAX_NAME_LENGTH}"
+        )
     return checked
 
 

@@ -1,5 +1,9 @@
-import pytest
+import re
 
+import pytest
+from hmsclient.genthrift.hive_metastore import ttypes
+
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.materialized.params import RefreshRequestError, execution_conf, writer_options
 from airflow_provider_staged.materialized.refresh import partition_query, string_literal
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
@@ -81,3 +85,30 @@ def test_execution_conf_rejects_keys_outside_the_allowlist(key):
 
 def test_execution_conf_accepts_sql_settings():
     assert execution_conf({"spark.sql.shuffle.partitions": "8"}) == {"spark.sql.shuffle.partitions": "8"}
+
+
+class _PatternMatchingThrift:
+    """``get_partitions_ps`` as Hive 2.3 answers it: the escaped name matched as a regular
+    expression (measured: a spec of 'a.b' also returned 'axb', 'a(b' and 'a_b')."""
+
+    def __init__(self, values: list[str]) -> None:
+        self.values = values
+
+    def get_partitions_ps(self, db: str, table: str, spec: list[str], limit: int) -> list[ttypes.Partition]:
+        pattern = re.compile(escape_path_name(spec[0]))
+        names = {value: escape_path_name(value) for value in self.values}
+        return [ttypes.Partition(values=[v, "z"]) for v, name in names.items() if pattern.fullmatch(name)]
+
+
+def test_partitions_matching_keeps_only_the_spec_the_metastore_pattern_matched() -> None:
+    client = MetastoreClient("thrift://127.0.0.1:9083")
+    client._client = _PatternMatchingThrift(["a.b", "axb", "a_b"])  # type: ignore[assignment]
+    found = client.partitions_matching("db", "t", ["k", "j"], {"k": "a.b"})
+    assert [part.values for part in found] == [["a.b", "z"]]
+
+
+def test_partition_query_quotes_values_the_data_produces():
+    """A quote, backslash or newline from the data stays data in the refresh's filter."""
+    sql = partition_query("SELECT k FROM t", {"k": "it's\\\n; --"})
+    assert sql.endswith("WHERE `k` = 'it\\'s\\\\\n; --'")
+    assert partition_path(["k"], ["it's\n"]) == "k=it%27s%0A"
