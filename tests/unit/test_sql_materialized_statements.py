@@ -345,7 +345,9 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
          re.escape("isn't a partition column. Available partition columns: [].")),
         # The options a Flink definition usually carries: only those honoured here pass.
         ("CREATE MATERIALIZED TABLE t WITH ('connector' = 'filesystem', 'format' = 'json') "
-         "AS SELECT 1", 1, 35, "unknown option 'connector'; supported options: format, "),
+         "AS SELECT 1", 1, 35, "option 'connector' = 'filesystem' is not supported: .*'staged_hive'"),
+        ("CREATE MATERIALIZED TABLE t WITH ('connector' = 'staged_hive', 'format' = 'json') "
+         "AS SELECT 1", 1, 64, "option 'format' = 'json' is not supported.*'parquet'"),
         ("CREATE MATERIALIZED TABLE t WITH ('format' = 'json') AS SELECT 1", 1, 35,
          "option 'format' = 'json' is not supported.*'parquet'"),
         # Flink constructs that cannot be honoured here: named, reported after the syntax.
