@@ -236,6 +236,26 @@ def _aware(local: datetime, zone: tzinfo) -> datetime:
     return local.replace(fold=0, tzinfo=zone).astimezone(timezone.utc).astimezone(zone)
 
 
+def check_partition_value(key: object, value: object) -> None:
+    """Refuse a partition value no table can have, whatever its definition: where a value enters
+    without the definition at hand (a statement's PARTITION clause), and for each static one."""
+    if not isinstance(value, str) or not value or _UNSAFE_VALUE.search(value):
+        raise PartitionError(
+            f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
+            "string without NUL characters"
+        )
+    if len(value.encode()) > MAX_VALUE_BYTES:
+        raise PartitionError(
+            f"invalid value {value[:40]!r}… for partition column {key!r}: it is "
+            f"{len(value.encode())} bytes long, the metastore stores at most {MAX_VALUE_BYTES}"
+        )
+    if value == NULL_PARTITION_NAME:
+        raise PartitionError(
+            f"invalid value {value!r} for partition column {key!r}: it names the partition of "
+            "null values, which a refresh of the whole table replaces"
+        )
+
+
 def validate_static_partitions(
     partitions: object, partition_by: Iterable[str], formatters: Mapping[str, str]
 ) -> dict[str, str]:
@@ -254,21 +274,7 @@ def validate_static_partitions(
                 f"unknown partition column {key!r} in staticPartitions (partition columns: "
                 f"{allowed})"
             )
-        if not isinstance(value, str) or not value or _UNSAFE_VALUE.search(value):
-            raise PartitionError(
-                f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
-                "string without NUL characters"
-            )
-        if len(value.encode()) > MAX_VALUE_BYTES:
-            raise PartitionError(
-                f"invalid value {value[:40]!r}… for partition column {key!r}: it is "
-                f"{len(value.encode())} bytes long, the metastore stores at most {MAX_VALUE_BYTES}"
-            )
-        if value == NULL_PARTITION_NAME:
-            raise PartitionError(
-                f"invalid value {value!r} for partition column {key!r}: it names the partition of "
-                "null values, which a refresh of the whole table replaces"
-            )
+        check_partition_value(key, value)
         if column in formatters and not _matches(value, formatters[column]):
             example = formatter_example(column, formatters)
             raise PartitionError(

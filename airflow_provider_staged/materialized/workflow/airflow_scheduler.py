@@ -235,10 +235,13 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
-        if self._client is not None:
-            return
+        """Check the definitions folder. Airflow is reached on the first call that needs it
+        (:attr:`client`): a statement or command checks its values, and the ones that only read
+        the definitions (SHOW, SHOW CREATE) run, without it."""
         if not self.definitions_dir.is_dir():
             raise WorkflowException(f"definitions folder {self.definitions_dir} does not exist")
+
+    def _connect(self) -> ApiClient:
         try:
             token = self.token or fetch_token(self.endpoint, self.username, self.password)
         except Exception as err:  # connection refused, bad credentials, ...
@@ -249,7 +252,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         except Exception as err:
             _close(client)
             raise WorkflowException(f"Airflow REST API at {self.endpoint} does not answer: {err}") from err
-        self._client = client
+        return client
 
     def close(self) -> None:
         if self._client is not None:
@@ -262,7 +265,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
     @property
     def client(self) -> ApiClient:
         if self._client is None:
-            raise WorkflowException("the workflow scheduler is not open: call open() first")
+            self._client = self._connect()
         return self._client
 
     # -- FLIP-448 operations ----------------------------------------------------------------
