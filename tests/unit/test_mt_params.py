@@ -192,8 +192,12 @@ GOOD_AND_BAD_VALUES = [
     ("executionConfig", "spark.sql.parquet.compression.codec", ["zstd", "SNAPPY", "lz4_raw"],
      ["zip", " zstd"], "one of none, uncompressed, snappy"),
     ("executionConfig", "spark.sql.session.timeZone",
-     ["UTC", "Z", "+08:00", "-8:00", "+0530", "GMT+01:00", "UTC-05", "America/Los_Angeles", "PST"],
-     ["UTC'; DROP TABLE t; --", "Mars/Olympus", "+19:00", "utc+1", "Europe/Paris ", "\uff0b08:00"],
+     # Checked against Spark's getZoneId on JDK 17 and 25 (its rewrites of one-digit hours and
+     # minutes, then ZoneId.of with the short ids).
+     ["UTC", "Z", "+08:00", "-8:00", "+0530", "GMT+01:00", "UTC-05", "America/Los_Angeles", "PST",
+      "UTC+8", "+08:5", "GMT+9:30", "+08:00:00", "-18:00", "Etc/GMT+5", "GMT0", "EST", "UT+5"],
+     ["UTC'; DROP TABLE t; --", "Mars/Olympus", "+19:00", "utc+1", "Europe/Paris ", "\uff0b08:00",
+      "+18:30", "+08:99", "+123", "UTC+", "z", "Factory", "ROC", "localtime", "UTC ", "America/../etc"],
      "a time zone such as UTC"),
     ("dynamicOptions", "compression", ["zstd", "GZIP"], ["zip", "zstd "], "one of none, uncompressed"),
     ("dynamicOptions", "maxRecordsPerFile", ["1000", "+5", "-1"], [" 5", "5.5", "1e3"], "a whole number"),
@@ -349,6 +353,11 @@ def test_form_order_and_optional_objects() -> None:
         ("staticPartitions", {"dt": "2024-01-03"}, False),
         ("staticPartitions", {"region": "x' OR 1=1"}, True),
         ("staticPartitions", {"region": "x\x00"}, False),
+        # The time zone's shape, the one free-text setting: the exact ids are the task's check.
+        ("executionConfig", {"spark.sql.session.timeZone": "UTC'; DROP TABLE t; --"}, False),
+        ("executionConfig", {"spark.sql.session.timeZone": "UTC\n"}, False),
+        ("executionConfig", {"spark.sql.session.timeZone": "America/Los_Angeles"}, True),
+        ("executionConfig", {"spark.sql.session.timeZone": "GMT+08:00", "spark.sql.ansi.enabled": 1}, True),
     ],
 )
 def test_schemas_refuse_bad_values_as_airflow_checks_them(name: str, value: object, valid: bool) -> None:
