@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_staged.materialized.freshness import Freshness, TimeUnit
 from airflow_provider_staged.staging.date_patterns import PartitionError
-from airflow_provider_staged.staging.partition_paths import partition_path
+from airflow_provider_staged.staging.partition_paths import unstorable
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
 # [0-9], not \d: Python's \d and strptime also take fullwidth and other non-ASCII digits.
@@ -48,14 +48,6 @@ _END = "$(?!\\n)"
 # Hive's and Spark's directory name of the null partition: as a value it would filter the rows
 # that are the string while replacing the partition of the null ones (their rows lost).
 NULL_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
-# The longest partition value the metastore stores (PARTITION_KEY_VALS.PART_KEY_VAL, VARCHAR(256)
-# in Hive 2.3 to 4.0's schemas), in bytes: a longer one passes Spark and fails the partition's
-# registration, after the write. Bytes, not characters: 255 bytes fit any of the metastore's
-# databases (a MySQL latin1 column counts bytes).
-MAX_VALUE_BYTES = 255
-# PARTITIONS.PART_NAME is VARCHAR(767): the escaped ``col=value/...`` name, in which each quote
-# or newline takes three characters, so 255 bytes of them overflow it.
-MAX_NAME_LENGTH = 767
 # JSON Schema pattern of a value without a date-formatter.
 SAFE_VALUE_PATTERN = f"^(?!{NULL_PARTITION_NAME}{_END})[^{_UNSAFE_CHARACTERS}]+{_END}"
 
@@ -244,11 +236,9 @@ def check_partition_value(key: object, value: object) -> None:
             f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
             "string without NUL characters"
         )
-    if len(value.encode()) > MAX_VALUE_BYTES:
-        raise PartitionError(
-            f"invalid value {value[:40]!r}… for partition column {key!r}: it is "
-            f"{len(value.encode())} bytes long, the metastore stores at most {MAX_VALUE_BYTES}"
-        )
+    why = unstorable([str(key)], [value])
+    if why:
+        raise PartitionError(f"invalid partition: {why}")
     if value == NULL_PARTITION_NAME:
         raise PartitionError(
             f"invalid value {value!r} for partition column {key!r}: it names the partition of "
@@ -282,12 +272,9 @@ def validate_static_partitions(
                 f"column's date-formatter (e.g. {example!r})"
             )
         checked[column] = value
-    name = partition_path(list(checked), list(checked.values()))
-    if len(name) > MAX_NAME_LENGTH:
-        raise PartitionError(
-            f"invalid partition {name[:60]!r}…: its name is {len(name)} characters long escaped, the "
-            f"metastore stores at most {MAX_NAME_LENGTH}"
-        )
+    why = unstorable(list(checked), list(checked.values()))
+    if why:
+        raise PartitionError(f"invalid partition: {why}")
     return checked
 
 

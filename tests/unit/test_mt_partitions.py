@@ -139,7 +139,7 @@ def test_static_partition_values_the_data_produces_are_accepted(value: str) -> N
         ({"ds": "2024-02-30"}, "date-formatter"),
         ({"ds": "2024-01-01' OR '1'='1"}, "date-formatter"),
         ({"region": "e\x00u"}, "without NUL"),
-        ({"region": "'" * 255}, "name is 772 characters long escaped, the metastore stores at most 767"),
+        ({"region": "'" * 255}, "has a name of 772 characters escaped, the metastore stores at most 767"),
         ({"region": ""}, "non-empty"),
         ({"region": "__HIVE_DEFAULT_PARTITION__"}, "partition of null values"),
         ({"region": "e" * 256}, "256 bytes long, the metastore stores at most 255"),

@@ -1,4 +1,5 @@
 import re
+from pathlib import Path
 
 import pytest
 from hmsclient.genthrift.hive_metastore import ttypes
@@ -6,7 +7,11 @@ from hmsclient.genthrift.hive_metastore import ttypes
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.materialized.params import RefreshRequestError, execution_conf, writer_options
 from airflow_provider_staged.materialized.refresh import partition_query, string_literal
-from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
+from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier
+from airflow_provider_staged.staging.journal_files import FileJournal
+from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import (
     escape_path_name,
     matches,
@@ -112,3 +117,22 @@ def test_partition_query_quotes_values_the_data_produces():
     sql = partition_query("SELECT k FROM t", {"k": "it's\\\n; --"})
     assert sql.endswith("WHERE `k` = 'it\\'s\\\\\n; --'")
     assert partition_path(["k"], ["it's\n"]) == "k=it%27s%0A"
+
+
+def test_a_partition_the_metastore_cannot_store_is_refused_before_the_catalog_changes(tmp_path: Path) -> None:
+    """A value the query produced (no request named it) over 255 bytes, or whose escaped name
+    overflows PART_NAME, is named by the commit before any partition is registered."""
+    staged = HivePartitionStagedTable(TableIdentifier("db", "t"), ["region"], {}, FileJournal(tmp_path),
+                                      "thrift://127.0.0.1:9083")
+
+    def written(value: str) -> Manifest:
+        return Manifest("/w/_v=a1", files=[DataFile(partition_path(["region"], [value]) + "/part-0", 1, 1)])
+
+    assert staged._targets(written("it's"), []) == {("it's",)}
+    assert staged._written(written("'" * 255)) == {("'" * 255,)}  # an abort still reads it
+    with pytest.raises(StagingError, match=r"refresh of db\.t cannot commit: value 'éé.* of partition column "
+                       r"'region' is 256 bytes long, the metastore stores at most 255"):
+        staged._targets(written("é" * 128), [])
+    with pytest.raises(StagingError, match=r"refresh of db\.t cannot commit: partition .* has a name of 772 "
+                       r"characters escaped, the metastore stores at most 767"):
+        staged._targets(written("'" * 255), [])

@@ -555,7 +555,7 @@ def test_drop_materialized_table_if_exists_names_an_ordinary_table(text: str, me
         ("ALTER MATERIALIZED TABLE t REFRESH PARTITION (ds = '')", 52,
          "invalid value '' for partition column 'ds': expected a non-empty string"),
         (f"ALTER MATERIALIZED TABLE t REFRESH PARTITION (ds = '2024-01-01', k = '{'é' * 128}')", 70,
-         "for partition column 'k': it is 256 bytes long, the metastore stores at most 255"),
+         "of partition column 'k' is 256 bytes long, the metastore stores at most 255"),
         ("ALTER MATERIALIZED TABLE t REFRESH PARTITION (k = '__HIVE_DEFAULT_PARTITION__')", 51,
          "it names the partition of null values"),
         ("ALTER MATERIALIZED TABLE t RESUME WITH ('compression' = 'lzma')", 41,
