@@ -359,8 +359,8 @@ class MetastoreClient:
             values.pop()
         with self._dropped_is_conflict(database, table):
             found = self.thrift.get_partitions_ps(database, table, values, -1)
-        # Hive matches the escaped name as a pattern: the '%' of an escaped quote or newline, and
-        # '.' or '_', match other values too ("a'b" is a%27b, which also matches 'a27b').
+        # Hive matches the escaped name as a regular expression: a '.' in a value matches any
+        # character ('a.b' also found 'axb', 'a(b' and 'a_b' on Hive 2.3), so keep the spec's own.
         return [part for part in found if matches(part.values, columns, spec)]
 
     def partitions_named(self, database: str, table: str, names: list[str]) -> list[ttypes.Partition]:
