@@ -68,8 +68,8 @@ class SuspendMaterializedTable:
     table: TableIdentifier
 
 
-# Where each key of a statement's options or partition is written: (line, column), for errors of
-# its value found after parsing (:func:`check_values`).
+# Where each RESUME option's key, or each partition's value, is written: (line, column), for errors
+# of the value found after parsing (:func:`check_values`).
 _Positions = Mapping[str, tuple[int, int]]
 
 
