@@ -313,3 +313,26 @@ def test_airflow_is_reached_only_after_the_values_are_checked(tmp_path: Path) ->
         unreachable = re.escape(f"cannot authenticate to Airflow at {endpoint}")
         with pytest.raises(WorkflowException, match=unreachable):
             tables.refresh(identifier, RefreshTrigger(static_partitions={"ds": "2024-02-28"}))
+
+
+def test_a_change_reaches_airflow_before_it_writes_anything(tmp_path: Path) -> None:
+    """Airflow is reached lazily, but every change begins with it: with Airflow unreachable,
+    CREATE, RESUME WITH (...) and DROP leave the folder, the stored options and the status."""
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+
+    path = tmp_path / "analytics__orders_daily.sql"
+    path.write_text(DEFINITION)
+    set_workflow_options(path, {"compression": "zstd"}, {})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    identifier = TableIdentifier("analytics", "orders_daily")
+    unreachable = re.escape("cannot authenticate to Airflow at http://127.0.0.1:1")
+    with AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path) as scheduler:
+        tables = MaterializedTables(scheduler, None)
+        for change in (
+            lambda: tables.create(DEFINITION.replace("orders_daily", "orders_hourly")),
+            lambda: tables.resume(identifier, {"compression": "gzip"}),
+            lambda: tables.drop(identifier),
+        ):
+            with pytest.raises(WorkflowException, match=unreachable):
+                change()
+            assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -268,6 +268,11 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             self._client = self._connect()
         return self._client
 
+    def connect(self) -> None:
+        """Reach Airflow now: a change begins with it, so an Airflow that cannot be reached leaves
+        the definitions folder, the stored options and the catalog's status as they were."""
+        self.client  # noqa: B018  (connects on first use)
+
     # -- FLIP-448 operations ----------------------------------------------------------------
     def create_refresh_workflow(self, workflow: CreateRefreshWorkflow) -> AirflowRefreshHandler:
         if not isinstance(workflow, CreatePeriodicRefreshWorkflow):
@@ -283,6 +288,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         if existing is not None:
             raise WorkflowException(f"a refresh workflow for {identifier} already exists ({existing})")
         handler = AirflowRefreshHandler(dag_id, self.endpoint)
+        self.connect()
         set_workflow_options(path, workflow.dynamic_options, workflow.execution_config)
         write_text_atomically(path, text)
         try:
@@ -301,6 +307,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         if isinstance(workflow, SuspendRefreshWorkflow):
             self._set_paused(handler, True)
         elif isinstance(workflow, ResumeRefreshWorkflow):
+            self.connect()  # the other changes read the DAG before they write
             if workflow.dynamic_options or workflow.execution_config:
                 set_workflow_options(
                     self._required_file(handler),
