@@ -81,6 +81,7 @@ KNOWN_OPTIONS = (
     SUSPEND_OPTION,
     *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
     "engine",  # where the refresh's Spark runs: REFRESH_ENGINES
+    "connector",  # Flink's table factory: only this product's own kind, CONNECTORS
 )
 # 'engine': in the task's process, or on a Spark Connect server (the gateway). A CONTINUOUS table's
 # stream runs in the task's process whatever it says (the sink commits each micro-batch in the
@@ -88,6 +89,10 @@ KNOWN_OPTIONS = (
 REFRESH_ENGINES = ("embedded", "connect")
 # Refreshes write Parquet through the staged commit path; no other format is honoured.
 FORMATS = ("parquet",)
+# Flink's 'connector' names the table's factory. A materialized table here is always a Hive table
+# of the metastore written through the staged commit, the kind of the provider's staged_hive
+# connection: a definition may say so, as Flink users write one, and may name no other.
+CONNECTORS = ("staged_hive",)
 # Optional clauses between the column list and AS, in the only order Flink accepts.
 _CLAUSES = ("COMMENT", "DISTRIBUTED", "PARTITIONED", "WITH", "FRESHNESS", "REFRESH_MODE", "START_MODE")
 _CLAUSE_ORDER = "COMMENT, PARTITIONED BY, WITH, FRESHNESS, REFRESH_MODE, AS"
@@ -549,14 +554,12 @@ class _Options:
         for key in options:
             if not (key in KNOWN_OPTIONS or FORMATTER_KEY.match(key)):
                 self.fail(key, f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}")
-        engine = self.get("engine")
-        if engine is not None and engine not in REFRESH_ENGINES:
-            self.fail("engine", f"option 'engine' = {engine!r} is not supported: expected one of "
-                      f"{', '.join(map(repr, REFRESH_ENGINES))}")
-        value = self.get("format")
-        if value is not None and value.lower() not in FORMATS:
-            self.fail("format", f"option 'format' = {value!r} is not supported: refreshes write "
-                      f"{', '.join(FORMATS)} (supported: {', '.join(map(repr, FORMATS))})")
+        # The connector first: the kind of table decides what its other options mean (Flink's too).
+        self.choice("connector", CONNECTORS, "a materialized table is a Hive table of the metastore "
+                    "written through the staged commit; name that kind or leave the option out",
+                    fold_case=True)
+        self.choice("engine", REFRESH_ENGINES, "a refresh's Spark runs in its task or on the gateway")
+        self.choice("format", FORMATS, "refreshes write parquet", fold_case=True)
         try:
             materialized_table_options(options, partition_by)
         except TtlError as err:
@@ -565,6 +568,13 @@ class _Options:
 
     def fail(self, key: str, message: str) -> NoReturn:
         self.parser.fail("WITH", message, self.tokens[key])
+
+    def choice(self, key: str, accepted: tuple[str, ...], why: str, fold_case: bool = False) -> None:
+        """Refuse a value of ``key`` outside ``accepted``, saying ``why`` and what is accepted."""
+        value = self.get(key)
+        if value is not None and (value.lower() if fold_case else value) not in accepted:
+            self.fail(key, f"option {key!r} = {value!r} is not supported: {why} (supported: "
+                      f"{', '.join(map(repr, accepted))})")
 
     def get(self, key: str) -> str | None:
         value = self.options.get(key)

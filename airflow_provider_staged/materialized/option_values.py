@@ -116,27 +116,53 @@ _SHORT_ZONE_IDS = frozenset((
     "ACT", "AET", "AGT", "ART", "AST", "BET", "BST", "CAT", "CNT", "CST", "CTT", "EAT", "ECT", "IET",
     "IST", "JST", "MIT", "NET", "NST", "PLT", "PNT", "PRT", "PST", "SST", "VST", "EST", "MST", "HST",
 ))
-# ZoneOffset's forms (+h, +hh, +hh:mm, +hhmm, +hh:mm:ss, +hhmmss), alone or after UTC, GMT, UT;
-# Spark also takes one-digit hours before a colon (+8:00).
-_ZONE_OFFSET = re.compile(
-    r"(?:UTC|GMT|UT)?[+-]([0-9]{1,2})(?:(?::[0-9]{2}(?::[0-9]{2})?)|(?:[0-9]{2}(?:[0-9]{2})?))?"
-)
+# Ids of the tz database that Java's own copy leaves out (measured on JDK 17 and 25): ZoneId.of refuses them.
+_NOT_IN_JAVA = frozenset(("Factory", "localtime", "posixrules", "ROC"))
+# ZoneRegion.ofId's shape of a region id.
+_REGION_ID = re.compile(r"[A-Za-z][A-Za-z0-9~/._+-]+")
+# The characters of any zone id or offset, as a JSON Schema pattern: what Airflow's Trigger form
+# can check of a time zone (quotes, spaces, ';' refused there); the ids themselves by zone_id.
+ZONE_ID_PATTERN = "^[A-Za-z0-9~/._+:-]+$(?!\\n)"
+# ZoneOffset.of's forms by length: +h, +hh, +hhmm, +hh:mm, +hhmmss, +hh:mm:ss ('+' or '-').
+_OFFSET_FORMS = {
+    2: re.compile(r"[+-]([0-9])()()"),
+    3: re.compile(r"[+-]([0-9]{2})()()"),
+    5: re.compile(r"[+-]([0-9]{2})([0-9]{2})()"),
+    6: re.compile(r"[+-]([0-9]{2}):([0-9]{2})()"),
+    7: re.compile(r"[+-]([0-9]{2})([0-9]{2})([0-9]{2})"),
+    9: re.compile(r"[+-]([0-9]{2}):([0-9]{2}):([0-9]{2})"),
+}
 
 
 @cache
 def _region_ids() -> frozenset[str]:
-    return frozenset(available_timezones())
+    return frozenset(available_timezones()) - _NOT_IN_JAVA
+
+
+def _offset(text: str) -> bool:
+    """Java's ``ZoneOffset.of``: hours up to 18, minutes and seconds up to 59, at most +-18:00."""
+    form = _OFFSET_FORMS.get(len(text))
+    found = form.fullmatch(text) if form else None
+    if found is None:
+        return False
+    hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    return hours <= 18 and minutes <= 59 and seconds <= 59 and (hours < 18 or minutes == seconds == 0)
 
 
 def zone_id(text: str) -> str | None:
-    """A time zone as Spark's ``getZoneId`` (Java's ``ZoneId.of``) reads it: a region id of the
-    tz database, Z/UTC/GMT/UT, an offset, or one of Java's short ids."""
-    if text in ("Z", "UTC", "GMT", "UT") or text in _SHORT_ZONE_IDS or text in _region_ids():
+    """A time zone as Spark's ``getZoneId`` reads it: its rewrites of one-digit hours and minutes
+    (``+8:00``, ``+08:0``), then Java's ``ZoneId.of`` with its short ids (``PST``): an offset,
+    Z/UTC/GMT/UT alone or before an offset, or a region id of the tz database."""
+    text = re.sub(r"([+-])([0-9]):", r"\g<1>0\2:", text, count=1)
+    text = re.sub(r"([+-])([0-9]{2}):([0-9])$", r"\1\2:0\3", text, count=1)
+    if text in _SHORT_ZONE_IDS or text in ("Z", "UTC", "GMT", "UT"):
         return None
-    offset = _ZONE_OFFSET.fullmatch(text)
-    if text.isascii() and offset and int(offset.group(1)) <= 18:
-        return None
-    return "a time zone such as UTC, +08:00 or America/Los_Angeles"
+    prefix = next((p for p in ("UTC", "GMT", "UT") if text.startswith(p) and text[len(p):][:1] in "+-"), "")
+    if text[:1] in ("+", "-") or prefix:
+        valid = _offset(text[len(prefix):])
+    else:
+        valid = bool(_REGION_ID.fullmatch(text)) and text in _region_ids()
+    return None if valid else "a time zone such as UTC, +08:00 or America/Los_Angeles"
 
 
 # Per allowlisted key (params.WRITER_OPTIONS, params.EXECUTION_CONFIG_KEYS): its check, or None

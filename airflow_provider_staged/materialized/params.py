@@ -19,6 +19,7 @@ from airflow_provider_staged.materialized.definition import MaterializedTableDef
 from airflow_provider_staged.materialized.option_values import (
     EXECUTION_CONFIG_CHECKS,
     WRITER_OPTION_CHECKS,
+    ZONE_ID_PATTERN,
     Check,
 )
 from airflow_provider_staged.materialized.partitions import (
@@ -51,6 +52,7 @@ WRITER_OPTIONS = frozenset(WRITER_OPTION_CHECKS)
 # (datetime rebase modes, timestamp types). The keys and the checks of their values:
 # :mod:`.option_values`.
 EXECUTION_CONFIG_KEYS = frozenset(EXECUTION_CONFIG_CHECKS)
+TIME_ZONE_KEY = "spark.sql.session.timeZone"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # The look-ahead: Python's '$' (jsonschema) also matches before a final newline. [0-9], not \d:
 # Python's \d (jsonschema) also matches fullwidth and other non-ASCII digits.
@@ -105,7 +107,7 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
         shape = (
             f"a value such as {example!r} (date-formatter {_java(formatters[column])})"
             if example is not None
-            else "its value, without quotes, backslashes or semicolons"
+            else "its value as the data has it (quotes and newlines included)"
         )
         schemas[column] = {
             "default": None,
@@ -169,11 +171,15 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
         "Options for the table's writer, e.g. {\"compression\": \"zstd\"}; allowed keys: "
         f"{', '.join(sorted(WRITER_OPTIONS))}.",
     )
-    schemas[EXECUTION_CONFIG] = _optional_object(
-        "Execution config (executionConfig)",
-        "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
-        f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}.",
-    )
+    schemas[EXECUTION_CONFIG] = {
+        **_optional_object(
+            "Execution config (executionConfig)",
+            "Spark SQL settings for this refresh, e.g. {\"spark.sql.shuffle.partitions\": 8}; "
+            f"allowed keys: {', '.join(sorted(EXECUTION_CONFIG_KEYS))}.",
+        ),
+        # The one free-text value that reaches Spark's session as is: refused by its shape here.
+        "properties": {TIME_ZONE_KEY: {"type": "string", "pattern": ZONE_ID_PATTERN}},
+    }
     return schemas
 
 

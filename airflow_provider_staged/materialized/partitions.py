@@ -8,8 +8,9 @@ from datetime import datetime, timezone, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_provider_staged.materialized.freshness import Freshness
+from airflow_provider_staged.materialized.freshness import Freshness, TimeUnit
 from airflow_provider_staged.staging.date_patterns import PartitionError
+from airflow_provider_staged.staging.partition_paths import unstorable
 
 SCHEDULE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
 # [0-9], not \d: Python's \d and strptime also take fullwidth and other non-ASCII digits.
@@ -35,8 +36,11 @@ _FIELD_REGEX = {
     "%S": "[0-5][0-9]",
 }
 _REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\/")
-# A partition value ends up inside a partition spec: refuse anything that could break quoting.
-_UNSAFE_CHARACTERS = "'\"`\\\\;\\x00-\\x1f\\x7f"
+# Any value the data can produce may be refreshed: quotes, backslashes and newlines are quoted
+# where a value reaches SQL (refresh.string_literal) and escaped in paths and partition names
+# (partition_paths.escape_path_name, as Hive and Spark escape them). Only NUL is refused: neither
+# escapes it, so Spark cannot write such a partition in the first place.
+_UNSAFE_CHARACTERS = "\\x00"
 _UNSAFE_VALUE = re.compile(f"[{_UNSAFE_CHARACTERS}]")
 # The end of a JSON Schema pattern: Python's ``$`` (jsonschema) also matches before a final
 # newline, the negative look-ahead refuses 'eu\n' too (ECMA-262's ``$`` does not need it).
@@ -44,9 +48,6 @@ _END = "$(?!\\n)"
 # Hive's and Spark's directory name of the null partition: as a value it would filter the rows
 # that are the string while replacing the partition of the null ones (their rows lost).
 NULL_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
-# The longest partition value the metastore stores (PARTITION_KEY_VALS.PART_KEY_VAL), in bytes:
-# a longer one passes Spark and fails the partition's registration, after the write.
-MAX_VALUE_BYTES = 255
 # JSON Schema pattern of a value without a date-formatter.
 SAFE_VALUE_PATTERN = f"^(?!{NULL_PARTITION_NAME}{_END})[^{_UNSAFE_CHARACTERS}]+{_END}"
 
@@ -151,7 +152,7 @@ def periodic_partition(
     fire time, per column.
 
     ``formatters`` maps partition columns to strftime patterns; ``schedule`` is the table's cron
-    (None: ``scheduleTime - freshness`` on the wall clock in ``zone``). Previous fire times
+    (None: ``scheduleTime - freshness``, see :func:`_freshness_before`). Previous fire times
     follow Airflow's ``CronTriggerTimetable``, so every partition is refreshed exactly once
     across daylight saving: the run at 03:00 PDT on 2024-03-10 refreshes hour 01 (02:00 never
     existed), and of the two runs at 01:00 on 2024-11-03 the second (01:00 PST) raises
@@ -161,19 +162,34 @@ def periodic_partition(
         local = local_schedule_time(schedule_time, zone)
     else:  # None or another non-string is refused by name, not an AttributeError
         local = parse_schedule_time(schedule_time)
+    zone_info = time_zone(zone)
     if schedule is None:
-        start = local - freshness.as_timedelta()
+        start = _freshness_before(local, freshness, zone_info)
     else:
-        zone_info = time_zone(zone)
         start = previous_fire_time(schedule, _aware(local, zone_info), zone_info).replace(tzinfo=None)
-        if start.replace(fold=0) >= local.replace(fold=0):  # the wall clock went back
-            spec = ", ".join(f"{c}={start.strftime(p)}" for c, p in formatters.items())
-            raise PartitionNotEndedError(
-                f"partition {spec or '(whole table)'} of schedule time {format_schedule_time(local)} "
-                f"has not ended: the clock went back at the end of daylight saving in {zone}; the "
-                "next run refreshes it"
-            )
+    if start.replace(fold=0) >= local.replace(fold=0):  # the wall clock went back
+        spec = ", ".join(f"{c}={start.strftime(p)}" for c, p in formatters.items())
+        raise PartitionNotEndedError(
+            f"partition {spec or '(whole table)'} of schedule time {format_schedule_time(local)} "
+            f"has not ended: the clock went back at the end of daylight saving in {zone}; the "
+            "next run refreshes it"
+        )
     return {column: start.strftime(pattern) for column, pattern in formatters.items()}
+
+
+def _freshness_before(local: datetime, freshness: Freshness, zone: tzinfo) -> datetime:
+    """Wall-clock ``local`` minus ``freshness`` in ``zone``, as Flink's getPeriodRefreshPartition
+    does for seconds, minutes and hours: in absolute time, so 03:00 PDT on 2024-03-10 minus an
+    hour is 01:00 PST (02:00 never existed). Days and weeks are calendar days here: Flink also
+    subtracts 24 hours for them, which on the day after a change lands on the wrong day
+    (2024-03-11 00:00 minus a day gives 2024-03-09 23:00, and partition 2024-03-10 is never
+    refreshed). A typed time the clock shows twice is its first (daylight) occurrence, as on the
+    cron path; Flink's SimpleDateFormat reads the second, so 01:30 on 2024-11-03 less an hour
+    would refresh hour 01 while it is being written again."""
+    if freshness.unit in (TimeUnit.DAY, TimeUnit.WEEK):
+        return local - freshness.as_timedelta()
+    aware = _aware(local, zone).astimezone(timezone.utc) - freshness.as_timedelta()
+    return aware.astimezone(zone).replace(tzinfo=None)  # keeps fold: which of a repeated hour
 
 
 def previous_fire_time(cron: str, fired: datetime, zone: tzinfo) -> datetime:
@@ -212,6 +228,24 @@ def _aware(local: datetime, zone: tzinfo) -> datetime:
     return local.replace(fold=0, tzinfo=zone).astimezone(timezone.utc).astimezone(zone)
 
 
+def check_partition_value(key: object, value: object) -> None:
+    """Refuse a partition value no table can have, whatever its definition: where a value enters
+    without the definition at hand (a statement's PARTITION clause), and for each static one."""
+    if not isinstance(value, str) or not value or _UNSAFE_VALUE.search(value):
+        raise PartitionError(
+            f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
+            "string without NUL characters"
+        )
+    why = unstorable([str(key)], [value])
+    if why:
+        raise PartitionError(f"invalid partition: {why}")
+    if value == NULL_PARTITION_NAME:
+        raise PartitionError(
+            f"invalid value {value!r} for partition column {key!r}: it names the partition of "
+            "null values, which a refresh of the whole table replaces"
+        )
+
+
 def validate_static_partitions(
     partitions: object, partition_by: Iterable[str], formatters: Mapping[str, str]
 ) -> dict[str, str]:
@@ -230,21 +264,7 @@ def validate_static_partitions(
                 f"unknown partition column {key!r} in staticPartitions (partition columns: "
                 f"{allowed})"
             )
-        if not isinstance(value, str) or not value or _UNSAFE_VALUE.search(value):
-            raise PartitionError(
-                f"invalid value {value!r} for partition column {key!r}: expected a non-empty "
-                "string without quotes, backslashes, semicolons or control characters"
-            )
-        if len(value.encode()) > MAX_VALUE_BYTES:
-            raise PartitionError(
-                f"invalid value {value[:40]!r}… for partition column {key!r}: it is "
-                f"{len(value.encode())} bytes long, the metastore stores at most {MAX_VALUE_BYTES}"
-            )
-        if value == NULL_PARTITION_NAME:
-            raise PartitionError(
-                f"invalid value {value!r} for partition column {key!r}: it names the partition of "
-                "null values, which a refresh of the whole table replaces"
-            )
+        check_partition_value(key, value)
         if column in formatters and not _matches(value, formatters[column]):
             example = formatter_example(column, formatters)
             raise PartitionError(
@@ -252,6 +272,9 @@ def validate_static_partitions(
                 f"column's date-formatter (e.g. {example!r})"
             )
         checked[column] = value
+    why = unstorable(list(checked), list(checked.values()))
+    if why:
+        raise PartitionError(f"invalid partition: {why}")
     return checked
 
 

@@ -188,9 +188,9 @@ def commit_summary(
             values = partition_values(item.path, definition.partition_by)
             if values is not None:
                 rows[values] = rows.get(values, 0) + item.rows
-        spec = ", ".join(f"{k}={v}" for k, v in request.partition_spec.items()) or "all partitions"
+        spec = ", ".join(f"{k}={_shown(v)}" for k, v in request.partition_spec.items()) or "all partitions"
         written = [
-            "/".join(f"{k}={v}" for k, v in zip(definition.partition_by, values, strict=True))
+            "/".join(f"{k}={_shown(v)}" for k, v in zip(definition.partition_by, values, strict=True))
             + f" ({_rows(count)})"
             for values, count in sorted(rows.items())
         ]
@@ -202,6 +202,12 @@ def commit_summary(
         f"Refresh committed ({kind}, schedule time {request.schedule_time_text}): table "
         f"{definition.identifier.name}, {what}; version {version}, {_rows(manifest.rows)}"
     )
+
+
+def _shown(value: str) -> str:
+    """A partition value in the log line: quoted when it has a newline or another control
+    character the data put there, so the line stays one line."""
+    return value if value.isprintable() else repr(value)
 
 
 def _rows(count: int | None) -> str:

@@ -37,7 +37,9 @@ from airflow_provider_staged.materialized.definition import (
     read_freshness,
     read_refresh_mode,
 )
-from airflow_provider_staged.materialized.grammar import Cursor
+from airflow_provider_staged.materialized.grammar import Cursor, Token
+from airflow_provider_staged.materialized.params import RefreshRequestError, writer_options
+from airflow_provider_staged.materialized.partitions import PartitionError, check_partition_value
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier, validate_name
 
 
@@ -66,11 +68,17 @@ class SuspendMaterializedTable:
     table: TableIdentifier
 
 
+# Where each RESUME option's key, or each partition's value, is written: (line, column), for errors
+# of the value found after parsing (:func:`check_values`).
+_Positions = Mapping[str, tuple[int, int]]
+
+
 @dataclass(frozen=True)
 class ResumeMaterializedTable:
     table: TableIdentifier
     # WITH options of the RESUME (dynamic options for the resumed refreshes), as written.
     options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,7 @@ class RefreshMaterializedTable:
     table: TableIdentifier
     # Static partition to refresh: validated column name -> decoded string value.
     partition: Mapping[str, str] = field(default_factory=dict, hash=False)
+    positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,24 @@ def parse_materialized_statement(text: str) -> MaterializedTableStatement | None
     return _Statements(Cursor(text, _error)).parse()
 
 
+def check_values(statement: MaterializedTableStatement) -> None:
+    """Refuse, at the value, a partition value or RESUME option that no table accepts: run before
+    Airflow is reached (the parser, like Flink's, reads any; the table's own rules follow once its
+    definition is read)."""
+    if isinstance(statement, RefreshMaterializedTable):
+        for column, value in statement.partition.items():
+            try:
+                check_partition_value(column, value)
+            except PartitionError as err:
+                raise _error(*statement.positions[column], f"{_ALTER} REFRESH PARTITION", str(err)) from None
+    elif isinstance(statement, ResumeMaterializedTable):
+        for key, value in statement.options.items():
+            try:
+                writer_options({key: value})
+            except RefreshRequestError as err:
+                raise _error(*statement.positions[key], f"{_ALTER} RESUME WITH", str(err)) from None
+
+
 def _explain(text: str, explain: re.Match[str]) -> ExplainMaterializedTable:
     """The statement after EXPLAIN, parsed where it stands: the EXPLAIN part becomes blanks (its
     line breaks kept), so every position is still one of ``text``."""
@@ -233,17 +260,19 @@ class _Statements:
         if c.at_keyword("RESUME"):
             c.advance()
             options: dict[str, str] = {}
+            keys: dict[str, Token] = {}
             if c.at_keyword("WITH"):
                 c.advance()
-                options = c.string_options(f"{_ALTER} RESUME WITH")[0]
-            return ResumeMaterializedTable(table, MappingProxyType(options))
+                options, keys = c.string_options(f"{_ALTER} RESUME WITH")
+            return ResumeMaterializedTable(table, MappingProxyType(options), self.positions(keys))
         if c.at_keyword("REFRESH"):
             c.advance()
             partition: dict[str, str] = {}
+            values: dict[str, Token] = {}
             if c.at_keyword("PARTITION"):
                 c.advance()
-                partition = self.partition_spec()
-            return RefreshMaterializedTable(table, MappingProxyType(partition))
+                partition, values = self.partition_spec()
+            return RefreshMaterializedTable(table, MappingProxyType(partition), self.positions(values))
         found = c.describe(c.current)
         if c.at_keyword(*_OTHER_ALTER):
             keyword = c.current
@@ -281,11 +310,17 @@ class _Statements:
         else:
             self.fail(clause, f"expected FRESHNESS, REFRESH_MODE or '(', found {c.describe(c.current)}")
 
-    def partition_spec(self) -> dict[str, str]:
-        """``(k = 'v', ...)``: validated keys, values decoded to plain strings (never SQL)."""
+    def positions(self, tokens: Mapping[str, Token]) -> _Positions:
+        return MappingProxyType({name: (self.c.line_of(token.pos), self.c.column_of(token.pos))
+                                 for name, token in tokens.items()})
+
+    def partition_spec(self) -> tuple[dict[str, str], dict[str, Token]]:
+        """``(k = 'v', ...)``: validated keys, values decoded to plain strings (never SQL), and
+        each value's token."""
         c = self.c
         clause = f"{_ALTER} REFRESH PARTITION"
         spec: dict[str, str] = {}
+        tokens: dict[str, Token] = {}
 
         def item() -> None:
             key, token = c.column(clause, "partition column")
@@ -297,10 +332,11 @@ class _Statements:
             if value.kind not in ("string", "number"):
                 self.fail(clause, f"expected a quoted value for partition column {token.text!r}, "
                           f"found {c.describe(value)}")
+            tokens[key] = value
             spec[key] = c.advance().text
 
         c.parenthesized(clause, item)
-        return spec
+        return spec, tokens
 
     def drop(self) -> DropMaterializedTable:
         c = self.c

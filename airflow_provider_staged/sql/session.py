@@ -112,6 +112,7 @@ class SqlSession:
             return self._property(command)
         materialized = mts.parse_materialized_statement(statement.text)
         if materialized is not None:
+            mts.check_values(materialized)  # before Airflow or the catalog is reached
             return self._materialized(materialized)
         if len(tokens) > 2 and tokens[0].token_type == TokenType.DROP and tokens[1].text.upper() == "TABLE":
             self._refuse_drop_of_materialized(statement.text, tokens)

@@ -40,3 +40,12 @@ def test_periodic_empty_and_whole_table_refreshes() -> None:
     one = commit_summary(whole, parse_refresh_request({}, whole, FIRED), "a3", manifest(("part-0", 1)))
     assert one == ("Refresh committed (periodic, schedule time 2024-01-04 00:00:00): table default.t, "
                    "whole table; version a3, 1 row")
+
+
+def test_a_value_with_a_newline_keeps_the_line_one_line() -> None:
+    request = parse_refresh_request({"region": "two\nlines", "ds": "2024-01-03"}, DAILY, FIRED)
+    written = manifest(("ds=2024-01-03/region=two%0Alines/part-0.parquet", 2))
+    line = commit_summary(DAILY, request, "a4", written)
+    assert "\n" not in line
+    assert ("partitions ds=2024-01-03, region='two\\nlines': "
+            "ds=2024-01-03/region='two\\nlines' (2 rows)") in line

@@ -265,6 +265,26 @@ def test_flink_forms_in_a_file_and_error_columns() -> None:
         ("ds", "STRING", False, "day"), ("n", "BIGINT", True, None)]
     assert (d.primary_key, d.primary_key_name) == (("ds",), "pk")
     assert (d.freshness, d.schedule) == (Freshness(1, "HOUR"), "0 * * * *")  # Flink's FULL default
-    err = error("CREATE MATERIALIZED TABLE t\nWITH ('connector' = 'kafka')\nAS SELECT 1")
+    err = error("CREATE MATERIALIZED TABLE t\nWITH ('connectr' = 'kafka')\nAS SELECT 1")
     assert (err.line, err.column, err.clause) == (2, 7, "WITH")
     assert "supported options: format, partition.fields.<col>.date-formatter" in err.message
+
+
+@pytest.mark.parametrize("connector", ["staged_hive", "STAGED_HIVE"])
+def test_connector_naming_the_products_own_kind_is_accepted(connector: str) -> None:
+    """Flink's definitions carry WITH ('connector' = ...): the staged Hive table is this product's
+    one kind of table (the provider's staged_hive connection), so naming it changes nothing."""
+    d = parse(f"CREATE MATERIALIZED TABLE t\nWITH ('connector' = '{connector}', 'format' = 'parquet')\n"
+              "AS SELECT 1")
+    assert dict(d.options) == {"connector": connector, "format": "parquet"}
+
+
+@pytest.mark.parametrize("connector", ["filesystem", "kafka", "paimon", "hive", "staged", "staged_hive "])
+def test_connector_naming_another_kind_is_refused_at_its_key(connector: str) -> None:
+    err = error(f"CREATE MATERIALIZED TABLE t\nWITH ('owner' = 'a',\n      'connector' = '{connector}')\n"
+                "AS SELECT 1")
+    assert (err.line, err.column, err.clause) == (3, 7, "WITH")
+    assert err.message == (
+        f"option 'connector' = {connector!r} is not supported: a materialized table is a Hive table of "
+        "the metastore written through the staged commit; name that kind or leave the option out "
+        "(supported: 'staged_hive')")

@@ -203,7 +203,8 @@ def test_create_rejects_bad_definitions_before_touching_anything(tmp_path: Path)
             CreatePeriodicRefreshWorkflow(identifier, DEFINITION, cron_expression="*/5 * * *")
         )
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(WorkflowException, match="not open"):
+    # The first call that needs Airflow reaches it (nothing listens there).
+    with pytest.raises(WorkflowException, match=re.escape("cannot authenticate to Airflow at http://127.0.0.1:1")):
         scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(AirflowRefreshHandler("d", "e")))
 
 
@@ -241,8 +242,10 @@ def test_open_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(WorkflowException, match=r"definitions folder .* does not exist"):
         AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path / "missing").open()
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    scheduler = AirflowWorkflowScheduler(endpoint, tmp_path)
+    scheduler.open()  # the folder exists: Airflow is reached on the first call that needs it
     with pytest.raises(WorkflowException, match=re.escape(f"cannot authenticate to Airflow at {endpoint}")):
-        AirflowWorkflowScheduler(endpoint, tmp_path).open()
+        scheduler.client  # noqa: B018
 
 
 def test_long_table_parameters_are_split_like_spark_schemas() -> None:
@@ -291,3 +294,45 @@ def test_flink_create_workflow_repeatedly_is_refused(tmp_path: Path) -> None:
             f"a refresh workflow for analytics.orders_daily already exists ({existing})")):
         scheduler.create_refresh_workflow(CreatePeriodicRefreshWorkflow(identifier, DEFINITION.lower()))
     assert existing.read_text() == DEFINITION and [p.name for p in tmp_path.iterdir()] == [existing.name]
+
+
+def test_airflow_is_reached_only_after_the_values_are_checked(tmp_path: Path) -> None:
+    """Issue 36: SHOW and SHOW CREATE need only the definitions folder, and a refresh's values are
+    checked against the definition before Airflow is contacted (nothing listens at the endpoint)."""
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+
+    (tmp_path / "analytics__orders_daily.sql").write_text(DEFINITION)
+    identifier = TableIdentifier("analytics", "orders_daily")
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    with AirflowWorkflowScheduler(endpoint, tmp_path) as scheduler:
+        tables = MaterializedTables(scheduler, None)
+        assert [name for name, _ in tables.list()] == [identifier]
+        assert tables.definition(identifier).identifier == identifier
+        with pytest.raises(WorkflowException, match=r"not triggered: invalid value '2024-02-30'"):
+            tables.refresh(identifier, RefreshTrigger(static_partitions={"ds": "2024-02-30"}))
+        unreachable = re.escape(f"cannot authenticate to Airflow at {endpoint}")
+        with pytest.raises(WorkflowException, match=unreachable):
+            tables.refresh(identifier, RefreshTrigger(static_partitions={"ds": "2024-02-28"}))
+
+
+def test_a_change_reaches_airflow_before_it_writes_anything(tmp_path: Path) -> None:
+    """Airflow is reached lazily, but every change begins with it: with Airflow unreachable,
+    CREATE, RESUME WITH (...) and DROP leave the folder, the stored options and the status."""
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+
+    path = tmp_path / "analytics__orders_daily.sql"
+    path.write_text(DEFINITION)
+    set_workflow_options(path, {"compression": "zstd"}, {})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    identifier = TableIdentifier("analytics", "orders_daily")
+    unreachable = re.escape("cannot authenticate to Airflow at http://127.0.0.1:1")
+    with AirflowWorkflowScheduler("http://127.0.0.1:1", tmp_path) as scheduler:
+        tables = MaterializedTables(scheduler, None)
+        for change in (
+            lambda: tables.create(DEFINITION.replace("orders_daily", "orders_hourly")),
+            lambda: tables.resume(identifier, {"compression": "gzip"}),
+            lambda: tables.drop(identifier),
+        ):
+            with pytest.raises(WorkflowException, match=unreachable):
+                change()
+            assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -128,3 +128,47 @@ def test_second_freshness_schedules_every_n_seconds_aligned_to_the_minute(tmp_pa
     times = fire_times(text, tmp_path, datetime(2024, 1, 1, 0, 0, 5), datetime(2024, 1, 1, 0, 1, 30))
     assert [t.in_timezone(ZONE).strftime("%H:%M:%S") for t in times] == [
         "00:00:20", "00:00:40", "00:01:00", "00:01:20"]
+
+
+# testGetPeriodRefreshPartition (Flink) across the changes, from a typed scheduleTime, with the
+# table's cron and without it (a CONTINUOUS table's periodic refresh): Flink's values, checked on
+# a JVM with its formatTimestampStringWithOffset (SimpleDateFormat in the zone, minus the freshness
+# in milliseconds), except where marked.
+@pytest.mark.parametrize("cron", [None, "0 * * * *"])
+@pytest.mark.parametrize(("schedule_time", "expected"), [
+    ("2024-03-10 03:00:00", ("2024-03-10", "01")),  # 02:00 never existed
+    ("2024-03-10 02:30:00", ("2024-03-10", "01")),  # a time that never existed: 03:30 PDT
+    ("2024-03-10 04:00:00", ("2024-03-10", "03")),
+    ("2024-11-03 02:00:00", ("2024-11-03", "01")),
+    # Flink reads a repeated time as its second occurrence and refreshes hour 01 while it is
+    # written again; here it is the first, as Airflow's runs are, and hour 00 has ended.
+    ("2024-11-03 01:30:00", ("2024-11-03", "00")),
+])
+def test_get_period_refresh_partition_across_daylight_saving(
+    schedule_time: str, expected: tuple[str, str], cron: str | None
+) -> None:
+    formatters = {"ds": "%Y-%m-%d", "hr": "%H"}
+    partition = periodic_partition(schedule_time, Freshness(1, "HOUR"), formatters, ZONE, cron)
+    assert partition == dict(zip(formatters, expected, strict=True))
+
+
+@pytest.mark.parametrize("cron", [None, "0 0 * * *"])
+@pytest.mark.parametrize("schedule_time", ["2024-03-11 00:00:00", "2024-11-04 00:00:00"])
+def test_get_period_refresh_partition_a_day_after_daylight_saving_is_the_calendar_day(
+    schedule_time: str, cron: str | None
+) -> None:
+    """Flink subtracts 24 hours: 2024-03-11 00:00 gives 2024-03-09 (the 23-hour day is never
+    refreshed) and 2024-11-04 00:00 gives 2024-11-03 01:00. The day before is refreshed here."""
+    previous = (datetime.fromisoformat(schedule_time) - timedelta(days=1)).strftime("%Y-%m-%d")
+    assert periodic_partition(schedule_time, Freshness(1, "DAY"), {"ds": "%Y-%m-%d"}, ZONE,
+                              cron) == {"ds": previous}
+
+
+def test_refresh_request_with_explicit_schedule_time_across_spring_forward() -> None:
+    """The issue's case end to end: a periodic refresh call at 03:00 on 2024-03-10 in Los
+    Angeles refreshes hour 01, for a FULL table (cron) and a CONTINUOUS one (no cron)."""
+    for mode in ("FULL", "CONTINUOUS"):
+        definition = parse_definition(HOURLY.replace("AS SELECT", f"REFRESH_MODE = {mode}\nAS SELECT"))
+        request = parse_refresh_request({"scheduleTime": "2024-03-10 03:00:00", "isPeriodic": True},
+                                        definition, datetime(2024, 3, 10, 11), ZONE)
+        assert dict(request.partition_spec) == {"ds": "2024-03-10", "hr": "01"}, mode

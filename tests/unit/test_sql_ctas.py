@@ -130,6 +130,13 @@ def test_table_properties(sql: str, properties: dict[str, str]) -> None:
         ("CREATE TABLE t (a INT) AS SELECT 1", "column list"),
         ("CREATE TABLE t USING parquet OPTIONS ('PATH' = '/elsewhere') AS SELECT 1",
          "'PATH' = '/elsewhere'.? in an atomic CTAS of cur.t: the build writes a new version directory"),
+        # Spark's other spellings of the key (unquoted, backticked, without '='), and a second one.
+        ("CREATE TABLE t USING parquet OPTIONS (path '/x') AS SELECT 1", "OPTIONS .'path' = '/x'."),
+        ("CREATE TABLE t USING parquet OPTIONS (`Path` = '/x') AS SELECT 1", "OPTIONS .'Path' = '/x'."),
+        ("CREATE TABLE t USING parquet OPTIONS ('compression' = 'zstd', 'path' = '/x') AS SELECT 1",
+         "OPTIONS .'path' = '/x'."),
+        ("CREATE TABLE t USING parquet OPTIONS ('compression' = 'zstd') LOCATION '/x' AS SELECT 1",
+         "unsupported clause \"LOCATION '/x'\""),
         ("CREATE TABLE other.db.t AS SELECT 1", "catalog 'other'"),
         ("CREATE TABLE `x-y` AS SELECT 1", "invalid table name 'x-y'"),
         ("CREATE TABLE t PARTITIONED BY (`a b`) AS SELECT 1", "invalid partition column 'a b'"),

@@ -31,6 +31,7 @@ from airflow_provider_staged.sql.materialized_statements import (
     ShowCreateMaterializedTable,
     ShowMaterializedTables,
     SuspendMaterializedTable,
+    check_values,
     parse_materialized_statement,
 )
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -345,7 +346,9 @@ def test_freshness_defaults_and_derived_modes_as_flink() -> None:
          re.escape("isn't a partition column. Available partition columns: [].")),
         # The options a Flink definition usually carries: only those honoured here pass.
         ("CREATE MATERIALIZED TABLE t WITH ('connector' = 'filesystem', 'format' = 'json') "
-         "AS SELECT 1", 1, 35, "unknown option 'connector'; supported options: format, "),
+         "AS SELECT 1", 1, 35, "option 'connector' = 'filesystem' is not supported: .*'staged_hive'"),
+        ("CREATE MATERIALIZED TABLE t WITH ('connector' = 'staged_hive', 'format' = 'json') "
+         "AS SELECT 1", 1, 64, "option 'format' = 'json' is not supported.*'parquet'"),
         ("CREATE MATERIALIZED TABLE t WITH ('format' = 'json') AS SELECT 1", 1, 35,
          "option 'format' = 'json' is not supported.*'parquet'"),
         # Flink constructs that cannot be honoured here: named, reported after the syntax.
@@ -663,3 +666,17 @@ def test_mutated_statements_fail_only_with_positioned_errors() -> None:
         except MaterializedStatementError as err:
             lines = text.split("\n")
             assert 1 <= err.line <= len(lines) and 1 <= err.column <= len(lines[err.line - 1]) + 1, text
+
+
+def test_values_the_data_produces_pass_and_flinks_options_are_checked_after_parsing() -> None:
+    """A partition value with a quote, a backslash or a newline is data (its partition can be
+    refreshed); RESUME's options parse as in Flink and are checked after, at the key."""
+    statement = parse("ALTER MATERIALIZED TABLE t REFRESH PARTITION (k = 'it''s\\\n; --')")
+    assert statement == RefreshMaterializedTable(T("default", "t"), {"k": "it's\\\n; --"})
+    check_values(statement)
+    statement = parse("ALTER MATERIALIZED TABLE t RESUME\nWITH ('group.id' = 'g')")
+    with pytest.raises(MaterializedStatementError) as info:
+        check_values(statement)
+    assert (info.value.line, info.value.column) == (2, 7)
+    assert info.value.message.startswith(
+        "ALTER MATERIALIZED TABLE RESUME WITH: dynamicOptions key 'group.id' is not allowed")

@@ -547,3 +547,29 @@ def test_drop_materialized_table_if_exists_names_an_ordinary_table(text: str, me
     s = SqlSession(FakeSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
                    lambda options: contextlib.nullcontext(_NoWorkflows()))
     assert run(s, text).message == message
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "message"),
+    [
+        ("ALTER MATERIALIZED TABLE t REFRESH PARTITION (ds = '')", 52,
+         "invalid value '' for partition column 'ds': expected a non-empty string"),
+        (f"ALTER MATERIALIZED TABLE t REFRESH PARTITION (ds = '2024-01-01', k = '{'é' * 128}')", 70,
+         "of partition column 'k' is 256 bytes long, the metastore stores at most 255"),
+        ("ALTER MATERIALIZED TABLE t REFRESH PARTITION (k = '__HIVE_DEFAULT_PARTITION__')", 51,
+         "it names the partition of null values"),
+        ("ALTER MATERIALIZED TABLE t RESUME WITH ('compression' = 'lzma')", 41,
+         "invalid value 'lzma' for dynamicOptions key 'compression': expected one of none"),
+        ("ALTER MATERIALIZED TABLE t RESUME WITH ('compression' = 'zstd',\n  'group.id' = 'g')", 3,
+         "dynamicOptions key 'group.id' is not allowed; allowed keys: compression"),
+    ],
+)
+def test_alter_values_are_refused_at_the_value_before_airflow_is_reached(
+    text: str, column: int, message: str
+) -> None:
+    """Issue 36: `staged sql` reached Airflow before it checked these (`staged mt refresh` did
+    not); now each is refused where it is written, and nothing is opened."""
+    with pytest.raises(StatementError) as info:
+        run(session(), text)
+    assert (info.value.line, info.value.column) == (text.count("\n") + 1, column), info.value.message
+    assert message in info.value.message

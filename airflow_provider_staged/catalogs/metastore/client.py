@@ -26,6 +26,7 @@ from airflow_provider_staged.catalogs.idle_connections import IdleConnections
 from airflow_provider_staged.catalogs.metastore.locks import AGENT, release_locks, table_lock
 from airflow_provider_staged.catalogs.metastore.tables import without_hive_columns
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError, TableNotFoundError
+from airflow_provider_staged.staging.partition_paths import matches
 from airflow_provider_staged.storage.files import normalize_location
 
 NoSuchObjectException = ttypes.NoSuchObjectException
@@ -357,7 +358,10 @@ class MetastoreClient:
         while values and values[-1] == "":
             values.pop()
         with self._dropped_is_conflict(database, table):
-            return self.thrift.get_partitions_ps(database, table, values, -1)
+            found = self.thrift.get_partitions_ps(database, table, values, -1)
+        # Hive matches the escaped name as a regular expression: a '.' in a value matches any
+        # character ('a.b' also found 'axb', 'a(b' and 'a_b' on Hive 2.3), so keep the spec's own.
+        return [part for part in found if matches(part.values, columns, spec)]
 
     def partitions_named(self, database: str, table: str, names: list[str]) -> list[ttypes.Partition]:
         """The partitions of ``names`` (``col=value/...``, escaped as in their paths) that exist."""

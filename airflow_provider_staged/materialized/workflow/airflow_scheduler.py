@@ -235,10 +235,13 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
-        if self._client is not None:
-            return
+        """Check the definitions folder. Airflow is reached on the first call that needs it
+        (:attr:`client`): a statement or command checks its values, and the ones that only read
+        the definitions (SHOW, SHOW CREATE) run, without it."""
         if not self.definitions_dir.is_dir():
             raise WorkflowException(f"definitions folder {self.definitions_dir} does not exist")
+
+    def _connect(self) -> ApiClient:
         try:
             token = self.token or fetch_token(self.endpoint, self.username, self.password)
         except Exception as err:  # connection refused, bad credentials, ...
@@ -249,7 +252,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         except Exception as err:
             _close(client)
             raise WorkflowException(f"Airflow REST API at {self.endpoint} does not answer: {err}") from err
-        self._client = client
+        return client
 
     def close(self) -> None:
         if self._client is not None:
@@ -262,8 +265,13 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
     @property
     def client(self) -> ApiClient:
         if self._client is None:
-            raise WorkflowException("the workflow scheduler is not open: call open() first")
+            self._client = self._connect()
         return self._client
+
+    def connect(self) -> None:
+        """Reach Airflow now: a change begins with it, so an Airflow that cannot be reached leaves
+        the definitions folder, the stored options and the catalog's status as they were."""
+        self.client  # noqa: B018  (connects on first use)
 
     # -- FLIP-448 operations ----------------------------------------------------------------
     def create_refresh_workflow(self, workflow: CreateRefreshWorkflow) -> AirflowRefreshHandler:
@@ -280,6 +288,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         if existing is not None:
             raise WorkflowException(f"a refresh workflow for {identifier} already exists ({existing})")
         handler = AirflowRefreshHandler(dag_id, self.endpoint)
+        self.connect()
         set_workflow_options(path, workflow.dynamic_options, workflow.execution_config)
         write_text_atomically(path, text)
         try:
@@ -298,6 +307,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         if isinstance(workflow, SuspendRefreshWorkflow):
             self._set_paused(handler, True)
         elif isinstance(workflow, ResumeRefreshWorkflow):
+            self.connect()  # the other changes read the DAG before they write
             if workflow.dynamic_options or workflow.execution_config:
                 set_workflow_options(
                     self._required_file(handler),

@@ -286,6 +286,7 @@ class MaterializedTables:
         checkpoint is deleted with the workflow.
         """
         handler, path = self._locate(identifier)
+        self.scheduler.connect()  # the status is forgotten only once Airflow can delete the workflow
         continuous = _is_continuous(path)
         if continuous:
             self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))

@@ -61,7 +61,12 @@ from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.partition_paths import matches, partition_path, partition_values
+from airflow_provider_staged.staging.partition_paths import (
+    matches,
+    partition_path,
+    partition_values,
+    unstorable,
+)
 from airflow_provider_staged.staging.partition_ttl import (
     NEXT_EXPIRY_KEY,
     UPDATED_AT_KEY,
@@ -455,6 +460,12 @@ class HivePartitionStagedTable(HiveStagedTable):
     def _targets(self, manifest: Manifest, existing: Sequence[tuple[str, ...]]) -> set[tuple[str, ...]]:
         """The partitions the refresh writes plus the existing ones inside its spec (emptied)."""
         written = self._written(manifest)
+        # Values the query produced: named here, before any catalog change, not by the metastore's
+        # failure halfway through registering them.
+        for values in sorted(written):
+            why = unstorable(self.partition_columns, values)
+            if why:
+                raise StagingError(f"refresh of {self.target} cannot commit: {why}")
         outside = [v for v in written if not self._inside(v)]
         if outside:
             raise StagingError(
