@@ -392,6 +392,33 @@ class HivePartitionStagedTable(HiveStagedTable):
         changed.parameters = wanted
         return changed
 
+    def replaced_parts(self) -> dict[str, str]:
+        """The partitions inside the spec that readers read now (those this attempt registered
+        at the empty placeholder hold nothing yet, and are left out)."""
+        with self._client() as client:
+            table = client.get_table(self.identifier.database, self.identifier.table)
+            if table is None:
+                return {}
+            if tracks_partitions(table):
+                found = {tuple(p.values): p.sd.location for p in self._inside_spec(client, table)}
+            else:
+                discovered = discovered_partitions(current_location(table), self.partition_columns)
+                found = {values: location for values, location in discovered.items() if self._inside(values)}
+        return {
+            partition_path(self.partition_columns, values): normalize_location(location)
+            for values, location in found.items()
+            if normalize_location(location).rpartition("/")[2] != EMPTY_DIR_NAME
+        }
+
+    def written_parts(self, manifest: Manifest) -> dict[str, int]:
+        rows: dict[str, int] = {}
+        for item in manifest.files:
+            values = partition_values(item.path, self.partition_columns)
+            if values is not None:
+                part = partition_path(self.partition_columns, values)
+                rows[part] = rows.get(part, 0) + item.rows
+        return rows
+
     def is_published(self, record: AttemptRecord) -> bool:
         mine = normalize_location(record.location)
         with self._client() as client:

@@ -88,6 +88,7 @@ class HiveStagedTable(JournaledStagedTable):
     """An atomic CTAS/RTAS target in a Hive Metastore (Spark Parquet data-source table)."""
 
     kind = "hive_table"
+    supports_audits = True
 
     def __init__(
         self,
@@ -251,6 +252,26 @@ class HiveStagedTable(JournaledStagedTable):
         with self._client() as client:
             table = client.get_table(self.identifier.database, self.identifier.table)
         return is_version(table, record.location)
+
+    def replaced_parts(self) -> dict[str, str]:
+        with self._client() as client:
+            table = client.get_table(self.identifier.database, self.identifier.table)
+        return {} if table is None else {"": normalize_location(current_location(table))}
+
+    def recorded_rows(self, location: str) -> int | None:
+        """From the manifest of the attempt that wrote the version directory holding ``location``
+        (rows of the files under it, for a partition's directory). Rows a sink appended to a
+        version since are not counted."""
+        version = _version_dir(location)
+        attempt_id = parse_version_dir(version.rpartition("/")[2])
+        record = self.journal.get(attempt_id) if attempt_id else None
+        if record is None or not record.manifest:
+            return None
+        manifest = Manifest.from_dict(record.manifest)
+        inside = normalize_location(location)[len(version):].strip("/")
+        if not inside or manifest.rows is None:
+            return manifest.rows
+        return sum(item.rows for item in manifest.files if item.path.startswith(inside + "/"))
 
     def missing_files(self, record: AttemptRecord) -> list[str]:
         if self.kind not in FILES_IN_LOCATION_KINDS:
