@@ -180,3 +180,19 @@ def test_expectation_objects_pass_through() -> None:
     given = RowExpectation("a", "x > 0")
     suite = coerce_audits([given, {"kind": "table", "name": "n", "condition": "COUNT(*) > 0"}])
     assert suite.expectations == (given, Expectation("n", "table", Mode.FAIL, "COUNT(*) > 0"))
+
+
+def test_operator_checks_audits_when_the_dag_file_is_parsed() -> None:
+    from airflow_provider_staged.airflow.operators.staged_table import StagedCreateTableAsOperator
+
+    operator = StagedCreateTableAsOperator(
+        task_id="t", target="db.t", sql="SELECT 1 AS id", outlets=[],  # no connection to name its asset
+        audits=[unique("id"), {"checks": {"rows": {"check_statement": "COUNT(*) > 0"}}, "mode": "warn"}],
+    )
+    assert [item["name"] for item in operator.audits] == ["id_unique", "rows"]
+    with pytest.raises(AuditError, match=r"audit 'ids': not a boolean expression .* at line 1, column 1"):
+        StagedCreateTableAsOperator(task_id="t", target="db.t", sql="SELECT 1",
+                                    audits=[{"checks": {"ids": {"check_statement": "id + 1"}}}])
+    with pytest.raises(ValueError, match="audits are for Hive targets"):
+        StagedCreateTableAsOperator(task_id="t", target="jdbc://pg/public.t", sql="SELECT 1",
+                                    audits=[unique("id")])
