@@ -272,6 +272,13 @@ class JournaledStagedTable(StagedTable):
         # The declared audits as journaled at begin: an attempt rebuilt from its record audits alike.
         suite = AuditSuite.from_list(record.audits["declared"])
         manifest = Manifest.from_dict(record.manifest or {})
+        reported = {item["name"] for item in manifest.audits}
+        missing = [e.name for e in suite.expectations if e.kind != "change" and e.name not in reported]
+        if missing:
+            # A job that ran none of them (an older package on the cluster) must not publish unaudited.
+            raise StagingError(
+                f"the Spark job reported no result for audit(s) {missing} of {self.target}: not published"
+            )
         replaced = self.replaced_parts()
         previous = {part: self.recorded_rows(location) for part, location in replaced.items()}
         results = [AuditResult.from_dict(item) for item in manifest.audits]

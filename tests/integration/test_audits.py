@@ -262,3 +262,17 @@ def test_declared_audits_are_journaled_at_begin(metastore, journal, target):
     with pytest.raises(StagingError, match="has audits that were not recorded: cannot commit"):
         staged.commit()
     staged.abort("test over")
+
+
+def test_a_job_that_ran_no_audit_is_not_published(spark, metastore, journal, target):
+    """A Spark job that ignores the audits (an older package on a cluster) reports none: the
+    attempt fails and is aborted, never published unaudited."""
+    staged = audited(staged_table(metastore, journal, target, "create"), RowExpectation("pos", "amount >= 0"))
+
+    def unaudited_job(spec):
+        return run_staged_write(spark, SQL_V1, {key: value for key, value in spec.items() if key != "audits"})
+
+    with pytest.raises(StagingError, match=r"reported no result for audit\(s\) \['pos'\]"):
+        run_attempt(staged, unaudited_job, ttl_seconds=600)
+    assert journal.require(staged.attempt_id).state is AttemptState.ABORTED
+    assert not spark.catalog.tableExists(target)
