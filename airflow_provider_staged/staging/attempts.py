@@ -77,9 +77,7 @@ class JournaledStagedTable(StagedTable):
     """A ``StagedTable`` whose every transition is recorded in an ``AttemptJournal``."""
 
     kind: ClassVar[str]
-    # Whether this kind's write runs audits (``run_staged_write``'s Parquet writer); the builder
-    # sets ``audits`` after construction.
-    supports_audits: ClassVar[bool] = False
+    # The audits of the build (``staging.audits``); its builder sets them after construction.
     audits: AuditSuite = AuditSuite()
 
     def __init__(
@@ -172,6 +170,10 @@ class JournaledStagedTable(StagedTable):
     def after_commit(self, record: AttemptRecord) -> None:
         """Housekeeping after a commit (retention); errors are logged, never raised."""
 
+    def supports_audits(self) -> bool:
+        """Whether this kind's write runs audits (``run_staged_write``'s Parquet writer)."""
+        return False
+
     def replaced_parts(self) -> dict[str, str]:
         """What a commit would replace now, part -> location ("" for a whole table, a partition
         path for a partition refresh; empty when nothing): the audit's change baseline, and what
@@ -215,7 +217,7 @@ class JournaledStagedTable(StagedTable):
         self.check_target()
         if self.skipped:
             return
-        if self.audits and not self.supports_audits:
+        if self.audits and not self.supports_audits():
             raise StagingError(f"audits are not supported on {self.kind} targets ({self.target}) yet")
         record = AttemptRecord(
             attempt_id=self.attempt_id,

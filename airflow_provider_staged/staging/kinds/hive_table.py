@@ -88,7 +88,6 @@ class HiveStagedTable(JournaledStagedTable):
     """An atomic CTAS/RTAS target in a Hive Metastore (Spark Parquet data-source table)."""
 
     kind = "hive_table"
-    supports_audits = True
 
     def __init__(
         self,
@@ -252,6 +251,9 @@ class HiveStagedTable(JournaledStagedTable):
         with self._client() as client:
             table = client.get_table(self.identifier.database, self.identifier.table)
         return is_version(table, record.location)
+
+    def supports_audits(self) -> bool:
+        return self.kind in FILES_IN_LOCATION_KINDS  # the kinds the Spark job writes alone
 
     def replaced_parts(self) -> dict[str, str]:
         with self._client() as client:
