@@ -33,9 +33,10 @@ from sqlglot.tokens import TokenType
 
 from airflow_provider_staged.staging.errors import StagingError
 
-# Sample rows kept per failed audit, and the characters kept of each value: enough for a person
+# Sample rows kept per failed audit, the columns and the characters kept of each value: enough for a person
 # to recognise the problem, small enough for a journal record and a task log.
 SAMPLE_ROWS = 5
+SAMPLE_COLUMNS = 20
 SAMPLE_VALUE_CHARS = 120
 
 
@@ -448,8 +449,9 @@ class AuditResult:
 
 
 def sample_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A sample row as journaled: values as short text."""
-    return {key: None if value is None else str(value)[:SAMPLE_VALUE_CHARS] for key, value in row.items()}
+    """A sample row as journaled: its first columns, values as short text."""
+    kept = list(row.items())[:SAMPLE_COLUMNS]
+    return {key: None if value is None else str(value)[:SAMPLE_VALUE_CHARS] for key, value in kept}
 
 
 def row_results(

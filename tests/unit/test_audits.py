@@ -196,3 +196,12 @@ def test_operator_checks_audits_when_the_dag_file_is_parsed() -> None:
     with pytest.raises(ValueError, match="audits are for Hive targets"):
         StagedCreateTableAsOperator(task_id="t", target="jdbc://pg/public.t", sql="SELECT 1",
                                     audits=[unique("id")])
+
+
+def test_sample_rows_are_kept_small() -> None:
+    from airflow_provider_staged.staging.audits import SAMPLE_COLUMNS, SAMPLE_VALUE_CHARS, sample_row
+
+    row = {f"c{i}": "x" * 1000 for i in range(50)} | {"c0": None}
+    sample = sample_row(row)
+    assert len(sample) == SAMPLE_COLUMNS and sample["c0"] is None
+    assert all(len(value) == SAMPLE_VALUE_CHARS for value in list(sample.values())[1:])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import conf
+from airflow.providers.common.compat.sdk import AirflowFailException, conf
 from airflow.sdk import Asset, Context
 
 from airflow_provider_staged.airflow.callbacks import task_ref
@@ -23,7 +23,7 @@ from airflow_provider_staged.engine.execution import execute_staged
 from airflow_provider_staged.engine.runners import check_engine, make_engine
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.audits import AuditSuite, Expectation, coerce_audits
+from airflow_provider_staged.staging.audits import AuditFailedError, AuditSuite, Expectation, coerce_audits
 from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
 from airflow_provider_staged.staging.manifest import Manifest
@@ -165,14 +165,18 @@ class StagedCreateTableAsOperator(StagedAttemptOperator):
         else:
             sink = resolve_sink(self.target, settings, task, self.jdbc_options, self.staged_conn_id)
             self._staged = sink.apply_staging(StagingContext(purpose))
-        manifest = execute_staged(
-            self._staged,
-            self._engine,
-            self.sql,
-            {"partition_by": self.partition_by},
-            settings.attempt_ttl_seconds,
-            self._killed,
-        )
+        try:
+            manifest = execute_staged(
+                self._staged,
+                self._engine,
+                self.sql,
+                {"partition_by": self.partition_by},
+                settings.attempt_ttl_seconds,
+                self._killed,
+            )
+        except AuditFailedError as failed:
+            # The same data fails the same audits again: a retry would only quarantine another copy.
+            raise AirflowFailException(str(failed)) from failed
         if manifest is None:
             return {"target": self.target, "skipped": True}
         return self._report(context, self._staged, manifest)
