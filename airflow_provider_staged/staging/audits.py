@@ -215,9 +215,17 @@ def _is_boolean(node: exp.Expression) -> bool:
         node = node.this
     if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.Column)):
         return True  # a bare column: a boolean column (Spark refuses any other at the write)
-    return (isinstance(node, exp.Func) and node.sql_name().lower() in _BOOLEAN_CALLS) or (
-        isinstance(node, exp.Anonymous) and str(node.this).lower() in _BOOLEAN_CALLS
-    )
+    # Conditionals and COALESCE are boolean when every value they may return is.
+    if isinstance(node, exp.Case):
+        branches = [branch.args.get("true") for branch in node.args.get("ifs") or []]
+        return all(_is_boolean(b) for b in [*branches, node.args.get("default")] if b is not None)
+    if isinstance(node, exp.If):
+        return all(_is_boolean(b) for b in (node.args.get("true"), node.args.get("false")) if b is not None)
+    if isinstance(node, exp.Coalesce):
+        return all(_is_boolean(b) for b in [node.this, *node.expressions])
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower() in _BOOLEAN_CALLS
+    return isinstance(node, exp.Func) and node.sql_name().lower().replace("_", "") in _BOOLEAN_CALLS
 
 
 def _columns(text: str) -> list[tuple[str, int]]:

@@ -29,6 +29,7 @@ from airflow_provider_staged.staging.audits import (
         (lambda: RowExpectation("two", "a > 1; DROP TABLE t"), "audit 'two': one expression expected, not "
          "several statements at line 1, column 6"),
         (lambda: RowExpectation("arith", "amount + 1"), "audit 'arith': not a boolean expression"),
+        (lambda: RowExpectation("case", "CASE WHEN a > 1 THEN 1 ELSE 0 END"), "audit 'case': not a boolean"),
         (lambda: RowExpectation("sub", "a IN (SELECT id FROM t)"), "audit 'sub': a subquery or statement is "
          "not allowed in an expectation at line 1, column 7"),
         (lambda: RowExpectation("agg", "COUNT(*) > 0"), "audit 'agg': an aggregate is not allowed in a row"),
@@ -51,7 +52,9 @@ def test_bad_expectations_are_refused_naming_the_audit_and_position(make, messag
 @pytest.mark.parametrize(
     "condition",
     ["amount >= 0", "id IS NOT NULL", "(a > 1) OR NOT b", "status IN ('a', 'b')", "isnotnull(id)",
-     "x BETWEEN 1 AND 2", "name LIKE 'a%'", "flag", "exists(tags, t -> t = 'x')"],
+     "x BETWEEN 1 AND 2", "name LIKE 'a%'", "flag", "exists(tags, t -> t = 'x')",
+     "CASE WHEN kind = 'a' THEN amount > 0 ELSE TRUE END", "IF(a > 1, b < 2, FALSE)",
+     "coalesce(a > 1, FALSE)", "startswith(s, 'x')", "s RLIKE '^[a-z]+$'"],
 )
 def test_boolean_row_expressions_are_accepted(condition: str) -> None:
     assert RowExpectation("ok", condition).condition == condition
