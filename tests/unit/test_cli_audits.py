@@ -78,3 +78,15 @@ def test_commits_of_other_partitions_do_not_count_as_moved_on(settings: StagedSe
                    partition("c3", "d1", AttemptState.COMMITTED)):
         settings.journal.create(record)
     assert [r.attempt_id for r in newer_commits(settings, quarantined)] == ["c3"]
+
+
+def test_attempts_shows_the_audit_verdict(settings: StagedSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from airflow_provider_staged.cli import main
+
+    monkeypatch.setattr(main, "connection_settings", lambda conn: settings)
+    _quarantined(settings.journal, "q1", 100.0)
+    result = CliRunner().invoke(app, ["attempts", "--output", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["outcome"] == "WRITTEN (audits: quarantined)"
