@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, is_quarantined, run_attempt
 from airflow_provider_staged.staging.audits import (
@@ -165,6 +166,14 @@ def test_partition_refresh_fail_drop_and_warn(spark, metastore, journal, target)
                             "FROM range(2)")
     assert rows(spark, target) == before
     assert is_quarantined(journal.require(failing.attempt_id))
+    # A quarantined refresh of a new partition leaves the catalog as it was (nothing registered).
+    new_day = partitions(metastore, journal, target, {}, RowExpectation("big", "amount >= 100"))
+    with pytest.raises(AuditFailedError, match="big"):
+        run(spark, new_day, "SELECT id, IF(id < 0, NULL, CAST(id AS INT)) AS amount, 'd2' AS ds "
+                            "FROM range(3)")
+    database, table = target.split(".")
+    with MetastoreClient(metastore.uri) as client:
+        assert sorted(tuple(p.values) for p in client.partitions(database, table)) == [("d0",), ("d1",)]
     # d0: rows with a negative or NULL amount are dropped, amounts of 8 and more warned about.
     dropping = partitions(metastore, journal, target, {"ds": "d0"},
                           RowExpectation("non_negative", "amount >= 0", "drop"),

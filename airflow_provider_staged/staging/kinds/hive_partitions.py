@@ -55,6 +55,7 @@ from airflow_provider_staged.catalogs.metastore.tables import (
     tracks_partitions,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.audits import AuditResult
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.faults import fault_point
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -157,6 +158,16 @@ class HivePartitionStagedTable(HiveStagedTable):
 
     def written(self, manifest: Manifest | dict[str, Any]) -> None:
         super().written(manifest)
+        if not self.audits:
+            self._prepare_commit()
+
+    def audit(self) -> list[AuditResult]:
+        results = super().audit()  # raises for a quarantined version: it registers nothing
+        if self.audits:
+            self._prepare_commit()
+        return results
+
+    def _prepare_commit(self) -> None:
         # A create-only purpose must fail on a table made meanwhile: its commit decides that.
         if not self.skipped and self.prepares_switch and self.purpose.replaces:
             # Under the attempt's journal lock, as every section of an attempt that holds the
