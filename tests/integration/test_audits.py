@@ -152,7 +152,7 @@ def partitions(metastore, journal, target, spec, *audits) -> HivePartitionStaged
     return audited(staged, *audits)
 
 
-def test_partition_refresh_fail_drop_and_warn(spark, metastore, journal, target):
+def test_partition_refresh_fail_drop_warn_and_publish(spark, metastore, journal, target, settings):
     # Every build's columns have the same nullability: a refresh whose schema differs from the
     # table's in nullability alone is refused (``switched_schema``).
     build(spark, partitions(metastore, journal, target, {}),
@@ -191,6 +191,9 @@ def test_partition_refresh_fail_drop_and_warn(spark, metastore, journal, target)
     assert found["small"]["samples"] == [{"id": "10", "amount": "8", "ds": "d0"},
                                          {"id": "11", "amount": "9", "ds": "d0"}]
     assert found["no_shrink"]["passed"]  # d0: 10 -> 9 rows
+    # The d0 commit did not touch d1: the quarantined d1 refresh may still be published.
+    publish_anyway(settings, failing.attempt_id)
+    assert [r for r in rows(spark, target) if r[2] == "d1"] == [(0, 0, "d1"), (1, 1, "d1")]
 
 
 def test_publish_anyway_and_refusal_when_the_table_moved_on(spark, metastore, journal, target, settings):
