@@ -333,24 +333,49 @@ def _bound_condition(measure: str, bounds: Mapping[str, Any], where: str) -> str
     return " AND ".join(parts)
 
 
+def _clause(name: str, *clauses: str | None) -> str | None:
+    """The provider's operator-wide and per-check ``partition_clause`` ANDed (None: neither),
+    each checked as a row condition."""
+    given = [clause for clause in clauses if clause]
+    for clause in given:
+        check_expression(name, clause, aggregate=False)
+    return " AND ".join(f"({clause})" for clause in given) or None
+
+
+def _filtered(text: str, clause: str | None) -> str:
+    """``text`` with every aggregate counting only the rows where ``clause`` holds (``FILTER
+    (WHERE ...)``): the provider's WHERE of the checked query, on the staged version."""
+    if clause is None:
+        return text
+    where = sqlglot.parse_one(clause, read="spark")
+
+    def filtered(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Filter):
+            return exp.Filter(this=node.copy(), expression=exp.Where(this=where.copy()))
+        return node
+
+    return sqlglot.parse_one(text, read="spark").transform(filtered).sql(dialect="spark")
+
+
 def from_column_mapping(
     column_mapping: Mapping[str, Mapping[str, Mapping[str, Any]]],
     mode: Mode | str = Mode.FAIL,
     accept_none: bool = True,
+    partition_clause: str | None = None,
 ) -> list[Expectation]:
-    """``SQLColumnCheckOperator(column_mapping=...)`` as table expectations named
-    ``<column>.<check>`` (its result names); ``accept_none`` as there: a NULL result counts as 0."""
+    """``SQLColumnCheckOperator(column_mapping=..., partition_clause=...)`` as table expectations
+    named ``<column>.<check>`` (its result names); ``accept_none`` as there: a NULL result counts
+    as 0; a partition clause (the operator's and the check's) filters the rows measured."""
     found = []
     for column, checks in column_mapping.items():
-        for check, bounds in checks.items():
+        for check, options in checks.items():
             name = f"{column}.{check}"
             if check not in _COLUMN_CHECKS:
                 known = sorted(_COLUMN_CHECKS)
                 raise AuditError(f"audit {name!r}: unknown column check {check!r} (known: {known})")
-            if "partition_clause" in bounds:
-                raise AuditError(f"audit {name!r}: partition_clause is not supported on a staged "
-                                 "version (write a table expectation with FILTER (WHERE ...))")
-            measure = _COLUMN_CHECKS[check].format(column=column)
+            bounds = {key: value for key, value in options.items() if key != "partition_clause"}
+            clause = _clause(name, partition_clause, options.get("partition_clause"))
+            measure = _filtered(_COLUMN_CHECKS[check].format(column=column), clause)
             compared = f"COALESCE({measure}, 0)" if accept_none else measure
             found.append(TableExpectation(name, _bound_condition(compared, bounds, f"audit {name!r}"), mode,
                                           measure=measure))
@@ -358,21 +383,25 @@ def from_column_mapping(
 
 
 def from_table_checks(
-    checks: Mapping[str, Mapping[str, Any]], mode: Mode | str = Mode.FAIL
+    checks: Mapping[str, Mapping[str, Any]], mode: Mode | str = Mode.FAIL, partition_clause: str | None = None
 ) -> list[Expectation]:
-    """``SQLTableCheckOperator(checks=...)``: a ``check_statement`` with an aggregate is a table
-    expectation; one without is checked on every row (a row expectation: the provider's
-    ``MIN(CASE WHEN statement THEN 1 ELSE 0 END) = 1``; an empty version passes it here)."""
+    """``SQLTableCheckOperator(checks=..., partition_clause=...)``: a ``check_statement`` with an
+    aggregate is a table expectation; one without is checked on every row (a row expectation: the
+    provider's ``MIN(CASE WHEN statement THEN 1 ELSE 0 END) = 1``; an empty version passes it
+    here). A partition clause limits either to the rows where it holds."""
     found = []
     for name, check in checks.items():
-        unknown = sorted(set(check) - {"check_statement"})
+        unknown = sorted(set(check) - {"check_statement", "partition_clause"})
         if unknown or "check_statement" not in check:
-            raise AuditError(f"audit {name!r}: a table check is {{'check_statement': ...}} "
-                             f"(partition_clause is not supported), got {sorted(check)}")
+            raise AuditError(f"audit {name!r}: a table check is {{'check_statement': ..., "
+                             f"'partition_clause': ...}}, got {sorted(check)}")
         statement = str(check["check_statement"])
+        clause = _clause(name, partition_clause, check.get("partition_clause"))
         tree = _parse(name, statement)
         if any(True for _ in tree.find_all(exp.AggFunc)):
-            found.append(TableExpectation(name, statement, mode))
+            found.append(TableExpectation(name, _filtered(statement, clause), mode))
+        elif clause is not None:
+            found.append(RowExpectation(name, f"CASE WHEN {clause} THEN ({statement}) ELSE TRUE END", mode))
         else:
             found.append(RowExpectation(name, statement, mode))
     return found
@@ -381,7 +410,8 @@ def from_table_checks(
 def coerce_audits(items: Iterable[Expectation | Mapping[str, Any]] | None) -> AuditSuite:
     """The audits an operator is given: :class:`Expectation` objects, the common SQL provider's
     ``{"column_mapping": {...}}`` (with optional ``accept_none``) or ``{"checks": {...}}``, each
-    with an optional ``mode``; or an expectation's own dict (``kind``, ``name``, ...)."""
+    with an optional ``partition_clause`` and ``mode``; or an expectation's own dict (``kind``,
+    ``name``, ...)."""
     found: list[Expectation] = []
     for item in items or []:
         if isinstance(item, Expectation):
@@ -393,13 +423,13 @@ def coerce_audits(items: Iterable[Expectation | Mapping[str, Any]] | None) -> Au
         mode = data.pop("mode", Mode.FAIL)
         if "column_mapping" in data:
             accept_none = bool(data.pop("accept_none", True))
-            mapping = data.pop("column_mapping")
+            mapping, clause = data.pop("column_mapping"), data.pop("partition_clause", None)
             _no_rest(data, "column_mapping")
-            found += from_column_mapping(mapping, mode, accept_none)
+            found += from_column_mapping(mapping, mode, accept_none, clause)
         elif "checks" in data:
-            checks = data.pop("checks")
+            checks, clause = data.pop("checks"), data.pop("partition_clause", None)
             _no_rest(data, "checks")
-            found += from_table_checks(checks, mode)
+            found += from_table_checks(checks, mode, clause)
         elif "kind" in data:
             found.append(Expectation.from_dict({**data, "mode": mode}))
         else:
@@ -409,8 +439,8 @@ def coerce_audits(items: Iterable[Expectation | Mapping[str, Any]] | None) -> Au
 
 def _no_rest(data: Mapping[str, Any], what: str) -> None:
     if data:
-        raise AuditError(f"unknown key(s) {sorted(data)} beside {what!r} (partition_clause, table and "
-                         "conn_id do not apply: the audit reads the staged version)")
+        raise AuditError(f"unknown key(s) {sorted(data)} beside {what!r} (table and conn_id do not "
+                         "apply: the audit reads the staged version)")
 
 
 # -- results ----------------------------------------------------------------------------------

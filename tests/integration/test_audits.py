@@ -123,6 +123,11 @@ def test_whole_table_drop_and_warn_publish_and_report(spark, metastore, journal,
         unique("id"),
         RowCountChange("no_shrink", 0.5),
         {"column_mapping": {"amount": {"min": {"geq_to": 0}}}, "mode": "warn"},
+        # Partition clauses (FILTER (WHERE ...) on the aggregates, CASE on a row check).
+        {"column_mapping": {"amount": {"max": {"leq_to": 5, "partition_clause": "id < 11"}},
+                            "id": {"unique_check": {"equal_to": 0}}}, "partition_clause": "amount >= 0"},
+        {"checks": {"big_labelled": {"check_statement": "label IS NOT NULL",
+                                     "partition_clause": "amount > 5"}}},
     )
     manifest = run(spark, staged, SQL_V2)
     expected = sorted((i, i - 5, None if i == 7 else f"v2-{i}") for i in range(5, 20))
@@ -137,6 +142,9 @@ def test_whole_table_drop_and_warn_publish_and_report(spark, metastore, journal,
     assert (found["id_unique"]["passed"], found["id_unique"]["value"]) == (True, 0)
     assert found["no_shrink"]["passed"]  # 15 rows against the 10 that v1 recorded
     assert (found["amount.min"]["passed"], found["amount.min"]["value"]) == (True, 0)
+    assert (found["amount.max"]["passed"], found["amount.max"]["value"]) == (True, 5)  # 14 over all rows
+    assert (found["id.unique_check"]["passed"], found["id.unique_check"]["value"]) == (True, 0)
+    assert (found["big_labelled"]["passed"], found["big_labelled"]["failing"]) == (True, 0)  # id 7: amount 2
 
 
 def test_change_audit_fails_when_rows_drop_below_the_recorded_fraction(spark, metastore, journal, target):

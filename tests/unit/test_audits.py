@@ -121,12 +121,29 @@ def test_column_mapping_equal_to_with_tolerance_and_accept_none_false() -> None:
         ({"id": {"min": {"equal_to": 1, "geq_to": 0}}}, "equal_to cannot be passed"),
         ({"id": {"min": {"greater_than": 1, "geq_to": 0}}}, "one lower and one upper bound"),
         ({"d": {"min": {"geq_to": "2024-01-01", "tolerance": 0.1}}}, "a tolerance needs numeric bounds"),
-        ({"id": {"min": {"geq_to": 0, "partition_clause": "x > 1"}}}, "partition_clause is not supported"),
+        ({"id": {"min": {"geq_to": 0, "partition_clause": "COUNT(x) > 1"}}}, "audit 'id.min': an aggregate"),
     ],
 )
 def test_bad_column_mapping_is_refused(mapping, message) -> None:
     with pytest.raises(AuditError, match=message):
         coerce_audits([{"column_mapping": mapping}])
+
+
+def test_partition_clauses_filter_what_is_measured() -> None:
+    suite = coerce_audits([
+        {"column_mapping": {"id": {"unique_check": {"equal_to": 0, "partition_clause": "id > 0"}}},
+         "partition_clause": "ds = '2024-01-01'"},
+        {"checks": {"rows": {"check_statement": "COUNT(*) > 3"},
+                    "sums": {"check_statement": "a < b", "partition_clause": "a IS NOT NULL"}},
+         "partition_clause": "ds = '2024-01-01'"},
+    ])
+    by_name = {e.name: e for e in suite.expectations}
+    where = "FILTER(WHERE (ds = '2024-01-01') AND (id > 0))"
+    assert by_name["id.unique_check"].measure == f"COUNT(id) {where} - COUNT(DISTINCT (id)) {where}"
+    assert by_name["rows"].condition == "COUNT(*) FILTER(WHERE (ds = '2024-01-01')) > 3"
+    assert by_name["sums"].kind == "row"
+    assert by_name["sums"].condition == (
+        "CASE WHEN (ds = '2024-01-01') AND (a IS NOT NULL) THEN (a < b) ELSE TRUE END")
 
 
 def test_table_checks_split_into_table_and_row_expectations() -> None:
