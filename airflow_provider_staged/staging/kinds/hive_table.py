@@ -443,7 +443,9 @@ def superseded_times(records: list[AttemptRecord], now: float) -> tuple[dict[str
             restored_at[location] = max(restored_at.get(location, 0.0), r.updated_at)
     # A rollback made the version current again after its recorded end: its end since is unknown.
     named = {location: at for location, at in superseded_at.items() if at > restored_at.get(location, 0.0)}
-    if any(not r.state.ended for r in records):
+    # A quarantined attempt switched nothing (``staged publish`` journals another verdict before
+    # it commits): it would otherwise hold back this retention for its whole quarantine.
+    if any(not r.state.ended and (r.audits or {}).get("verdict") != "quarantined" for r in records):
         return named, now
     return named, max((r.updated_at for r in commits), default=now)
 
