@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
     from pyspark.sql.types import StructType
 
-# The observed metric of the rows the drop expectations removed (not an audit name: those
-# cannot contain a space).
-_DROPPED = "dropped rows"
+# Observed metrics are named by position (an audit's name may hold anything): ``r<i>`` for the
+# i-th row expectation, and the rows the drop expectations removed.
+_DROPPED = "dropped"
 
 
 def _holds(condition: str) -> Column:
@@ -54,13 +54,14 @@ def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observa
     def violations(holds: Column, name: str) -> Column:
         return F.coalesce(F.sum(F.when(holds, 0).otherwise(1)), F.lit(0)).alias(name)
 
-    holds = {e.name: _holds(e.condition) for e in rows}
-    drops = [holds[e.name] for e in rows if e.mode is Mode.DROP]
-    metrics = [violations(holds[e.name], e.name) for e in rows]
+    holds = [_holds(e.condition) for e in rows]
+    drops = [held for held, e in zip(holds, rows, strict=True) if e.mode is Mode.DROP]
+    metrics = [violations(held, f"r{index}") for index, held in enumerate(holds)]
     kept = reduce(lambda a, b: a & b, drops) if drops else None
     if kept is not None:
         metrics.append(violations(kept, _DROPPED))
-    observation = Observation("staged_audits")
+    # Unnamed: a unique name, so that concurrent builds on one session never read each other's.
+    observation = Observation()
     observed = df.observe(observation, *metrics)
     return (observed if kept is None else observed.filter(kept)), observation
 
@@ -70,9 +71,10 @@ def audit_staged(
 ) -> tuple[list[dict[str, Any]], int]:
     """The job's audit results (row and table expectations) and the rows dropped, once ``df``
     was written at ``location`` with ``schema``."""
-    counts = dict(observation.get) if observation is not None else {}
-    dropped = int(counts.pop(_DROPPED, 0) or 0)
+    observed = dict(observation.get) if observation is not None else {}
+    dropped = int(observed.pop(_DROPPED, 0) or 0)
     rows = suite.of_kind("row")
+    counts = {e.name: int(observed.get(f"r{index}") or 0) for index, e in enumerate(rows)}
     tables = suite.of_kind("table")
     staged = None
     if tables or any(counts.get(e.name) for e in rows if e.mode is not Mode.DROP):
@@ -92,7 +94,7 @@ def audit_staged(
             columns.append((F.expr(e.measure) if e.measure else F.lit(None)).alias(f"m{index}"))
         row = staged.agg(*columns).first()
         values = {e.name: (row[f"c{i}"], _plain(row[f"m{i}"])) for i, e in enumerate(tables)}
-    results = row_results(rows, {name: int(value or 0) for name, value in counts.items()}, samples)
+    results = row_results(rows, counts, samples)
     results += table_results(tables, values)
     return [result.to_dict() for result in results], dropped
 

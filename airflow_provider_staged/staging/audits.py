@@ -81,8 +81,8 @@ class Expectation:
     min_ratio: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("_", "").replace("-", "").replace(".", "").isalnum():
-            raise AuditError(f"invalid audit name {self.name!r}: letters, digits, '_', '-' and '.'")
+        if not self.name.strip() or len(self.name) > 128 or not self.name.isprintable():
+            raise AuditError(f"invalid audit name {self.name!r}: 1 to 128 printable characters")
         object.__setattr__(self, "mode", Mode.parse(self.mode, self.name))
         if self.kind not in ("row", "table", "change"):
             raise AuditError(f"audit {self.name!r}: unknown kind {self.kind!r}")

@@ -119,7 +119,7 @@ def test_whole_table_drop_and_warn_publish_and_report(spark, metastore, journal,
     staged = audited(
         staged_table(metastore, journal, target, "replace"),
         RowExpectation("non_negative", "amount >= 0", "drop"),
-        RowExpectation("labelled", "label IS NOT NULL", "warn"),
+        RowExpectation("label present", "label IS NOT NULL", "warn"),  # any printable name
         unique("id"),
         RowCountChange("no_shrink", 0.5),
         {"column_mapping": {"amount": {"min": {"geq_to": 0}}}, "mode": "warn"},
@@ -137,8 +137,8 @@ def test_whole_table_drop_and_warn_publish_and_report(spark, metastore, journal,
     assert record.state is AttemptState.COMMITTED and record.audits["verdict"] == "passed"
     found = results(journal, staged.attempt_id)
     assert (found["non_negative"]["passed"], found["non_negative"]["failing"]) == (True, 5)
-    assert (found["labelled"]["passed"], found["labelled"]["failing"]) == (False, 1)
-    assert found["labelled"]["samples"] == [{"id": "7", "amount": "2", "label": None}]
+    assert (found["label present"]["passed"], found["label present"]["failing"]) == (False, 1)
+    assert found["label present"]["samples"] == [{"id": "7", "amount": "2", "label": None}]
     assert (found["id_unique"]["passed"], found["id_unique"]["value"]) == (True, 0)
     assert found["no_shrink"]["passed"]  # 15 rows against the 10 that v1 recorded
     assert (found["amount.min"]["passed"], found["amount.min"]["value"]) == (True, 0)

@@ -39,7 +39,7 @@ from airflow_provider_staged.staging.audits import (
          "audit 'd': mode 'drop' is for row expectations"),
         (lambda: RowExpectation("m", "a > 1", mode="explode"), "audit 'm': unknown mode 'explode'"),
         (lambda: RowCountChange("c", -1), "audit 'c': min_ratio must be a number >= 0"),
-        (lambda: RowExpectation("bad name", "a > 1"), "invalid audit name 'bad name'"),
+        (lambda: RowExpectation("bad\nname", "a > 1"), "invalid audit name 'bad\\nname'"),
     ],
 )
 def test_bad_expectations_are_refused_naming_the_audit_and_position(make, message) -> None:
