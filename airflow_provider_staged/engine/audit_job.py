@@ -1,21 +1,26 @@
-"""Audits inside the staged write job (Spark side): row expectations counted during the write,
-table expectations read from the staged version only.
+"""Audits inside the staged write job (Spark side): counted while the version is written, and
+read from the staged version only where that cannot be.
 
 Row expectations are ``observe`` metrics of the written DataFrame: one pass, the write's own.
-``drop`` expectations filter their offending rows out after the metrics saw them, and the
-dropped rows are counted there too. Table expectations are one aggregation over the staged
-version's files once written; sample rows of a failed row expectation are read from them only
-when it failed. Nothing here touches the catalog.
+``drop`` expectations filter their offending rows out after those metrics saw them, and the
+dropped rows are counted there too. Table expectations of plain aggregates (COUNT, SUM, MIN, ...)
+are observed metrics of what is written, after the drops; the others (COUNT DISTINCT: a
+uniqueness) are one aggregation over the staged version's files once written. Sample rows of a
+failed row expectation are read from those files only when it failed. Nothing here touches the
+catalog.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.staging.audits import (
     SAMPLE_ROWS,
     AuditSuite,
+    Expectation,
     Mode,
     row_results,
     sample_row,
@@ -27,8 +32,17 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 # Observed metrics are named by position (an audit's name may hold anything): ``r<i>`` for the
-# i-th row expectation, and the rows the drop expectations removed.
+# i-th row expectation, ``c<i>``/``m<i>`` for a table one's condition and measure, and the rows
+# the drop expectations removed.
 _DROPPED = "dropped"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The write's observations: row violations (before the drops), table aggregates (after)."""
+
+    rows: Observation | None
+    tables: Observation | None
 
 
 def _holds(condition: str) -> Column:
@@ -38,62 +52,76 @@ def _holds(condition: str) -> Column:
     return F.coalesce(F.expr(condition), F.lit(False))
 
 
-def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observation | None]:
+def _table_columns(tables: Sequence[Expectation]) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    columns = []
+    for index, e in enumerate(tables):
+        columns.append(F.expr(e.condition).alias(f"c{index}"))
+        columns.append((F.expr(e.measure) if e.measure else F.lit(None)).alias(f"m{index}"))
+    return columns
+
+
+def _table_values(tables: Sequence[Expectation], found: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    return {e.name: (found[f"c{i}"], _plain(found[f"m{i}"])) for i, e in enumerate(tables)}
+
+
+def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observed]:
     """``df`` counting each row expectation's violations as it is written, without the rows a
-    ``drop`` expectation refuses; the observation that holds the counts after the write.
+    ``drop`` expectation refuses, and computing the observable table expectations over what
+    remains; the observations that hold them after the write.
 
     The audits' columns are checked against ``df`` first: an unknown one fails before any write,
     naming the audit and the position."""
     suite.check_columns(df.columns)
-    rows = suite.of_kind("row")
-    if not rows:
-        return df, None
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     def violations(holds: Column, name: str) -> Column:
         return F.coalesce(F.sum(F.when(holds, 0).otherwise(1)), F.lit(0)).alias(name)
 
-    holds = [_holds(e.condition) for e in rows]
-    drops = [held for held, e in zip(holds, rows, strict=True) if e.mode is Mode.DROP]
-    metrics = [violations(held, f"r{index}") for index, held in enumerate(holds)]
-    kept = reduce(lambda a, b: a & b, drops) if drops else None
-    if kept is not None:
-        metrics.append(violations(kept, _DROPPED))
-    # Unnamed: a unique name, so that concurrent builds on one session never read each other's.
-    observation = Observation()
-    observed = df.observe(observation, *metrics)
-    return (observed if kept is None else observed.filter(kept)), observation
+    # Unnamed observations: unique names, so concurrent builds on one session never mix counts.
+    rows = suite.of_kind("row")
+    row_observation = Observation() if rows else None
+    if row_observation is not None:
+        holds = [_holds(e.condition) for e in rows]
+        metrics = [violations(held, f"r{index}") for index, held in enumerate(holds)]
+        drops = [held for held, e in zip(holds, rows, strict=True) if e.mode is Mode.DROP]
+        kept = reduce(lambda a, b: a & b, drops) if drops else None
+        if kept is not None:
+            metrics.append(violations(kept, _DROPPED))
+        df = df.observe(row_observation, *metrics)
+        if kept is not None:
+            df = df.filter(kept)
+    observable = [e for e in suite.of_kind("table") if e.observable]
+    table_observation = Observation() if observable else None
+    if table_observation is not None:
+        df = df.observe(table_observation, *_table_columns(observable))
+    return df, Observed(row_observation, table_observation)
 
 
 def audit_staged(
-    df: DataFrame, schema: StructType, location: str, suite: AuditSuite, observation: Observation | None
+    df: DataFrame, schema: StructType, location: str, suite: AuditSuite, observed: Observed
 ) -> tuple[list[dict[str, Any]], int]:
     """The job's audit results (row and table expectations) and the rows dropped, once ``df``
     was written at ``location`` with ``schema``."""
-    observed = dict(observation.get) if observation is not None else {}
-    dropped = int(observed.pop(_DROPPED, 0) or 0)
+    counted = dict(observed.rows.get) if observed.rows is not None else {}
+    dropped = int(counted.pop(_DROPPED, 0) or 0)
     rows = suite.of_kind("row")
-    counts = {e.name: int(observed.get(f"r{index}") or 0) for index, e in enumerate(rows)}
+    counts = {e.name: int(counted.get(f"r{index}") or 0) for index, e in enumerate(rows)}
     tables = suite.of_kind("table")
-    staged = None
-    if tables or any(counts.get(e.name) for e in rows if e.mode is not Mode.DROP):
-        staged = df.sparkSession.read.schema(schema).parquet(location)
+    observable = [e for e in tables if e.observable]
+    values = _table_values(observable, observed.tables.get) if observed.tables is not None else {}
+    scanned = [e for e in tables if not e.observable]
+    failed = [e for e in rows if e.mode is not Mode.DROP and counts[e.name]]
     samples = {}
-    for e in rows:
-        if e.mode is not Mode.DROP and counts.get(e.name) and staged is not None:
+    if scanned or failed:
+        staged = df.sparkSession.read.schema(schema).parquet(location)
+        for e in failed:
             found = staged.where(~_holds(e.condition)).limit(SAMPLE_ROWS).collect()
             samples[e.name] = [sample_row(row.asDict()) for row in found]
-    values: dict[str, tuple[Any, Any]] = {}
-    if tables and staged is not None:
-        from pyspark.sql import functions as F
-
-        columns = []
-        for index, e in enumerate(tables):
-            columns.append(F.expr(e.condition).alias(f"c{index}"))
-            columns.append((F.expr(e.measure) if e.measure else F.lit(None)).alias(f"m{index}"))
-        row = staged.agg(*columns).first()
-        values = {e.name: (row[f"c{i}"], _plain(row[f"m{i}"])) for i, e in enumerate(tables)}
+        if scanned:
+            values.update(_table_values(scanned, staged.agg(*_table_columns(scanned)).first().asDict()))
     results = row_results(rows, counts, samples)
     results += table_results(tables, values)
     return [result.to_dict() for result in results], dropped

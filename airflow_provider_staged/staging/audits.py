@@ -64,6 +64,9 @@ class Mode(str, enum.Enum):
             raise AuditError(f"audit {name!r}: unknown mode {value!r} (fail, drop or warn)") from None
 
 
+# Aggregates Spark computes as observed metrics while it writes (no DISTINCT, no FILTER).
+_OBSERVED_AGGREGATES = (exp.Count, exp.CountIf, exp.Sum, exp.Min, exp.Max, exp.Avg)
+
 # Functions Spark's dialect parses as plain calls that return a boolean.
 _BOOLEAN_CALLS = {"isnull", "isnotnull", "isnan", "startswith", "endswith", "contains", "ilike"}
 
@@ -96,6 +99,23 @@ class Expectation:
         check_expression(self.name, self.condition, aggregate=self.kind == "table")
         if self.measure is not None:
             check_expression(self.name, self.measure, aggregate=True, boolean=False)
+
+    @property
+    def observable(self) -> bool:
+        """A table expectation Spark can count while the version is written (an observed metric
+        of plain COUNT, COUNT_IF, SUM, MIN, MAX, AVG, deterministic); others (a uniqueness: COUNT
+        DISTINCT) need one aggregation over the staged files."""
+        if self.kind != "table":
+            return False
+        for text in (self.condition, self.measure or ""):
+            tree = sqlglot.parse_one(text, read="spark") if text else None
+            if tree is None:
+                continue
+            if tree.find(exp.Distinct, exp.Filter, exp.Rand, exp.Uuid) is not None:
+                return False
+            if not all(isinstance(node, _OBSERVED_AGGREGATES) for node in tree.find_all(exp.AggFunc)):
+                return False
+        return True
 
     def columns(self) -> list[tuple[str, int]]:
         """The columns the audit's SQL names, with their offsets (none for a change audit)."""

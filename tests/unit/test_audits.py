@@ -225,3 +225,13 @@ def test_sample_rows_are_kept_small() -> None:
     sample = sample_row(row)
     assert len(sample) == SAMPLE_COLUMNS and sample["c0"] is None
     assert all(len(value) == SAMPLE_VALUE_CHARS for value in list(sample.values())[1:])
+
+
+def test_which_table_expectations_are_counted_during_the_write() -> None:
+    observed = [TableExpectation("n", "COUNT(*) > 0"), TableExpectation("m", "COALESCE(MIN(a), 0) >= 0"),
+                TableExpectation("s", "SUM(CASE WHEN a IS NULL THEN 1 ELSE 0 END) = 0", measure="AVG(a)")]
+    scanned = [unique("id"), TableExpectation("f", "COUNT(*) FILTER (WHERE a > 1) > 0"),
+               TableExpectation("r", "COUNT(*) > rand()"), TableExpectation("x", "max_by(a, b) > 1")]
+    assert [e.observable for e in observed] == [True] * 3
+    assert [e.observable for e in scanned] == [False] * 4
+    assert not RowExpectation("row", "a > 0").observable
