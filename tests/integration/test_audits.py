@@ -174,6 +174,7 @@ def test_partition_refresh_fail_drop_warn_and_publish(spark, metastore, journal,
                             "FROM range(2)")
     assert rows(spark, target) == before
     assert is_quarantined(journal.require(failing.attempt_id))
+    assert attempt_path(journal.require(failing.attempt_id)).exists()  # kept for inspection
     # A quarantined refresh of a new partition leaves the catalog as it was (nothing registered).
     new_day = partitions(metastore, journal, target, {}, RowExpectation("big", "amount >= 100"))
     with pytest.raises(AuditFailedError, match="big"):
@@ -202,6 +203,11 @@ def test_partition_refresh_fail_drop_warn_and_publish(spark, metastore, journal,
     # The d0 commit did not touch d1: the quarantined d1 refresh may still be published.
     publish_anyway(settings, failing.attempt_id)
     assert [r for r in rows(spark, target) if r[2] == "d1"] == [(0, 0, "d1"), (1, 1, "d1")]
+    # The quarantined d2 refresh is swept once its quarantine is over; the table is untouched.
+    before = rows(spark, target)
+    assert [a.action for a in reconcile(settings, now=time.time() + 3601)] == ["swept"]
+    assert not attempt_path(journal.require(new_day.attempt_id)).exists()
+    assert rows(spark, target) == before
 
 
 def test_publish_anyway_and_refusal_when_the_table_moved_on(spark, metastore, journal, target, settings):
