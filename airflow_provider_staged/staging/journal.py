@@ -121,6 +121,10 @@ class AttemptRecord:
     # What the commit superseded: a location, or several (a partition refresh).
     superseded_location: str | list[str] | None = None
     error: str | None = None
+    # The attempt's audits (``staging.audits``): ``declared`` at begin; after the audit step its
+    # ``results``, ``verdict`` (``passed``, ``quarantined``, ``published_anyway``), ``audited_at``
+    # and the ``replaced`` parts (part -> location) it was judged against.
+    audits: dict[str, Any] | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     heartbeat_at: float = field(default_factory=time.time)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
+from airflow_provider_staged.staging.attempts import abort_attempt, commit_written, is_quarantined, unaudited
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.kinds import from_record
 
@@ -41,7 +41,10 @@ def reconcile(
     - an abort that a crash cut short (ABORTING) → aborted again, never committed;
     - published in the catalog but not journaled → journaled COMMITTED ("finished"), whatever
       the task's state: the catalog already serves it;
-    - task succeeded and the data is WRITTEN → committed (a commit callback that failed);
+    - quarantined (failed its audits) → kept for inspection, whatever the task's state, and
+      discarded ("swept") once the quarantine period since its audit has passed;
+    - task succeeded and the data is WRITTEN → committed (a commit callback that failed), unless
+      it declared audits whose verdict was never recorded: aborted, never published unaudited;
     - task failed, was retried or is gone → aborted;
     - no task, and the process that drove it is certainly gone (``owner``) → aborted;
     - nothing knows the task and its heartbeat is older than the TTL → aborted ("expired").
@@ -79,6 +82,15 @@ def _settle(
     if staged.is_published(record):
         staged.finish()
         return "finished"
+    if is_quarantined(record):
+        audited_at = float((record.audits or {}).get("audited_at", record.updated_at))
+        if now - audited_at <= settings.retention.quarantine_seconds:
+            return "quarantined"
+        abort_attempt(staged, "quarantine period over", discard_quarantined=True)
+        return "swept"
+    if state == "success" and record.state is AttemptState.WRITTEN and unaudited(record):
+        abort_attempt(staged, "its audits were never recorded")
+        return "aborted"
     if state == "success" and record.state is AttemptState.WRITTEN:
         commit_written(staged)
         return "committed"
