@@ -585,11 +585,13 @@ def run_group(
         if index == 1:
             pause_point("group_commit")  # tests: the process dies between member commits
         try:
-            commit_written(staged)
+            staged.commit()
         except Exception as error:  # decided: the other members still commit
             log.exception("commit of %s (group %s) failed", staged.target, group)
             failed.append(f"{staged.target}: {error}")
     window = time.monotonic() - started
+    for staged in members:  # retention after every commit: it would widen the window
+        staged.housekeep()
     if failed:
         raise StagingError(f"statement set {group} was decided but {len(failed)} commit(s) failed "
                            f"({'; '.join(failed)}): `staged reconcile` commits them")
