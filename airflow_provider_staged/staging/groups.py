@@ -19,8 +19,9 @@ heartbeat expired → the group and every member are aborted.
 What a concurrent reader sees: a metastore switches one table per call and has no multi-table
 swap, so between the first and the last member commit (step 4) some targets already show their
 new version and the others still their old one; each single table is always wholly old or wholly
-new. The window lasts the members' commits, one metastore round (a few to tens of milliseconds
-each, measured in ``tests/integration/test_statement_set.py``), and after a crash inside it until
+new. The window lasts the members' commits (retention runs after the last one): for two tables
+typically 20 to 70 ms, up to 0.85 s on a loaded machine (``tests/integration/test_statement_set.py``
+prints it; docs/DESIGN.md has the numbers), and after a crash inside it until
 ``staged reconcile`` rolls the rest forward. A reader that must see all targets at one point
 reads them after the statement set returns.
 """

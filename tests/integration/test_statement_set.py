@@ -86,13 +86,22 @@ def test_a_statement_set_publishes_every_table_in_either_spelling(
     assert [(row[0], row[1], row[3]) for row in result.rows] == expected, result
     assert ids(spark, a) == [0, 1, 2, 10, 11] and ids(spark, b) == [7]
     windows = [result.rows[0][5]]
+    # A partitioned target: the query's last columns are its partition columns (dynamic partitions).
+    parts = f"{a.split('.')[0]}.parts"
+    run(session, f"CREATE TABLE {parts} PARTITIONED BY (ds) AS\n"
+                 "SELECT id, CAST(id AS STRING) AS ds FROM range(2)")
+    run(session, f"EXECUTE STATEMENT SET BEGIN INSERT INTO {parts} SELECT 5, '1' UNION ALL SELECT 6, '3';\n"
+                 f"  INSERT INTO {b} SELECT 9; END;")
+    spark.catalog.refreshTable(parts)
+    assert sorted(map(tuple, spark.table(parts).collect())) == [(0, "0"), (1, "1"), (5, "1"), (6, "3")]
+    assert ids(spark, b) == [7, 9]
     for value in (20, 21, 22):  # a few more sets, to measure the window
         (result,) = run(session, f"EXECUTE STATEMENT SET BEGIN INSERT INTO {a} VALUES ({value});\n"
                                  f"  INSERT INTO TABLE {b} SELECT {value}; END;")
         windows.append(result.rows[0][5])
-    assert ids(spark, a) == [0, 1, 2, 10, 11, 20, 21, 22] and ids(spark, b) == [7, 20, 21, 22]
+    assert ids(spark, a) == [0, 1, 2, 10, 11, 20, 21, 22] and ids(spark, b) == [7, 9, 20, 21, 22]
     found = groups_of(settings)
-    assert [g.state for g in found] == [AttemptState.COMMITTED] * 4
+    assert [g.state for g in found] == [AttemptState.COMMITTED] * 5
     spreads = sorted(round(commit_spread(settings, g) * 1000, 1) for g in found)
     print(f"\nstatement sets of 2 tables, ms from the first commit's start to the last one's end: "
           f"{sorted(windows)}; between the members' journaled COMMITTED: {spreads}")
@@ -113,6 +122,13 @@ def test_a_failing_insert_leaves_every_table_exactly_old(
     assert locations(metastore, a, b) == before
     assert all(r.state is AttemptState.ABORTED for r in settings.journal.records()
                if r.group is not None or r.kind == GROUP_KIND)
+    # A missing target is refused at its INSERT before anything is journaled.
+    journaled = len(settings.journal.records())
+    with pytest.raises(StatementError) as failed:
+        run(session, f"BEGIN STATEMENT SET;\nINSERT INTO {a} VALUES (5);\n"
+                     f"INSERT INTO {a}_missing SELECT 1;\nEND;")
+    assert "missing" in failed.value.message and (failed.value.line, failed.value.column) == (3, 1)
+    assert len(settings.journal.records()) == journaled and ids(spark, a) == [0, 1, 2]
 
 
 def _killed_at(point: str, settings: StagedSettings, metastore: MetastoreInfo, tables: tuple[str, str],
