@@ -19,7 +19,7 @@ from airflow_provider_staged.staging.attempts import (
     commit_written,
     run_group,
 )
-from airflow_provider_staged.staging.errors import CommitConflictError
+from airflow_provider_staged.staging.errors import CommitConflictError, StagingError
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, AttemptState
 from airflow_provider_staged.staging.kinds import register
 from airflow_provider_staged.staging.owner import ProcessRef
@@ -187,3 +187,22 @@ def test_an_aborted_member_aborts_its_group_so_it_is_never_decided(
     assert settings.journal.require(group).state is AttemptState.ABORTED
     assert {a.action for a in reconcile(settings)} == {"aborted"}  # the other member follows
     assert _published(members) == [False, False]
+
+
+def test_a_commit_failing_after_the_decision_is_committed_by_reconcile(
+    settings: StagedSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members = _members(settings, tmp_path, "db.a", "db.b")
+    calls = []
+
+    def unreachable(self: PointerTable, txn: Any, record: AttemptRecord, manifest: Any) -> None:
+        calls.append(self.target)
+        raise StagingError("catalog unreachable")  # a verdict: the catalog is unchanged
+
+    monkeypatch.setattr(PointerTable, "create_target", unreachable)
+    with pytest.raises(StagingError, match="decided but 2 commit"):
+        run_group(members, _write, 600)
+    assert calls == ["db.a", "db.b"]  # decided: the second is tried although the first failed
+    monkeypatch.undo()
+    assert {a.action for a in reconcile(settings)} == {"committed (its group was decided)"}
+    assert _published(members) == [True, True]
