@@ -54,6 +54,7 @@ from airflow_provider_staged.sql.statement_set import (
 
 if TYPE_CHECKING:
     from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+    from airflow_provider_staged.sql.statement_set_run import InsertFailed
     from airflow_provider_staged.staging.identifiers import TableIdentifier
     from airflow_provider_staged.staging.settings import StagedSettings
 
@@ -260,7 +261,7 @@ class SqlSession:
             rows, window = run_statement_set(self.spark, self.settings, inserts)
         except InsertFailed as failed:
             cause = failed.__cause__ if isinstance(failed.__cause__, Exception) else failed
-            raise _statement_error(failed.member, cause) from cause
+            raise _insert_error(failed, cause) from cause
         # The window: how long a reader could see some targets new and others still old.
         window_ms = round(window * 1000, 1)
         return ResultSet(["table", "mode", "version", "rows", "files", "commit window ms"],
@@ -520,6 +521,18 @@ def _statement_error(statement: Statement, err: Exception) -> StatementError:
     found = _spark_position(err)
     line, column = _absolute(statement, *found) if found else (statement.line, statement.column)
     return StatementError(_first_line(err), line, column)
+
+
+def _insert_error(failed: InsertFailed, err: Exception) -> StatementError:
+    """An INSERT's error where Spark locates it in the INSERT's query (``cast_query`` holds it
+    from its line 2 on; line 1 is the cast: the query's start), else at the INSERT."""
+    found = _spark_position(err)
+    if found is None or failed.query_offset is None:
+        return _statement_error(failed.member, err)
+    line, column = position(failed.member.text, failed.query_offset)
+    query = Statement("", *_absolute(failed.member, line, column - 1))
+    at = _absolute(query, found[0] - 1, found[1]) if found[0] > 1 else (query.line, query.column)
+    return StatementError(_first_line(err), *at)
 
 
 def _spark_position(err: Exception) -> tuple[int, int] | None:

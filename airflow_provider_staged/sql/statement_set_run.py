@@ -36,11 +36,13 @@ QUERY_ID = "statement-set"
 
 
 class InsertFailed(Exception):
-    """One INSERT of the set failed (its cause); the whole set was aborted."""
+    """One INSERT of the set failed (its cause); the whole set was aborted. ``query_offset``:
+    where the INSERT's query starts in ``member.text`` when the query ran (``cast_query``)."""
 
-    def __init__(self, member: Statement) -> None:
+    def __init__(self, member: Statement, query_offset: int | None = None) -> None:
         super().__init__(member.text)
         self.member = member
+        self.query_offset = query_offset
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def run_statement_set(
             manifest = engine.run(item.query, {"format": "parquet", "location": location,
                                                "partition_by": item.partition_by}, {})
         except Exception as error:
-            raise InsertFailed(item.member) from error
+            raise InsertFailed(item.member, len(item.member.text) - len(item.plan.query)) from error
         # The table keeps its own schema: the cast rows may differ from it only in nullability.
         return {**manifest, "schema_json": item.schema_json or manifest["schema_json"]}
 
@@ -103,13 +105,14 @@ def insert_attempt(settings: StagedSettings, plan: InsertPlan) -> HiveSinkCommit
 
 
 def cast_query(query: str, schema: Any) -> str:
-    """``query``'s columns by position, cast to and named as the table's (Spark's INSERT)."""
+    """``query``'s columns by position, cast to and named as the table's (Spark's INSERT). The
+    query stands from the second line on, so Spark's positions of its errors map back to it."""
     names = [f"`_c{index}`" for index in range(len(schema.fields))]
     columns = ", ".join(
         f"CAST({name} AS {field.dataType.simpleString()}) AS `{field.name.replace('`', '``')}`"
         for name, field in zip(names, schema.fields, strict=True)
     )
-    return f"SELECT {columns} FROM ({query}) AS `_inserted`({', '.join(names)})"
+    return f"SELECT {columns} FROM (\n{query}\n) AS `_inserted`({', '.join(names)})"
 
 
 def _row(item: _Insert, manifest: Manifest) -> tuple[Any, ...]:

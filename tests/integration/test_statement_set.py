@@ -122,6 +122,12 @@ def test_a_failing_insert_leaves_every_table_exactly_old(
     assert locations(metastore, a, b) == before
     assert all(r.state is AttemptState.ABORTED for r in settings.journal.records()
                if r.group is not None or r.kind == GROUP_KIND)
+    # Spark's position of an error in an INSERT's query, in the script.
+    with pytest.raises(StatementError) as failed:
+        run(session, f"SELECT 1;\nEXECUTE STATEMENT SET BEGIN\n  INSERT INTO {a} VALUES (5);\n"
+                     f"  INSERT INTO {b}\n    SELECT id FROM range(1) WHERE nope > 0;\nEND;")
+    assert "nope" in failed.value.message and (failed.value.line, failed.value.column) == (5, 35)
+    assert ids(spark, a) == [0, 1, 2]
     # A missing target is refused at its INSERT before anything is journaled.
     journaled = len(settings.journal.records())
     with pytest.raises(StatementError) as failed:
