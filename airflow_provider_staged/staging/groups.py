@@ -20,7 +20,7 @@ What a concurrent reader sees: a metastore switches one table per call and has n
 swap, so between the first and the last member commit (step 4) some targets already show their
 new version and the others still their old one; each single table is always wholly old or wholly
 new. The window lasts the members' commits (retention runs after the last one): for two tables
-a median of 80 ms between their commits, at most 0.85 s measured on a loaded machine
+a median of 47 ms between their commits, at most 0.85 s measured on a loaded machine
 (``tests/integration/test_statement_set.py`` prints it; docs/DESIGN.md has the numbers), and
 after a crash inside it until ``staged reconcile`` rolls the rest forward. A reader that must
 see all targets at one point reads them after the statement set returns.
