@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.catalogs.metastore.tables import SCHEMA_KEY
+from airflow_provider_staged.catalogs.metastore.tables import PARQUET_SERDE, SCHEMA_KEY
 from airflow_provider_staged.sql.session_engine import SessionEngine
 from airflow_provider_staged.sql.splitting import Statement
 from airflow_provider_staged.sql.statement_set import InsertPlan
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, run_group
+from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.kinds.hive_sink import (
     READY_DIR,
     HiveAppendStagedTable,
@@ -89,12 +90,23 @@ def _planned(spark: Any, settings: StagedSettings, member: Statement, plan: Inse
         schema = spark.table(plan.target.quoted).schema
         with MetastoreClient(settings.metastore_uri) as client:
             table = client.get_table(plan.target.database, plan.target.table)
+        if table is not None and not is_parquet(table):
+            raise StagingError(f"{plan.target} is not a Parquet table: a statement set writes Parquet "
+                               "files (INSERT into it outside a statement set)")
     except Exception as error:
         raise InsertFailed(member) from error
     staged = insert_attempt(settings, plan)
     partition_by = [key.name for key in (table.partitionKeys or [])] if table is not None else []
     stored = (table.parameters or {}).get(SCHEMA_KEY) if table is not None else None
     return _Insert(member, plan, staged, cast_query(plan.query, schema), partition_by, stored)
+
+
+def is_parquet(table: Any) -> bool:
+    """Whether the metastore ``table`` reads Parquet files (Spark's provider, else Hive's SerDe)."""
+    provider = (table.parameters or {}).get("spark.sql.sources.provider")
+    if provider is not None:
+        return provider.lower() == "parquet"
+    return table.sd.serdeInfo is not None and table.sd.serdeInfo.serializationLib == PARQUET_SERDE
 
 
 def insert_attempt(settings: StagedSettings, plan: InsertPlan) -> HiveSinkCommit:

@@ -135,6 +135,14 @@ def test_a_failing_insert_leaves_every_table_exactly_old(
                      f"INSERT INTO {a}_missing SELECT 1;\nEND;")
     assert "missing" in failed.value.message and (failed.value.line, failed.value.column) == (3, 1)
     assert len(settings.journal.records()) == journaled and ids(spark, a) == [0, 1, 2]
+    # A table that does not read Parquet files is refused the same way.
+    run(session, f"CREATE TABLE {a}_text (id BIGINT) USING csv")
+    script = f"EXECUTE STATEMENT SET BEGIN INSERT INTO {a} VALUES (5); INSERT INTO {a}_text SELECT 1; END"
+    with pytest.raises(StatementError) as failed:
+        run(session, script)
+    where = script.index(f"INSERT INTO {a}_text") + 1
+    assert "not a Parquet table" in failed.value.message and failed.value.column == where, failed.value
+    assert len(settings.journal.records()) == journaled and ids(spark, a) == [0, 1, 2]
 
 
 def _killed_at(point: str, settings: StagedSettings, metastore: MetastoreInfo, tables: tuple[str, str],
