@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_staged.staging import groups
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.audits import (
     AuditFailedError,
@@ -97,6 +99,8 @@ class JournaledStagedTable(StagedTable):
         self.attempt_id = attempt_id or new_attempt_id(task)
         # True when CREATE_TABLE_AS_IF_NOT_EXISTS found (or lost the race to) an existing table.
         self.skipped = False
+        # The commit group (``staging.groups``) this attempt belongs to; set before ``begin``.
+        self.group: str | None = None
 
     # -- what a kind implements -------------------------------------------------------
 
@@ -230,6 +234,7 @@ class JournaledStagedTable(StagedTable):
             task=self.task,
             owner=None if self.task is not None else ProcessRef.current(),
             audits={"declared": self.audits.to_list()} if self.audits else None,
+            group=self.group,
         )
         existing = self.journal.get(self.attempt_id)
         if existing is not None and existing.state is not AttemptState.BEGUN:
@@ -440,7 +445,20 @@ def abort_attempt(
 ) -> bool:
     """Discard and journal ABORTED unless the attempt already ended, or is quarantined and
     ``discard_quarantined`` is not given (its failed task's callbacks leave it for inspection);
-    return whether it aborted."""
+    return whether it aborted.
+
+    A member of a commit group aborts its group first (CommitConflictError once it was decided).
+    """
+    record = staged.journal.get(staged.attempt_id)
+    group = record.group if record is not None else staged.group
+    if group is None:
+        return _abort_alone(staged, reason, discard_quarantined)
+    with staged.journal.locked(group):  # the group's lock before the member's, as the decision
+        groups.abort_undecided(staged.journal, group, reason)
+        return _abort_alone(staged, reason, discard_quarantined)
+
+
+def _abort_alone(staged: JournaledStagedTable, reason: str | None, discard_quarantined: bool) -> bool:
     with staged.journal.locked(staged.attempt_id):
         record = staged.journal.get(staged.attempt_id)
         if record is None or record.state is AttemptState.COMMITTED:
@@ -473,9 +491,14 @@ def commit_written(staged: JournaledStagedTable, manifest: Manifest | dict[str, 
 
 def attempt_heartbeat(staged: JournaledStagedTable, ttl_seconds: float) -> Periodic:
     """Refresh the attempt's heartbeat while the job runs, so only dead attempts expire."""
+    return journal_heartbeat(staged.journal, staged.attempt_id, ttl_seconds)
+
+
+def journal_heartbeat(journal: AttemptJournal, attempt_id: str, ttl_seconds: float) -> Periodic:
+    """Refresh a record's heartbeat (an attempt's, a group's) while its process works on it."""
     return Periodic(
         max(1.0, min(30.0, ttl_seconds / 4)),
-        lambda: staged.journal.heartbeat(staged.attempt_id),
+        lambda: journal.heartbeat(attempt_id),
         "staged-heartbeat",
     )
 
@@ -525,3 +548,68 @@ def run_attempt(
         raise
     staged.housekeep()
     return None if staged.skipped else manifest
+
+
+def run_group(
+    members: list[JournaledStagedTable],
+    write: Callable[[JournaledStagedTable, dict[str, Any]], Manifest | dict[str, Any]],
+    ttl_seconds: float,
+) -> tuple[list[Manifest], float]:
+    """All of ``members`` published or none (``staging.groups``): journal the group, begin and
+    ``write(member, spec)`` each member in turn, decide, then commit every member.
+
+    Any failure before the decision aborts the group and every member, and re-raises. Returns the
+    members' manifests and the seconds from the first member's commit to the end of the last
+    one's: the longest a reader can see some targets new and others old.
+    """
+    journal = members[0].journal
+    group = groups.begin_group(journal, [(m.attempt_id, m.target) for m in members], members[0].conn_id)
+    manifests = []
+    try:
+        with journal_heartbeat(journal, group, ttl_seconds):
+            for staged in members:
+                staged.group = group
+                staged.begin()
+                with attempt_heartbeat(staged, ttl_seconds):
+                    manifest = Manifest.from_dict(write(staged, staged.write_spec()))
+                    staged.written(manifest)
+                manifests.append(manifest)
+            pause_point("group_decision")  # tests: the process dies before the decision
+            groups.decide(journal, group)
+    except BaseException as error:
+        _abort_group(members, group, f"statement set failed: {error!r}"[:500])
+        raise
+    started = time.monotonic()
+    failed = []
+    for index, staged in enumerate(members):
+        if index == 1:
+            pause_point("group_commit")  # tests: the process dies between member commits
+        try:
+            staged.commit()
+        except Exception as error:  # decided: the other members still commit
+            log.exception("commit of %s (group %s) failed", staged.target, group)
+            failed.append(f"{staged.target}: {error}")
+    window = time.monotonic() - started
+    for staged in members:  # retention after every commit: it would widen the window
+        staged.housekeep()
+    if failed:
+        raise StagingError(f"statement set {group} was decided but {len(failed)} commit(s) failed "
+                           f"({'; '.join(failed)}): `staged reconcile` commits them")
+    log.info("statement set %s committed %d tables within %.3f s", group, len(members), window)
+    return manifests, window
+
+
+def _abort_group(members: list[JournaledStagedTable], group: str, reason: str) -> None:
+    """Abort the undecided group and every member it began (errors are logged: reconcile retries)."""
+    journal = members[0].journal
+    try:
+        with journal.locked(group):
+            groups.abort_undecided(journal, group, reason)
+    except Exception:
+        log.exception("abort of statement set %s failed; left to reconcile", group)
+        return  # decided after all (a lost reply): reconcile rolls it forward
+    for staged in members:
+        try:
+            abort_attempt(staged, reason)
+        except Exception:
+            log.exception("abort of %s (group %s) failed; left to reconcile", staged.target, group)

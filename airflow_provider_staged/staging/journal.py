@@ -93,6 +93,7 @@ _KIND_OPERATIONS = {
     "hive_overwrite": "overwrite",
     "jdbc_append": "append",
     "sink": "sink write",
+    "commit_group": "statement set",
 }
 _PURPOSE_OPERATIONS = {
     "create": "create table as",
@@ -117,6 +118,8 @@ class AttemptRecord:
     task: TaskRef | None = None
     # The process that drives an attempt without a task (a client): reconcile can see it gone.
     owner: ProcessRef | None = None
+    # The commit group (``staging.groups``) whose journaled decision alone may publish this attempt.
+    group: str | None = None
     manifest: dict[str, Any] | None = None
     # What the commit superseded: a location, or several (a partition refresh).
     superseded_location: str | list[str] | None = None
