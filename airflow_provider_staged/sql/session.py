@@ -435,7 +435,7 @@ def _show(tables: MaterializedTables, statement: mts.ShowMaterializedTables) -> 
 def _show_create(tables: MaterializedTables, statement: mts.ShowCreateMaterializedTable) -> ResultSet:
     """Flink's ``SHOW CREATE [OR ALTER] MATERIALIZED TABLE``: the DDL with the freshness and
     refresh mode the table runs with (defaults and derived mode included)."""
-    from airflow_provider_staged.materialized.workflow.airflow_scheduler import render_definition
+    from airflow_provider_staged.materialized.definition import render_definition
 
     definition = tables.definition(statement.table)
     text = render_definition(definition, definition.options, enriched=True)
