@@ -207,6 +207,13 @@ def read_refresh_mode(c: Cursor) -> RefreshMode:
     return RefreshMode(c.advance().text.upper())
 
 
+def unknown_option(key: str) -> str | None:
+    """Why a definition cannot have option ``key``; None for a known one."""
+    if key in KNOWN_OPTIONS or FORMATTER_KEY.match(key):
+        return None
+    return f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}"
+
+
 class _Parser:
     def __init__(self, text: str, path: str, error: ErrorFactory | None = None, unit: str = "file") -> None:
         self.text = text
@@ -552,8 +559,9 @@ class _Options:
         self.tokens = tokens
         self.partition_by = partition_by
         for key in options:
-            if not (key in KNOWN_OPTIONS or FORMATTER_KEY.match(key)):
-                self.fail(key, f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}")
+            unknown = unknown_option(key)
+            if unknown:
+                self.fail(key, unknown)
         # The connector first: the kind of table decides what its other options mean (Flink's too).
         self.choice("connector", CONNECTORS, "a materialized table is a Hive table of the metastore "
                     "written through the staged commit; name that kind or leave the option out",

@@ -8,6 +8,11 @@ hands it to Spark) and otherwise one of:
 ``ALTER MATERIALIZED TABLE t SUSPEND``                         :class:`SuspendMaterializedTable`
 ``ALTER MATERIALIZED TABLE t RESUME [WITH (...)]``             :class:`ResumeMaterializedTable`
 ``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
+``ALTER MATERIALIZED TABLE t SET ('k' = 'v', ...)``            :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t RESET ('k', ...)``                :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t SET FRESHNESS = INTERVAL ...``    :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t SET REFRESH_MODE = FULL|...``     :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t AS query``                        :class:`AlterMaterializedTableChange`
 ``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
 ``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
 ``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
@@ -18,25 +23,31 @@ A malformed statement raises :class:`MaterializedStatementError` with the 1-base
 column of the offending token. ``CREATE`` uses the definition files' parser
 (:mod:`airflow_provider_staged.materialized.definition`): one grammar, two entry points.
 Only an optional ``;`` may follow a statement; partition values and options are decoded string
-literals (data, never SQL). Flink's other ``ALTER`` forms are refused at their keyword (SET and
-RESET after Flink's syntax errors in them): the definition is the one place a table's schema,
-options and query change.
+literals (data, never SQL). The ``SET``/``RESET``/``AS`` forms change the table's definition:
+:meth:`AlterMaterializedTableChange.apply` gives the new one, which the client then executes as
+``CREATE OR ALTER`` (one path for every change of a definition). Flink's other ``ALTER`` forms
+(``ADD``, ``MODIFY``, ``DROP``, ``RENAME``) are refused at their keyword.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NoReturn
 
 from airflow_provider_staged.materialized.definition import (
+    DefinitionError,
     MaterializedTableDefinition,
     parse_create_statement,
+    parse_definition,
     read_freshness,
     read_refresh_mode,
+    render_definition,
+    unknown_option,
 )
+from airflow_provider_staged.materialized.freshness import Freshness, RefreshMode
 from airflow_provider_staged.materialized.grammar import Cursor, Token
 from airflow_provider_staged.materialized.params import RefreshRequestError, writer_options
 from airflow_provider_staged.materialized.partitions import PartitionError, check_partition_value
@@ -90,6 +101,75 @@ class RefreshMaterializedTable:
 
 
 @dataclass(frozen=True)
+class AlterMaterializedTableChange:
+    """``ALTER MATERIALIZED TABLE t`` ``SET (...)``, ``RESET (...)``, ``SET FRESHNESS``,
+    ``SET REFRESH_MODE`` or ``AS query``: a change of the table's definition (:meth:`apply`)."""
+
+    table: TableIdentifier
+    clause: str  # "ALTER MATERIALIZED TABLE SET", ... : what errors are about
+    at: tuple[int, int]  # the clause's keyword: where an error without a value of its own points
+    options: Mapping[str, str] = field(default_factory=dict, hash=False)  # SET (...)
+    reset: tuple[str, ...] = ()  # RESET (...)
+    freshness: Freshness | None = None
+    refresh_mode: RefreshMode | None = None
+    query: str | None = None  # AS query, as written
+    # Where each SET/RESET key, and the query ("AS"), is written.
+    positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    def apply(self, old: MaterializedTableDefinition) -> MaterializedTableDefinition:
+        """The definition after this change of ``old``, checked as a definition file is (every
+        option's value, FULL's freshness limits), with errors at this statement's values.
+
+        The table keeps its refresh mode, as Flink's catalog keeps the mode it resolved at
+        creation: a new freshness that would derive the other mode writes the old one. A change
+        of mode is refused with Flink's message (its CREATE OR ALTER rule): the data and the
+        workflow were made for the old one.
+        """
+        if self.refresh_mode is not None and self.refresh_mode is not old.refresh_mode:
+            raise MaterializedStatementError(*self.at, (
+                f"{self.clause}: Changing of REFRESH MODE is unsupported: {self.table} refreshes in "
+                f"{old.refresh_mode.value} mode; DROP MATERIALIZED TABLE it, then CREATE it with "
+                f"REFRESH_MODE = {self.refresh_mode.value}"))
+        options = {key: value for key, value in old.options.items() if key not in self.reset}
+        options.update(self.options)
+        changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query)
+        explicit = "REFRESH_MODE" in old.lines or self.refresh_mode is not None
+        new = self._parsed(render_definition(changed, options, explicit_mode=explicit))
+        if new.refresh_mode is not old.refresh_mode:
+            new = self._parsed(render_definition(changed, options, explicit_mode=True))
+        return new
+
+    def _parsed(self, text: str) -> MaterializedTableDefinition:
+        try:
+            return parse_definition(text, "<statement>")
+        except DefinitionError as err:
+            where = self._where(text, err)
+            raise MaterializedStatementError(*where, f"{self.clause}: {err.message}") from None
+
+    def _where(self, text: str, err: DefinitionError) -> tuple[int, int]:
+        """The statement's place of what ``err`` (in the rendered ``text``) is about: the option
+        whose line it names, else the clause's keyword."""
+        if err.clause == "WITH":
+            line = text.splitlines()[err.line - 1].strip()
+            for key in self.options:
+                if line.startswith("'" + key.replace("'", "''") + "' ="):
+                    return self.positions[key]
+        return self.at
+
+    def located(self, definition: MaterializedTableDefinition, line: int, column: int) -> tuple[int, int]:
+        """This statement's place of ``(line, column)`` of ``definition`` (from :meth:`apply`):
+        inside the query (written verbatim in both) it is the same character; elsewhere the
+        clause's keyword."""
+        start = definition.position("AS", "query")
+        if self.query is None or (line, column) < start:
+            return self.at
+        query_line, query_column = self.positions["AS"]
+        if line == start[0]:
+            return query_line, query_column + column - start[1]
+        return query_line + line - start[0], column
+
+
+@dataclass(frozen=True)
 class DropMaterializedTable:
     table: TableIdentifier
     if_exists: bool = False
@@ -137,6 +217,7 @@ MaterializedTableStatement = (
     | SuspendMaterializedTable
     | ResumeMaterializedTable
     | RefreshMaterializedTable
+    | AlterMaterializedTableChange
     | DropMaterializedTable
     | DescribeMaterializedTable
     | ShowMaterializedTables
@@ -163,9 +244,11 @@ _EXPLAIN = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _ALTER = "ALTER MATERIALIZED TABLE"
-_SUPPORTED_ALTER = "SUSPEND, RESUME [WITH (...)] or REFRESH [PARTITION (...)]"
-# Flink's other ALTER forms: the definition (file or CREATE OR ALTER) is where they belong here.
-_OTHER_ALTER = ("SET", "RESET", "AS", "ADD", "MODIFY", "DROP", "RENAME")
+_SUPPORTED_ALTER = ("SUSPEND, RESUME [WITH (...)], REFRESH [PARTITION (...)], SET (...), RESET (...), "
+                    "SET FRESHNESS, SET REFRESH_MODE or AS query")
+# Flink's schema and distribution ALTER forms: the definition (file or CREATE OR ALTER) is where
+# a column list changes here.
+_OTHER_ALTER = ("ADD", "MODIFY", "DROP", "RENAME")
 
 
 def _error(line: int, column: int, clause: str, message: str) -> MaterializedStatementError:
@@ -201,12 +284,32 @@ def check_values(statement: MaterializedTableStatement) -> None:
                 check_partition_value(column, value)
             except PartitionError as err:
                 raise _error(*statement.positions[column], f"{_ALTER} REFRESH PARTITION", str(err)) from None
+    elif isinstance(statement, AlterMaterializedTableChange):
+        _check_option_keys(statement)
     elif isinstance(statement, ResumeMaterializedTable):
         for key, value in statement.options.items():
             try:
                 writer_options({key: value})
             except RefreshRequestError as err:
                 raise _error(*statement.positions[key], f"{_ALTER} RESUME WITH", str(err)) from None
+
+
+def _check_option_keys(statement: AlterMaterializedTableChange) -> None:
+    """Flink's converter rules of SET and RESET (SqlAlterMaterializedTable{Options,Reset}Converter,
+    their messages), and keys a definition cannot have; the values are checked by ``apply``."""
+    keys = statement.reset or tuple(statement.options)
+    if statement.freshness is not None or statement.refresh_mode is not None or statement.query is not None:
+        return
+    if not keys:
+        what = "key" if statement.clause.endswith("RESET") else "options"
+        raise MaterializedStatementError(*statement.at, f"{statement.clause} does not support empty {what}.")
+    for key in keys:
+        if key == "connector" and statement.reset:
+            raise MaterializedStatementError(*statement.positions[key],
+                                             f"{statement.clause} does not support changing 'connector'.")
+        unknown = unknown_option(key)
+        if unknown:
+            raise _error(*statement.positions[key], statement.clause, unknown)
 
 
 def _explain(text: str, explain: re.Match[str]) -> ExplainMaterializedTable:
@@ -247,7 +350,8 @@ class _Statements:
                 clause, statement = "SHOW CREATE MATERIALIZED TABLE", self.show_create()
             else:
                 clause, statement = "SHOW MATERIALIZED TABLES", self.show()
-        c.finish(clause)
+        if not (isinstance(statement, AlterMaterializedTableChange) and statement.query is not None):
+            c.finish(clause)  # AS read the query to the end of the text, its ';' included
         return statement
 
     def alter(self) -> MaterializedTableStatement:
@@ -273,46 +377,65 @@ class _Statements:
                 c.advance()
                 partition, values = self.partition_spec()
             return RefreshMaterializedTable(table, MappingProxyType(partition), self.positions(values))
+        if c.at_keyword("SET", "RESET"):
+            return self.set_or_reset(table)
+        if c.at_keyword("AS"):
+            return self.as_query(table)
         found = c.describe(c.current)
         if c.at_keyword(*_OTHER_ALTER):
             keyword = c.current
-            if c.at_keyword("SET", "RESET"):
-                self.set_or_reset()  # Flink's syntax errors first, at its positions
             c.fail(_ALTER, f"{keyword.text.upper()} is not supported here: change the definition "
                    "(its file, or CREATE OR ALTER MATERIALIZED TABLE) instead; supported: "
                    f"{_SUPPORTED_ALTER}", keyword)
         self.fail(_ALTER, f"expected {_SUPPORTED_ALTER}, found {found}")
 
-    def set_or_reset(self) -> None:
+    def set_or_reset(self, table: TableIdentifier) -> AlterMaterializedTableChange:
         """Flink's ``SET ('k' = 'v', ...) | SET FRESHNESS = ... | SET REFRESH_MODE = ...`` and
-        ``RESET ('k', ...)``, read only to report their syntax errors where Flink does."""
+        ``RESET ('k', ...)``, with Flink's syntax errors at its positions."""
         c = self.c
-        clause = f"{_ALTER} {c.current.text.upper()}"
+        keyword = c.advance()
+        clause = f"{_ALTER} {keyword.text.upper()}"
+        if keyword.text.upper() == "RESET":
+            keys: dict[str, Token] = {}
 
-        def key() -> None:
-            c.expect(clause, "string", "a quoted option key such as 'owner'")
+            def key() -> None:
+                token = c.expect(clause, "string", "a quoted option key such as 'owner'")
+                if token.text in keys:
+                    c.fail(clause, f"duplicate option {token.text!r}", token)
+                keys[token.text] = token
 
-        def option() -> None:
-            key()
-            c.expect_punct(clause, "=")
-            c.expect(clause, "string", "a quoted option value")
-
-        if c.advance().text.upper() == "RESET":
             c.parenthesized(clause, key, empty=True)
-        elif c.at_keyword("FRESHNESS"):
-            c.advance()
-            read_freshness(c)
-        elif c.at_keyword("REFRESH_MODE"):
-            c.advance()
-            read_refresh_mode(c)
-        elif c.at_punct("("):
-            c.parenthesized(clause, option, empty=True)
-        else:
+            return AlterMaterializedTableChange(table, clause, self.place(keyword), reset=tuple(keys),
+                                                positions=self.positions(keys))
+        if c.at_keyword("FRESHNESS", "REFRESH_MODE"):
+            word = c.advance()
+            at = self.place(word)
+            clause = f"{clause} {word.text.upper()}"
+            if word.text.upper() == "FRESHNESS":
+                return AlterMaterializedTableChange(table, clause, at, freshness=read_freshness(c))
+            return AlterMaterializedTableChange(table, clause, at, refresh_mode=read_refresh_mode(c))
+        if not c.at_punct("("):
             self.fail(clause, f"expected FRESHNESS, REFRESH_MODE or '(', found {c.describe(c.current)}")
+        options, tokens = c.string_options(clause, empty=True)
+        return AlterMaterializedTableChange(table, clause, self.place(keyword), MappingProxyType(options),
+                                            positions=self.positions(tokens))
+
+    def as_query(self, table: TableIdentifier) -> AlterMaterializedTableChange:
+        """``AS query`` (Flink 2.x): the query is Spark SQL, read from the text to its end."""
+        c = self.c
+        keyword = c.current
+        clause = f"{_ALTER} AS"
+        query = c.query(keyword.end, clause)
+        start = c.text.index(query, keyword.end)
+        return AlterMaterializedTableChange(
+            table, clause, self.place(keyword), query=query,
+            positions=MappingProxyType({"AS": (c.line_of(start), c.column_of(start))}))
+
+    def place(self, token: Token) -> tuple[int, int]:
+        return self.c.line_of(token.pos), self.c.column_of(token.pos)
 
     def positions(self, tokens: Mapping[str, Token]) -> _Positions:
-        return MappingProxyType({name: (self.c.line_of(token.pos), self.c.column_of(token.pos))
-                                 for name, token in tokens.items()})
+        return MappingProxyType({name: self.place(token) for name, token in tokens.items()})
 
     def partition_spec(self) -> tuple[dict[str, str], dict[str, Token]]:
         """``(k = 'v', ...)``: validated keys, values decoded to plain strings (never SQL), and

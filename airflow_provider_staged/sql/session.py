@@ -248,6 +248,8 @@ class SqlSession:
         with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
             if isinstance(statement, mts.CreateMaterializedTable):
                 return self._create(tables, statement, current)
+            if isinstance(statement, mts.AlterMaterializedTableChange):
+                return self._change(tables, statement, current)
             return _MATERIALIZED[type(statement)](tables, statement)
 
     def _create(
@@ -276,6 +278,19 @@ class SqlSession:
         handler = tables.create(definition.text)
         return ResultSet.info(f"Materialized table {identifier} created: "
                               f"{handler.as_summary_string()} (ACTIVATED)")
+
+    def _change(
+        self, tables: MaterializedTables, statement: mts.AlterMaterializedTableChange, current: str
+    ) -> ResultSet:
+        """ALTER ... SET / RESET / AS: the changed definition (checked before Airflow is reached),
+        executed as CREATE OR ALTER of it: the same checks of its query and columns, the same
+        atomic rewrite of its file and re-scheduling. Errors point into this statement."""
+        definition = statement.apply(tables.definition(statement.table))
+        try:
+            return self._create(tables, mts.CreateMaterializedTable(definition, or_alter=True), current)
+        except mts.MaterializedStatementError as err:
+            where = statement.located(definition, err.line, err.column)
+            raise mts.MaterializedStatementError(*where, err.message) from None
 
     def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
         """Spark's plan of the query the refreshes would run (the column list applied), analysed
