@@ -13,6 +13,7 @@ hands it to Spark) and otherwise one of:
 ``ALTER MATERIALIZED TABLE t SET FRESHNESS = INTERVAL ...``    :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t SET REFRESH_MODE = FULL|...``     :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t AS query``                        :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t ADD (column | PRIMARY KEY ...)``  :class:`AlterMaterializedTableChange`
 ``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
 ``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
 ``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
@@ -25,8 +26,11 @@ column of the offending token. ``CREATE`` uses the definition files' parser
 Only an optional ``;`` may follow a statement; partition values and options are decoded string
 literals (data, never SQL). The ``SET``/``RESET``/``AS`` forms change the table's definition:
 :meth:`AlterMaterializedTableChange.apply` gives the new one, which the client then executes as
-``CREATE OR ALTER`` (one path for every change of a definition). Flink's other ``ALTER`` forms
-(``ADD``, ``MODIFY``, ``DROP``, ``RENAME``) are refused at their keyword.
+``CREATE OR ALTER`` (one path for every change of a definition). ``ADD`` takes Flink
+2.x's rules: a key may be added; a physical column must come from the query, which already
+gives the table all its columns, so adding one is refused with Flink's message (``AS query``
+appends columns). Flink's other ``ALTER`` forms (``MODIFY``, ``DROP``, ``RENAME``) are refused
+at their keyword.
 """
 
 from __future__ import annotations
@@ -113,7 +117,10 @@ class AlterMaterializedTableChange:
     freshness: Freshness | None = None
     refresh_mode: RefreshMode | None = None
     query: str | None = None  # AS query, as written
-    # Where each SET/RESET key, and the query ("AS"), is written.
+    columns: tuple[str, ...] = ()  # ADD: physical columns (the session refuses each, as Flink)
+    primary_key: tuple[str, ...] = ()  # ADD [CONSTRAINT c] PRIMARY KEY (...) NOT ENFORCED
+    primary_key_name: str | None = None
+    # Where each SET/RESET key, ADD column, and the query ("AS"), is written.
     positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     def apply(self, old: MaterializedTableDefinition) -> MaterializedTableDefinition:
@@ -130,9 +137,17 @@ class AlterMaterializedTableChange:
                 f"{self.clause}: Changing of REFRESH MODE is unsupported: {self.table} refreshes in "
                 f"{old.refresh_mode.value} mode; DROP MATERIALIZED TABLE it, then CREATE it with "
                 f"REFRESH_MODE = {self.refresh_mode.value}"))
+        if self.primary_key and old.primary_key:
+            key = ", ".join(f"`{name}`" for name in old.primary_key)
+            raise MaterializedStatementError(*self.at, (  # Flink's SchemaAddConverter
+                f"{self.clause}: The base table has already defined the primary key constraint [{key}]. "
+                "You might want to drop it before adding a new one."))
         options = {key: value for key, value in old.options.items() if key not in self.reset}
         options.update(self.options)
-        changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query)
+        key = (self.primary_key, self.primary_key_name) if self.primary_key else (
+            old.primary_key, old.primary_key_name)
+        changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query,
+                          primary_key=key[0], primary_key_name=key[1])
         explicit = "REFRESH_MODE" in old.lines or self.refresh_mode is not None
         new = self._parsed(render_definition(changed, options, explicit_mode=explicit))
         if new.refresh_mode is not old.refresh_mode:
@@ -245,10 +260,10 @@ _EXPLAIN = re.compile(
 )
 _ALTER = "ALTER MATERIALIZED TABLE"
 _SUPPORTED_ALTER = ("SUSPEND, RESUME [WITH (...)], REFRESH [PARTITION (...)], SET (...), RESET (...), "
-                    "SET FRESHNESS, SET REFRESH_MODE or AS query")
+                    "SET FRESHNESS, SET REFRESH_MODE, ADD (...) or AS query")
 # Flink's schema and distribution ALTER forms: the definition (file or CREATE OR ALTER) is where
 # a column list changes here.
-_OTHER_ALTER = ("ADD", "MODIFY", "DROP", "RENAME")
+_OTHER_ALTER = ("MODIFY", "DROP", "RENAME")
 
 
 def _error(line: int, column: int, clause: str, message: str) -> MaterializedStatementError:
@@ -298,7 +313,7 @@ def _check_option_keys(statement: AlterMaterializedTableChange) -> None:
     """Flink's converter rules of SET and RESET (SqlAlterMaterializedTable{Options,Reset}Converter,
     their messages), and keys a definition cannot have; the values are checked by ``apply``."""
     keys = statement.reset or tuple(statement.options)
-    if statement.freshness is not None or statement.refresh_mode is not None or statement.query is not None:
+    if not statement.clause.endswith(("SET", "RESET")):
         return
     if not keys:
         what = "key" if statement.clause.endswith("RESET") else "options"
@@ -381,6 +396,8 @@ class _Statements:
             return self.set_or_reset(table)
         if c.at_keyword("AS"):
             return self.as_query(table)
+        if c.at_keyword("ADD"):
+            return self.add(table)
         found = c.describe(c.current)
         if c.at_keyword(*_OTHER_ALTER):
             keyword = c.current
@@ -430,6 +447,62 @@ class _Statements:
         return AlterMaterializedTableChange(
             table, clause, self.place(keyword), query=query,
             positions=MappingProxyType({"AS": (c.line_of(start), c.column_of(start))}))
+
+    def add(self, table: TableIdentifier) -> AlterMaterializedTableChange:
+        """``ADD item`` or ``ADD (item, ...)`` (Flink 2.x): columns (``name type [NOT NULL]
+        [COMMENT '...'] [FIRST | AFTER c]``) and ``[CONSTRAINT c] PRIMARY KEY (...) NOT ENFORCED``;
+        watermarks, computed and metadata columns are refused as in a definition."""
+        c = self.c
+        keyword = c.advance()
+        clause = f"{_ALTER} ADD"
+        columns: dict[str, Token] = {}
+        key: dict[str, Token] = {}
+        names: list[str | None] = [None]  # the key's CONSTRAINT name
+
+        def item() -> None:
+            start = c.current
+            if c.at_keyword("DISTRIBUTION"):
+                c.fail(clause, "DISTRIBUTION is not supported: refreshes write Parquet files per partition, "
+                       "without buckets")
+            if c.at_keyword("WATERMARK"):
+                c.fail(clause, "WATERMARK is not supported: refreshes read their sources as batches or "
+                       "micro-batches, without event time")
+            if c.at_keyword("CONSTRAINT", "PRIMARY", "UNIQUE"):
+                if c.at_keyword("CONSTRAINT"):
+                    c.advance()
+                    names[0] = c.name(clause, "a constraint name").text
+                if c.at_keyword("UNIQUE"):
+                    c.fail(clause, "UNIQUE constraint is not supported yet (as in Flink): use PRIMARY KEY "
+                           "(...) NOT ENFORCED", start)
+                c.expect_keyword(clause, "PRIMARY", "KEY")
+                if key:
+                    c.fail(clause, "duplicate primary key definition", start)
+                key.update(c.column_list(clause, "primary key column"))
+                if c.negation(clause, "ENFORCED") is not True:  # Flink's rule and words
+                    c.fail(clause, "Flink doesn't support ENFORCED mode for PRIMARY KEY constraint. "
+                           "ENFORCED/NOT ENFORCED controls if the constraint checks are performed on the "
+                           "incoming/outgoing data; the data is not owned here, so the only supported mode "
+                           "is NOT ENFORCED", start)
+                return
+            name, token = c.column(clause, "column")
+            if name in columns:
+                c.fail(clause, f"duplicate column {token.text!r}", token)
+            columns[name] = token
+            depth = 0  # the type, its options and position: refused with the column in any case
+            while c.current.kind != "end" and (depth or not (c.at_punct(",") or c.at_punct(")"))):
+                if (c.at_keyword("AS", "METADATA") and not depth) or c.at_punct("."):
+                    c.fail(clause, f"only physical columns can be added here: {token.text!r} is a computed, "
+                           "metadata or nested column, which no definition has")
+                depth += int(c.at_punct("(") or c.at_punct("<")) - int(c.at_punct(")") or c.at_punct(">"))
+                c.advance()
+
+        if c.at_punct("("):
+            c.parenthesized(clause, item)
+        else:
+            item()
+        return AlterMaterializedTableChange(
+            table, clause, self.place(keyword), columns=tuple(columns), primary_key=tuple(key),
+            primary_key_name=names[0], positions=self.positions({**columns, **key}))
 
     def place(self, token: Token) -> tuple[int, int]:
         return self.c.line_of(token.pos), self.c.column_of(token.pos)

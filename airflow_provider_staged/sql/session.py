@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -257,9 +257,15 @@ class SqlSession:
     ) -> ResultSet:
         """CREATE [OR ALTER], its query analysed in database ``default``, where the refreshes read
         the definition (its file has no USE); ``current`` is the session's database, restored after."""
+        with self._in_default(current):
+            return self._create_in_default(tables, statement)
+
+    @contextmanager
+    def _in_default(self, current: str) -> Iterator[None]:
+        """Database ``default`` current (where a definition is read), then ``current`` again."""
         self.spark.catalog.setCurrentDatabase("default")
         try:
-            return self._create_in_default(tables, statement)
+            yield
         finally:
             self.spark.catalog.setCurrentDatabase(current)
 
@@ -286,21 +292,38 @@ class SqlSession:
         executed as CREATE OR ALTER of it: the same checks of its query and columns, the same
         atomic rewrite of its file and re-scheduling. Errors point into this statement."""
         definition = statement.apply(tables.definition(statement.table))
+        if statement.columns:
+            with self._in_default(current):
+                self._refuse_added_columns(statement, self._query_columns(self._checked_query(definition)))
         try:
             return self._create(tables, mts.CreateMaterializedTable(definition, or_alter=True), current)
         except mts.MaterializedStatementError as err:
             where = statement.located(definition, err.line, err.column)
             raise mts.MaterializedStatementError(*where, err.message) from None
 
+    @staticmethod
+    def _refuse_added_columns(statement: mts.AlterMaterializedTableChange, table: list[Column]) -> None:
+        """Flink 2.x's rules for ``ADD`` of a physical column (SqlAlterMaterializedTableSchemaConverter):
+        it must be one of the query's columns, and those are all the table's here (no computed or
+        metadata columns), so it exists already; the messages say which, at the column."""
+        names = {name.lower() for name, _ in table}
+        for column in statement.columns:
+            if column.lower() in names:
+                message = f"Try to add a column `{column}` which already exists in the table."
+            else:
+                message = ("Invalid schema. All persisted (physical and metadata) columns in the schema part "
+                           "need to be present in the query part. However, physical column "
+                           f"`{column}` could not be found in the query. A new column comes from the query: "
+                           f"ALTER MATERIALIZED TABLE {statement.table} AS <query with it at the end>")
+            where = statement.positions[column]
+            raise mts.MaterializedStatementError(*where, f"{statement.clause}: {message}")
+
     def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
         """Spark's plan of the query the refreshes would run (the column list applied), analysed
         in ``default`` as CREATE does; the definition is checked against it as CREATE checks it."""
-        self.spark.catalog.setCurrentDatabase("default")
-        try:
+        with self._in_default(current):
             query = self._checked_query(statement.create.definition)
             return self._collect(self.spark.sql(" ".join(filter(None, ("EXPLAIN", statement.mode, query)))))
-        finally:
-            self.spark.catalog.setCurrentDatabase(current)
 
     def _table_columns(self, identifier: TableIdentifier) -> list[Column] | None:
         """The columns the catalog has for ``identifier`` (None: no such table yet)."""

@@ -99,6 +99,64 @@ def test_alter_materialized_table_as_query() -> None:
     assert change("ALTER MATERIALIZED TABLE tbl1 AS SELECT * FROM t AS").query == "SELECT * FROM t AS"
 
 
+def test_alter_materialized_table_add_schema() -> None:
+    """The key forms: ENFORCED (or nothing said) and UNIQUE refused with Flink's words; NOT
+    ENFORCED adds the key to the definition."""
+    with pytest.raises(MaterializedStatementError, match=r"column 34: .*Flink doesn't support ENFORCED mode "
+                       "for PRIMARY KEY constraint"):
+        change("alter materialized table mt1 add constraint ct1 primary key(a, b)")
+    statement = change("alter materialized table mt1 add constraint ct1 primary key(a, b) not enforced")
+    assert (statement.primary_key, statement.primary_key_name, statement.columns) == (("a", "b"), "ct1", ())
+    with pytest.raises(MaterializedStatementError, match="UNIQUE constraint is not supported yet"):
+        change("alter materialized table mt1 add unique(a, b)")
+
+
+@pytest.mark.parametrize("text", [
+    "alter materialized table mt1 add new_column int not null",
+    "alter materialized table mt1 add new_column string comment 'new_column docs'",
+    "alter materialized table mt1 add new_column string comment 'new_column docs' first",
+    "alter materialized table mt1 add new_column string comment 'new_column docs' after id",
+    "alter materialized table mt1 add new_column array<row(f0 int, f1 bigint)> comment 'new_column docs'",
+    "alter materialized table mt1 add (new_column map<string, int>)",
+])
+def test_add_single_column(text: str) -> None:
+    """testAddSingleColumn / testAddNestedColumn's physical columns parse (what Flink then allows
+    is decided against the query: test_add_column_is_refused_with_flinks_rules)."""
+    statement = change(text)
+    assert statement.columns == ("new_column",) and statement.positions["new_column"][1] in (34, 35)
+
+
+@pytest.mark.parametrize(("text", "column", "message"), [
+    # testAddSingleColumn's computed and metadata columns; testAddNestedColumn's nested ones
+    ("alter materialized table mt1 add col_int as col_a - col_b after col_b", 42, "'col_int' is a computed"),
+    ("alter materialized table mt1 add col_int int metadata from 'mk1' virtual comment 'c' after col_b", 46,
+     "'col_int' is a computed, metadata or nested column"),
+    ("alter materialized table mt1 add (new_row row(f0 int, f1 bigint) comment 'new_column docs', f2 as "
+     "new_row.f0 + 1)", 96, "'f2' is a computed"),
+    ("alter materialized table mt1 add (new_row.f2 array<int>)", 42,
+     "'new_row' is a computed, metadata or nested"),
+    # testAddWatermark
+    ("alter materialized table mt1 add watermark for ts as ts - interval '1' second", 34,
+     "WATERMARK is not supported"),
+])
+def test_add_forms_no_definition_has_are_refused(text: str, column: int, message: str) -> None:
+    with pytest.raises(MaterializedStatementError) as info:
+        change(text)
+    assert (info.value.line, info.value.column) == (1, column) and message in info.value.message
+
+
+def test_alter_materialized_table_add_primary_key() -> None:
+    """The key goes into the definition's column list (checked NOT NULL against the query when it
+    runs as CREATE OR ALTER); a second key is refused with Flink's SchemaAddConverter message."""
+    new = change("ALTER MATERIALIZED TABLE base_mtbl ADD CONSTRAINT pk PRIMARY KEY (a) NOT ENFORCED").apply(
+        parse_definition(BASE))
+    assert (new.primary_key, new.primary_key_name) == (("a",), "pk")
+    with pytest.raises(MaterializedStatementError, match=re.escape(
+            "The base table has already defined the primary key constraint [`a`]. You might want to drop it "
+            "before adding a new one.")):
+        change("ALTER MATERIALIZED TABLE base_mtbl ADD PRIMARY KEY (b) NOT ENFORCED").apply(new)
+
+
 # -- SqlMaterializedTableNodeToOperationConverterTest ----------------------------------------
 def test_alter_materialized_table_as_query_appends_columns() -> None:
     """testAlterMaterializedTableAsQuery: the new query appends e and f; everything else of the
@@ -275,6 +333,20 @@ def test_a_bad_value_stops_before_any_work(text: str, position: tuple[int, int],
     assert isinstance(error, StatementError) and message in error.message
     assert (error.line, error.column) == position
     assert tables.altered == [] and spark.queries == []
+
+
+@pytest.mark.parametrize(("column", "message"), [
+    ("e", "Invalid schema. All persisted (physical and metadata) columns in the schema part need to be "
+          "present in the query part. However, physical column `e` could not be found in the query."),
+    ("B", "Try to add a column `b` which already exists in the table."),  # names as the metastore has them
+])
+def test_add_column_is_refused_with_flinks_rules(column: str, message: str) -> None:
+    """Flink 2.x: an added physical column must be one of the query's, and here the query's
+    columns are all the table's; so it is refused, in Flink's words, at the column."""
+    error, tables, spark = execute(f"ALTER MATERIALIZED TABLE base_mtbl ADD (\n  {column} STRING)")
+    assert isinstance(error, StatementError) and message in error.message
+    assert (error.line, error.column) == (2, 3) and tables.altered == []
+    assert spark.queries  # the query's columns come from Spark's analysis
 
 
 def test_a_query_error_points_into_the_statement() -> None:

@@ -186,9 +186,7 @@ def test_flink_parser_errors_at_flink_positions(text: str, line: int, column: in
     ("text", "column", "match"),
     [
         # Flink's schema forms: here the definition's column list (file or CREATE OR ALTER) is
-        # where columns and keys change.
-        ("alter materialized table mt1 add constraint ct1 primary key(a, b) not enforced", 30,
-         "ADD is not supported"),
+        # where columns change (ADD: test_sql_alter_materialized_table.py).
         ("alter materialized table mt1 modify new_column string comment 'docs'", 30, "MODIFY is not"),
         ("alter materialized table mt1 drop watermark", 30, "DROP is not supported"),
         ("alter materialized table mt1 rename to mt2", 30, "RENAME is not supported"),
@@ -205,10 +203,10 @@ def test_flink_parser_errors_at_flink_positions(text: str, line: int, column: in
         # ...so Flink's "Multiple WATERMARK declarations" (testAddWatermark) is not reached.
         ("alter materialized table default_catalog.default_database.mt1 add (\nwatermark for ts as "
          "ts - interval '1' second,\nwatermark for f1 as now()\n)", 26, "expected \\[db.\\]name"),
-        # ADD/MODIFY/DROP are refused at their keyword, their inside unread: Flink's
-        # 'Encountered "RANDOM"' (testAddDistribution, col 50) is not.
-        ("alter materialized table mt1 add distribution by RANDOM(a, h) into 6 buckets", 30,
-         "ADD is not supported"),
+        # No buckets here: refused at DISTRIBUTION, before Flink's 'Encountered "RANDOM"'
+        # (testAddDistribution, col 50).
+        ("alter materialized table mt1 add distribution by RANDOM(a, h) into 6 buckets", 34,
+         "DISTRIBUTION is not supported"),
         # originalQueryCases' `m``tbl`: metastore table names are letters, digits and underscores.
         ("CREATE MATERIALIZED TABLE `m``tbl` COMMENT 'a''b' AS SELECT * FROM t1", 27,
          "invalid table name 'm`tbl'"),
