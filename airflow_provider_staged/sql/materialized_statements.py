@@ -215,10 +215,11 @@ class ShowCreateMaterializedTable:
 @dataclass(frozen=True)
 class ExplainMaterializedTable:
     """``EXPLAIN [EXTENDED | CODEGEN | COST | FORMATTED | PLAN FOR] CREATE [OR ALTER] MATERIALIZED TABLE``
-    (Flink's testExplainCreate[OrAlter]MaterializedTable): Spark's plan of the query the
-    refreshes would run; nothing is created."""
+    or ``... ALTER MATERIALIZED TABLE t AS query`` (Flink's testExplainCreate[OrAlter]MaterializedTable,
+    testExplainAlterMaterializedTable): Spark's plan of the query the refreshes would run; nothing
+    is created or changed."""
 
-    create: CreateMaterializedTable
+    create: CreateMaterializedTable | AlterMaterializedTableChange  # an ALTER's query: AS
     mode: str = ""  # Spark's EXPLAIN mode, upper case; "" for the physical plan
 
     @property
@@ -332,10 +333,11 @@ def _explain(text: str, explain: re.Match[str]) -> ExplainMaterializedTable:
     line breaks kept), so every position is still one of ``text``."""
     blanked = re.sub(r"[^\n]", " ", text[:explain.end()]) + text[explain.end():]
     inner = parse_materialized_statement(blanked)
-    if not isinstance(inner, CreateMaterializedTable):
+    if not (isinstance(inner, CreateMaterializedTable)
+            or (isinstance(inner, AlterMaterializedTableChange) and inner.query is not None)):
         cursor = Cursor(blanked, _error)
-        cursor.fail("EXPLAIN", "only CREATE [OR ALTER] MATERIALIZED TABLE can be explained (its query's "
-                    f"plan), found {cursor.describe(cursor.current)}")
+        cursor.fail("EXPLAIN", "only CREATE [OR ALTER] MATERIALIZED TABLE and ALTER MATERIALIZED TABLE ... "
+                    f"AS can be explained (their query's plan), found {cursor.describe(cursor.current)}")
     return ExplainMaterializedTable(inner, (explain.group("mode") or "").upper())
 
 

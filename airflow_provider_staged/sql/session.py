@@ -240,8 +240,10 @@ class SqlSession:
         if table is not None and current != "default" and table.database == "default":
             explained = statement.create if isinstance(statement, mts.ExplainMaterializedTable) else statement
             raise _read_in_default(explained, table, current)
-        if isinstance(statement, mts.ExplainMaterializedTable):
-            return self._explain(statement, current)  # the query's plan: no workflow is reached
+        if isinstance(statement, mts.ExplainMaterializedTable) and isinstance(
+                statement.create, mts.CreateMaterializedTable):
+            # the query's plan: no workflow is reached
+            return self._explain(statement.create.definition, statement.mode, current)
         if isinstance(statement, mts.ShowMaterializedTables) and statement.database is None:
             # Flink's and Spark's SHOW ... TABLES without FROM: the current database's.
             statement = replace(statement, database=current)
@@ -250,6 +252,11 @@ class SqlSession:
                 return self._create(tables, statement, current)
             if isinstance(statement, mts.AlterMaterializedTableChange):
                 return self._change(tables, statement, current)
+            if isinstance(statement, mts.ExplainMaterializedTable):  # ALTER ... AS: the new query's plan
+                assert isinstance(statement.create, mts.AlterMaterializedTableChange)
+                definition = statement.create.apply(tables.definition(statement.table))
+                with _located_in(statement.create, definition):
+                    return self._explain(definition, statement.mode, current)
             return _MATERIALIZED[type(statement)](tables, statement)
 
     def _create(
@@ -295,11 +302,8 @@ class SqlSession:
         if statement.columns:
             with self._in_default(current):
                 self._refuse_added_columns(statement, self._query_columns(self._checked_query(definition)))
-        try:
+        with _located_in(statement, definition):
             return self._create(tables, mts.CreateMaterializedTable(definition, or_alter=True), current)
-        except mts.MaterializedStatementError as err:
-            where = statement.located(definition, err.line, err.column)
-            raise mts.MaterializedStatementError(*where, err.message) from None
 
     @staticmethod
     def _refuse_added_columns(statement: mts.AlterMaterializedTableChange, table: list[Column]) -> None:
@@ -318,12 +322,13 @@ class SqlSession:
             where = statement.positions[column]
             raise mts.MaterializedStatementError(*where, f"{statement.clause}: {message}")
 
-    def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
-        """Spark's plan of the query the refreshes would run (the column list applied), analysed
-        in ``default`` as CREATE does; the definition is checked against it as CREATE checks it."""
+    def _explain(self, definition: MaterializedTableDefinition, mode: str, current: str) -> ResultSet:
+        """Spark's plan (EXPLAIN ``mode``) of the query the refreshes would run (the column list
+        applied), analysed in ``default`` as CREATE does; the definition is checked against it as
+        CREATE checks it."""
         with self._in_default(current):
-            query = self._checked_query(statement.create.definition)
-            return self._collect(self.spark.sql(" ".join(filter(None, ("EXPLAIN", statement.mode, query)))))
+            query = self._checked_query(definition)
+            return self._collect(self.spark.sql(" ".join(filter(None, ("EXPLAIN", mode, query)))))
 
     def _table_columns(self, identifier: TableIdentifier) -> list[Column] | None:
         """The columns the catalog has for ``identifier`` (None: no such table yet)."""
@@ -374,6 +379,17 @@ class SqlSession:
                     f"AS: the query reads {where}, a temporary view of this session: the refreshes run in "
                     "their own Spark session, where it does not exist; read a table or a view of the "
                     "catalog (CREATE VIEW) instead"))
+
+
+@contextmanager
+def _located_in(statement: mts.AlterMaterializedTableChange, definition: MaterializedTableDefinition
+                ) -> Iterator[None]:
+    """Errors at places of ``definition`` (``statement`` applied) moved to the statement's."""
+    try:
+        yield
+    except mts.MaterializedStatementError as err:
+        where = statement.located(definition, err.line, err.column)
+        raise mts.MaterializedStatementError(*where, err.message) from None
 
 
 def _query_place(definition: MaterializedTableDefinition, name: str) -> tuple[int, int]:

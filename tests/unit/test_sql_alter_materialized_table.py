@@ -266,6 +266,9 @@ class ColumnsSpark:
         if "FROM t AS" in text:
             raise RuntimeError("[PARSE_SYNTAX_ERROR] Syntax error at or near end of input. SQLSTATE: "
                                "42601 (line 1, pos 18)")
+        if text.startswith("EXPLAIN"):
+            return type("Plan", (), {"columns": ["plan"], "limit": lambda self, _: self,
+                                     "collect": lambda _: []})()
         fields = [{"name": name, "type": kind, "nullable": True, "metadata": {}}
                   for name, kind in self.columns]
         schema = type("Schema", (), {"json": lambda _: json.dumps({"type": "struct", "fields": fields})})()
@@ -347,6 +350,14 @@ def test_add_column_is_refused_with_flinks_rules(column: str, message: str) -> N
     assert isinstance(error, StatementError) and message in error.message
     assert (error.line, error.column) == (2, 3) and tables.altered == []
     assert spark.queries  # the query's columns come from Spark's analysis
+
+
+def test_explain_alter_materialized_table() -> None:
+    """testExplainAlterMaterializedTable: the plan of the new query as the refreshes would run it
+    (the table's definition with it); nothing is altered."""
+    result, tables, spark = execute("EXPLAIN ALTER MATERIALIZED TABLE base_mtbl AS SELECT a, b, c, d FROM t3")
+    assert spark.queries[-1].startswith("EXPLAIN SELECT") and "FROM t3" in spark.queries[-1]
+    assert tables.altered == [] and result.columns == ["plan"]
 
 
 def test_a_query_error_points_into_the_statement() -> None:
