@@ -323,6 +323,8 @@ def _check_option_keys(statement: AlterMaterializedTableChange) -> None:
         if key == "connector" and statement.reset:
             raise MaterializedStatementError(*statement.positions[key],
                                              f"{statement.clause} does not support changing 'connector'.")
+        # Flink's RESET of a key the table lacks changes nothing, silently; a mistyped key would
+        # then say the option was reset while it still applies: refused here, as SET refuses it.
         unknown = unknown_option(key)
         if unknown:
             raise _error(*statement.positions[key], statement.clause, unknown)

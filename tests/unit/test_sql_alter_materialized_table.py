@@ -352,6 +352,16 @@ def test_add_column_is_refused_with_flinks_rules(column: str, message: str) -> N
     assert spark.queries  # the query's columns come from Spark's analysis
 
 
+def test_alter_materialized_table_as_query_with_conflict_column_name() -> None:
+    """Flink renames the second `a` to `a0` and adds it: a column nobody named. Refused here, at
+    the query (the table's write would fail on two columns named alike)."""
+    error, tables, _ = execute("ALTER MATERIALIZED TABLE base_mtbl AS SELECT a, b, c, d, c as a FROM t3",
+                               [*BASE_COLUMNS, ("a", "integer")])
+    assert isinstance(error, StatementError) and tables.altered == []
+    assert "the query's columns 1 and 5 are both named 'a'" in error.message
+    assert (error.line, error.column) == (1, 39)
+
+
 def test_explain_alter_materialized_table() -> None:
     """testExplainAlterMaterializedTable: the plan of the new query as the refreshes would run it
     (the table's definition with it); nothing is altered."""
