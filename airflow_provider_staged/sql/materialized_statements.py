@@ -51,7 +51,14 @@ from airflow_provider_staged.materialized.definition import (
     render_definition,
     unknown_option,
 )
-from airflow_provider_staged.materialized.freshness import Freshness, RefreshMode
+from airflow_provider_staged.materialized.freshness import (
+    DEFAULT_FRESHNESS_THRESHOLD,
+    Freshness,
+    FreshnessError,
+    RefreshMode,
+    derive_refresh_mode,
+    parse_duration,
+)
 from airflow_provider_staged.materialized.grammar import Cursor, Token
 from airflow_provider_staged.materialized.params import RefreshRequestError, writer_options
 from airflow_provider_staged.materialized.partitions import PartitionError, check_partition_value
@@ -148,11 +155,15 @@ class AlterMaterializedTableChange:
             old.primary_key, old.primary_key_name)
         changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query,
                           primary_key=key[0], primary_key_name=key[1])
-        explicit = "REFRESH_MODE" in old.lines or self.refresh_mode is not None
-        new = self._parsed(render_definition(changed, options, explicit_mode=explicit))
-        if new.refresh_mode is not old.refresh_mode:
-            new = self._parsed(render_definition(changed, options, explicit_mode=True))
-        return new
+        try:
+            threshold = options.get("refresh-mode.freshness-threshold")
+            derived = derive_refresh_mode(changed.freshness, None, parse_duration(threshold) if threshold
+                                          else DEFAULT_FRESHNESS_THRESHOLD)
+        except FreshnessError:
+            derived = None  # the parse below refuses the threshold, at its key
+        explicit = ("REFRESH_MODE" in old.lines or self.refresh_mode is not None
+                    or derived is not old.refresh_mode)
+        return self._parsed(render_definition(changed, options, explicit_mode=explicit))
 
     def _parsed(self, text: str) -> MaterializedTableDefinition:
         try:

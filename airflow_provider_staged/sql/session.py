@@ -27,6 +27,7 @@ from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     MaterializedTableDefinition,
 )
+from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
@@ -303,7 +304,12 @@ class SqlSession:
             with self._in_default(current):
                 self._refuse_added_columns(statement, self._query_columns(self._checked_query(definition)))
         with _located_in(statement, definition):
-            return self._create(tables, mts.CreateMaterializedTable(definition, or_alter=True), current)
+            result = self._create(tables, mts.CreateMaterializedTable(definition, or_alter=True), current)
+        if statement.freshness is not None and definition.refresh_mode is RefreshMode.CONTINUOUS:
+            # A stream's trigger interval is fixed when it starts (continuous.trigger_interval).
+            return ResultSet.info(f"{result.message}; a running stream keeps its pace until it restarts "
+                                  f"(ALTER MATERIALIZED TABLE {statement.table} SUSPEND, then RESUME)")
+        return result
 
     @staticmethod
     def _refuse_added_columns(statement: mts.AlterMaterializedTableChange, table: list[Column]) -> None:

@@ -247,6 +247,10 @@ def test_alter_materialized_table_freshness_keeps_the_refresh_mode() -> None:
     assert same.schedule == "0 */2 * * *" and "REFRESH_MODE" not in same.text  # still derived
     assert change("ALTER MATERIALIZED TABLE base_mtbl SET REFRESH_MODE = FULL").apply(
         parse_definition(BASE)).refresh_mode is RefreshMode.FULL
+    # a threshold above the freshness would derive CONTINUOUS too
+    threshold = "ALTER MATERIALIZED TABLE base_mtbl SET ('refresh-mode.freshness-threshold' = '2 h')"
+    raised = change(threshold).apply(parse_definition(BASE))
+    assert raised.refresh_mode is RefreshMode.FULL and "REFRESH_MODE = FULL" in raised.text
 
 
 # -- execution in the SQL client ---------------------------------------------------------------
@@ -276,14 +280,15 @@ class ColumnsSpark:
 
 
 class AlteringTables:
-    """MaterializedTables holding base_mtbl: records the definitions CREATE OR ALTER is given."""
+    """MaterializedTables holding ``base`` (base_mtbl): records what CREATE OR ALTER is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: str = BASE) -> None:
+        self.base = base
         self.altered: list[str] = []
         self.scheduler = type("Scheduler", (), {"definition_file": lambda _, dag_id: Path("base.sql")})()
 
     def definition(self, identifier: TableIdentifier) -> Any:
-        return parse_definition(BASE)
+        return parse_definition(self.base)
 
     def alter(self, text: str, table_columns: Any, query_columns: Any) -> Any:
         query_columns(parse_definition(text).query)
@@ -292,9 +297,9 @@ class AlteringTables:
 
 
 def execute(
-    text: str, columns: list[tuple[str, str]] = BASE_COLUMNS
+    text: str, columns: list[tuple[str, str]] = BASE_COLUMNS, base: str = BASE
 ) -> tuple[Any, AlteringTables, ColumnsSpark]:
-    tables, spark = AlteringTables(), ColumnsSpark(columns)
+    tables, spark = AlteringTables(base), ColumnsSpark(columns)
     s = SqlSession(spark, SessionProperties(), lambda: pytest.fail("no settings needed"),
                    lambda options: contextlib.nullcontext(tables))
     (statement,) = split_statements(text)
@@ -312,6 +317,16 @@ def test_set_freshness_runs_as_create_or_alter_of_the_changed_definition() -> No
     new = parse_definition(text)
     assert (new.freshness, new.schedule, dict(new.options)) == (Freshness(30, "MINUTE"), "*/30 * * * *",
                                                                 {"owner": "me", "retries": "2"})
+
+
+def test_set_freshness_of_a_continuous_table_says_when_the_stream_takes_it() -> None:
+    continuous = BASE.replace("INTERVAL '1' HOUR", "INTERVAL '1' MINUTE")
+    result, tables, _ = execute("ALTER MATERIALIZED TABLE base_mtbl SET FRESHNESS = INTERVAL '45' MINUTE",
+                                base=continuous)
+    new = parse_definition(tables.altered[0])
+    assert (new.freshness, new.refresh_mode) == (Freshness(45, "MINUTE"), RefreshMode.CONTINUOUS)  # kept
+    assert result.message.endswith("a running stream keeps its pace until it restarts (ALTER MATERIALIZED "
+                                   "TABLE default.base_mtbl SUSPEND, then RESUME)")
 
 
 def test_as_query_with_an_added_column_runs_as_create_or_alter() -> None:
