@@ -73,6 +73,13 @@ CONN_FIELDS = {
         "An attempt whose heartbeat stopped this long ago is expired by staged reconcile; default 60.",
         minimum=0,
     ),
+    "quarantine_hours": _field(
+        "Quarantine (hours)",
+        "number",
+        "A version that failed its audits stays unpublished for inspection this long, then is "
+        "discarded; default 168 (7 days).",
+        minimum=0,
+    ),
     "spark_conf": _field(
         "Spark configuration",
         "object",

@@ -1,4 +1,4 @@
-"""``staged versions | rollback | expire | maintain``: table lifecycle commands.
+"""``staged versions | rollback | expire | maintain | audits show | publish``: table lifecycle commands.
 
 Registered on the main ``staged`` app by :func:`register` (so its one-line errors apply);
 every change goes through the one commit path (``staging.rollback``, ``staging.expiry``).
@@ -138,9 +138,46 @@ def maintain(
         raise StagingError("maintenance could not finish everything: run it again")
 
 
+AttemptArgument = Annotated[str, typer.Argument(help="the attempt id (see `staged attempts`)")]
+
+
+def audits_show(attempt: AttemptArgument, conn: ConnOption = DEFAULT_CONN_ID) -> None:
+    """An attempt's audits: each one's outcome, count and, for a failure, sample rows."""
+    from airflow_provider_staged.cli.context import connection_settings
+    from airflow_provider_staged.cli.output import console
+    from airflow_provider_staged.staging.audits import AuditResult
+
+    record = connection_settings(conn).journal.require(attempt)
+    audits = record.audits or {}
+    verdict = audits.get("verdict") or ("not audited yet" if audits else "no audits declared")
+    console.print(f"attempt {attempt} of {record.target} ({record.state.value}): {verdict}", soft_wrap=True,
+                  highlight=False, markup=False)
+    for item in audits.get("results", []):
+        result = AuditResult.from_dict(item)
+        console.print(result.line(), soft_wrap=True, highlight=False, markup=False)
+        for row in result.samples:
+            console.print(f"    {row}", soft_wrap=True, highlight=False, markup=False)
+
+
+def publish(attempt: AttemptArgument, conn: ConnOption = DEFAULT_CONN_ID) -> None:
+    """Publish a quarantined attempt anyway (after looking at `staged audits show`), through the
+    commit path; refused when its table moved on since the attempt began."""
+    from airflow_provider_staged.cli.context import connection_settings
+    from airflow_provider_staged.cli.output import console
+    from airflow_provider_staged.staging.quarantine import publish_anyway
+
+    record = publish_anyway(connection_settings(conn), attempt)
+    console.print(f"published attempt {attempt} of {record.target} ({record.state.value}, journaled as "
+                  "published despite its audits)", soft_wrap=True, highlight=False, markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the lifecycle commands to the ``staged`` app."""
     app.command("versions")(versions)
     app.command("rollback")(rollback)
     app.command("expire")(expire)
     app.command("maintain")(maintain)
+    app.command("publish")(publish)
+    audits = typer.Typer(help="Audits of staged attempts.", no_args_is_help=True)
+    audits.command("show")(audits_show)
+    app.add_typer(audits, name="audits")

@@ -293,6 +293,9 @@ def _attempt_row(record: AttemptRecord, output: Output) -> dict[str, Any]:
     error = one_line(record.error or "")
     began = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at))
     outcome = f"{record.state.value}: {error}" if error else record.state.value
+    verdict = (record.audits or {}).get("verdict")
+    if verdict and verdict != "passed":  # quarantined, or published despite failed audits
+        outcome = f"{outcome} (audits: {verdict.replace('_', ' ')})"
     if output is Output.json:
         return {"began": began, "target": record.target, "operation": record.operation,
                 "partition": record.partitions_text, "dag_id": task.dag_id if task else None,

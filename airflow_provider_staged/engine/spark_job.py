@@ -44,6 +44,14 @@ def data_files(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     """Write ``df`` as Parquet into the attempt's version directory and describe it."""
     location = spec["location"]
+    audited = None
+    if spec.get("audits"):
+        from airflow_provider_staged.engine.audit_job import audit_staged, observed_frame
+        from airflow_provider_staged.staging.audits import AuditSuite
+
+        suite = AuditSuite.from_list(spec["audits"])
+        df, observation = observed_frame(df, suite)
+        audited = (suite, observation)
     df, partition_by = _hive_partition_columns(df, list(spec.get("partition_by") or []))
     # "error" (= errorifexists): the Spark Connect client (4.2) knows only this spelling.
     writer = df.write.format("parquet").mode("error")
@@ -58,13 +66,16 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
 
     ordered = StructType(data_columns + partition_fields)
     columns = hive_columns(ordered)
-    return {
+    manifest = {
         "location": location,
         "schema_json": ordered.json(),
         "hive_columns": columns,
         "partition_columns": partition_by,
         "files": data_files(location),
     }
+    if audited is not None:
+        manifest["audits"], manifest["dropped_rows"] = audit_staged(df, ordered, location, *audited)
+    return manifest
 
 
 def _hive_partition_columns(df: DataFrame, partition_by: list[str]) -> tuple[DataFrame, list[str]]:

@@ -66,6 +66,9 @@ class OutputLineage:
     columns: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)
     # The partitions written (or dropped) when not the whole table: OpenLineage's output subset.
     partitions: tuple[Mapping[str, str], ...] = ()
+    # The audits the version passed (or failed, but published: ``warn``, ``drop``, published
+    # anyway), as journaled (``staging.audits.AuditResult`` dicts): ``dataQualityAssertions``.
+    assertions: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,7 @@ def committed_output(
         schema=tuple(manifest.columns),
         columns={name: origins for name, origins in columns.items() if name in names},
         partitions=tuple(dict(zip(keys, values, strict=True)) for values in sorted(written - {None})),
+        assertions=tuple((record.audits or {}).get("results", [])),
     )
 
 

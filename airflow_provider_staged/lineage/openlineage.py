@@ -19,6 +19,7 @@ written or dropped).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_staged.lineage.datasets import Lineage, OutputLineage
@@ -53,6 +54,10 @@ def _output(output: OutputLineage) -> Any:
         Fields,
         InputField,
         Transformation,
+    )
+    from openlineage.client.generated.data_quality_assertions_dataset import (
+        Assertion,
+        DataQualityAssertionsDatasetFacet,
     )
     from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
     from openlineage.client.generated.lifecycle_state_change_dataset import (
@@ -100,6 +105,20 @@ def _output(output: OutputLineage) -> Any:
                 for column, origins in output.columns.items()
             }
         )
+    if output.assertions:
+        facets["dataQualityAssertions"] = DataQualityAssertionsDatasetFacet(
+            assertions=[
+                Assertion(
+                    assertion=item["kind"],
+                    success=bool(item["passed"]) and not item.get("failing"),
+                    # fail blocks the publish; drop and warn do not
+                    severity="error" if item["mode"] == "fail" else "warn",
+                    name=item["name"],
+                    actual=_actual(item),
+                )
+                for item in output.assertions
+            ]
+        )
     output_facets: dict[str, Any] = {}
     if output.rows is not None or output.bytes is not None:
         output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
@@ -120,6 +139,14 @@ def _output(output: OutputLineage) -> Any:
         facets=facets,
         outputFacets=output_facets,
     )
+
+
+def _actual(result: Mapping[str, Any]) -> str | None:
+    """What an audit found: its failing rows (or parts), else a table audit's measured value."""
+    found = result.get("failing")
+    if found is None:
+        found = result.get("value")
+    return None if found is None else str(found)
 
 
 class LineageReporting:

@@ -28,6 +28,7 @@ from airflow_provider_staged.engine.session import jvm_dir
 from airflow_provider_staged.local.metastore import jdk_tool, launch_metastore
 from airflow_provider_staged.local.metastore_postgres import MetastoreDatabase, server_settings
 from airflow_provider_staged.local.processes import ServiceError, free_port
+from airflow_provider_staged.storage.s3 import S3Options
 
 PROFILE = "hive4"
 SCHEMA_TOOL_CLASS = "org.apache.hadoop.hive.metastore.tools.schematool.MetastoreSchemaTool"
@@ -126,10 +127,11 @@ def start_hive4_metastore(database: MetastoreDatabase, home: Path, port: int | N
             {
                 "hive.metastore.thrift.bind.host": "127.0.0.1",
                 "hive.metastore.warehouse.dir": warehouse.as_uri(),
+                # S3A (the profile's, of Hive's own Hadoop) for s3a:// locations: endpoints and
+                # path style here, the keys from the environment (Hadoop's credential chain).
+                **S3Options.from_env().hadoop_conf(),
             }
         )
-        # No S3A here: the profile's Hadoop (3.3.6) is not the one hadoop-aws was built for
-        # (pyspark's), so s3a:// locations are not served by this metastore (not tested).
         return [
             *java_command(SERVER_CLASS, conf_dir, jars),
             "-p",

@@ -6,6 +6,7 @@ What each statement becomes:
 - materialized-table statements: the workflow scheduler through ``MaterializedTables``.
 - CTAS / RTAS (:mod:`.ctas`): the staged tables' one journaled commit path (atomic), unless
   ``table.ctas.atomicity-enabled`` is false.
+- statement sets (:mod:`.statement_set`): their INSERTs as one commit group, all or nothing.
 - anything else: ``spark.sql`` as it is.
 
 A failing statement raises :class:`StatementError` (one line, with its line and column).
@@ -45,9 +46,16 @@ from airflow_provider_staged.sql.properties import (
     parse_property_command,
 )
 from airflow_provider_staged.sql.splitting import SplitError, Statement, position, tokenize
+from airflow_provider_staged.sql.statement_set import (
+    StatementSet,
+    StatementSetError,
+    parse_statement_set,
+    plan_insert,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+    from airflow_provider_staged.sql.statement_set_run import InsertFailed
     from airflow_provider_staged.staging.identifiers import TableIdentifier
     from airflow_provider_staged.staging.settings import StagedSettings
 
@@ -108,6 +116,9 @@ class SqlSession:
 
     def _execute(self, statement: Statement) -> ResultSet:
         tokens = tokenize(statement.text)
+        statement_set = parse_statement_set(statement.text, tokens)
+        if statement_set is not None:
+            return self._statement_set(statement, statement_set)
         command = parse_property_command(statement.text, tokens)
         if command is not None:
             return self._property(command)
@@ -232,6 +243,30 @@ class SqlSession:
         self.spark.catalog.refreshTable(plan.target.quoted)
         return ResultSet(["table", "version", "rows", "files", "atomic"],
                          [(plan.target.name, staged.attempt_id, manifest.rows, len(manifest.files), True)])
+
+    # -- statement sets -------------------------------------------------------------------
+
+    def _statement_set(self, statement: Statement, statement_set: StatementSet) -> ResultSet:
+        """Every INSERT's result published or none (``statement_set_run``); errors at the INSERT."""
+        from airflow_provider_staged.sql.statement_set_run import InsertFailed, run_statement_set
+
+        database = self.spark.catalog.currentDatabase()
+        inserts = []
+        for member in statement_set.inserts:
+            located = Statement(member.text, *_absolute(statement, member.line, member.column - 1))
+            try:
+                inserts.append((located, plan_insert(member.text, database)))
+            except StatementSetError as err:
+                raise _statement_error(located, err) from err
+        try:
+            rows, window = run_statement_set(self.spark, self.settings, inserts)
+        except InsertFailed as failed:
+            cause = failed.__cause__ if isinstance(failed.__cause__, Exception) else failed
+            raise _insert_error(failed, cause) from cause
+        # The window: how long a reader could see some targets new and others still old.
+        window_ms = round(window * 1000, 1)
+        return ResultSet(["table", "mode", "version", "rows", "files", "commit window ms"],
+                         [(*row, window_ms) for row in rows])
 
     # -- materialized tables --------------------------------------------------------------
 
@@ -540,12 +575,24 @@ def _shifted(start: tuple[int, int], line: int, offset: int) -> tuple[int, int]:
 
 def _statement_error(statement: Statement, err: Exception) -> StatementError:
     """``err`` as one line at the best position in the input."""
-    if isinstance(err, (SplitError, mts.MaterializedStatementError, CtasError)):
+    if isinstance(err, (SplitError, mts.MaterializedStatementError, CtasError, StatementSetError)):
         line, column = _absolute(statement, err.line, err.column - 1)
         return StatementError(getattr(err, "message", str(err)), line, column)
     found = _spark_position(err)
     line, column = _absolute(statement, *found) if found else (statement.line, statement.column)
     return StatementError(_first_line(err), line, column)
+
+
+def _insert_error(failed: InsertFailed, err: Exception) -> StatementError:
+    """An INSERT's error where Spark locates it in the INSERT's query (``cast_query`` holds it
+    from its line 2 on; line 1 is the cast: the query's start), else at the INSERT."""
+    found = _spark_position(err)
+    if found is None or failed.query_offset is None:
+        return _statement_error(failed.member, err)
+    line, column = position(failed.member.text, failed.query_offset)
+    query = Statement("", *_absolute(failed.member, line, column - 1))
+    at = _absolute(query, found[0] - 1, found[1]) if found[0] > 1 else (query.line, query.column)
+    return StatementError(_first_line(err), *at)
 
 
 def _spark_position(err: Exception) -> tuple[int, int] | None:

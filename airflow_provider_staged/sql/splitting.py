@@ -1,13 +1,15 @@
 """Split SQL text into statements with sqlglot's Spark tokenizer (no regex).
 
-A ``;`` ends a statement only outside strings, backticks, comments and ``BEGIN … END``
-compound blocks (Spark SQL scripting); ``CASE … END`` inside a block is told apart from the
-block's own ``END``, and ``END IF`` / ``END WHILE`` / … close no block. Each statement keeps
-the line and column where it starts, so errors can name ``file:line:column``.
+A ``;`` ends a statement only outside strings, backticks, comments, ``BEGIN … END``
+compound blocks (Spark SQL scripting) and Flink's statement sets (``BEGIN STATEMENT SET; … END``,
+``EXECUTE STATEMENT SET BEGIN … END``: :mod:`.statement_set`); ``CASE … END`` inside a block
+is told apart from the block's own ``END``, and ``END IF`` / ``END WHILE`` / … close no block.
+Each statement keeps the line and column where it starts, so errors can name ``file:line:column``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +21,9 @@ from sqlglot.tokens import Token, TokenType
 _END_OF_CONSTRUCT = {"IF", "WHILE", "LOOP", "REPEAT", "FOR"}
 # ``BEGIN`` followed by these is a transaction statement, not a compound block.
 _TRANSACTION_WORDS = {"TRANSACTION", "WORK"}
+# What the Spark tokenizer leaves of ``EXECUTE STATEMENT SET BEGIN …`` after EXECUTE: one string
+# up to the first ``;``.
+EXECUTE_HEAD = re.compile(r"STATEMENT\s+SET\s+BEGIN\b", re.IGNORECASE)
 
 
 class SplitError(ValueError):
@@ -87,6 +92,13 @@ def is_complete(text: str) -> bool:
     return depth.top_level
 
 
+def opens_execute_set(tokens: Sequence[Token], index: int) -> bool:
+    """Whether ``tokens[index]`` is the EXECUTE of ``EXECUTE STATEMENT SET BEGIN`` (it opens a block)."""
+    following = tokens[index + 1] if index + 1 < len(tokens) else None
+    return tokens[index].token_type == TokenType.EXECUTE and following is not None \
+        and following.token_type == TokenType.STRING and EXECUTE_HEAD.match(following.text) is not None
+
+
 class _BlockDepth:
     """Tracks open ``BEGIN`` blocks and ``CASE`` expressions while tokens are fed in order."""
 
@@ -101,7 +113,9 @@ class _BlockDepth:
         token = tokens[index]
         following = tokens[index + 1] if index + 1 < len(tokens) else None
         word = following.text.upper() if following is not None else ""
-        if token.token_type == TokenType.BEGIN:
+        if opens_execute_set(tokens, index):
+            self.open.append(TokenType.BEGIN)
+        elif token.token_type == TokenType.BEGIN:
             if following is not None and following.token_type != TokenType.SEMICOLON \
                     and word not in _TRANSACTION_WORDS:
                 self.open.append(TokenType.BEGIN)

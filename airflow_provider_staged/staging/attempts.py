@@ -16,11 +16,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_staged.staging import groups
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
+from airflow_provider_staged.staging.audits import (
+    AuditFailedError,
+    AuditResult,
+    AuditSuite,
+    change_results,
+    failure_message,
+)
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import (
     CommitConflictError,
@@ -50,10 +59,28 @@ class TaskKilledError(RuntimeError):
     """The build was killed (SIGTERM, timeout, mark-failed) while its job ran."""
 
 
+# Audit verdicts (``AttemptRecord.audits["verdict"]``): only these may be committed.
+PASSED, QUARANTINED, PUBLISHED_ANYWAY = "passed", "quarantined", "published_anyway"
+
+
+def is_quarantined(record: AttemptRecord) -> bool:
+    """Written, failed its audits and not (yet) published: kept for inspection, never committed
+    nor aborted by the task's lifecycle; reconcile discards it after the quarantine period."""
+    verdict = (record.audits or {}).get("verdict")
+    return record.state is AttemptState.WRITTEN and verdict in (QUARANTINED, PUBLISHED_ANYWAY)
+
+
+def unaudited(record: AttemptRecord) -> bool:
+    """Declared audits whose verdict was never recorded (the task died during the audit)."""
+    return bool(record.audits) and "verdict" not in (record.audits or {})
+
+
 class JournaledStagedTable(StagedTable):
     """A ``StagedTable`` whose every transition is recorded in an ``AttemptJournal``."""
 
     kind: ClassVar[str]
+    # The audits of the build (``staging.audits``); its builder sets them after construction.
+    audits: AuditSuite = AuditSuite()
 
     def __init__(
         self,
@@ -72,6 +99,8 @@ class JournaledStagedTable(StagedTable):
         self.attempt_id = attempt_id or new_attempt_id(task)
         # True when CREATE_TABLE_AS_IF_NOT_EXISTS found (or lost the race to) an existing table.
         self.skipped = False
+        # The commit group (``staging.groups``) this attempt belongs to; set before ``begin``.
+        self.group: str | None = None
 
     # -- what a kind implements -------------------------------------------------------
 
@@ -145,6 +174,24 @@ class JournaledStagedTable(StagedTable):
     def after_commit(self, record: AttemptRecord) -> None:
         """Housekeeping after a commit (retention); errors are logged, never raised."""
 
+    def supports_audits(self) -> bool:
+        """Whether this kind's write runs audits (``run_staged_write``'s Parquet writer)."""
+        return False
+
+    def replaced_parts(self) -> dict[str, str]:
+        """What a commit would replace now, part -> location ("" for a whole table, a partition
+        path for a partition refresh; empty when nothing): the audit's change baseline, and what
+        ``staged publish`` checks is still in place. Reads the catalog."""
+        return {}
+
+    def written_parts(self, manifest: Manifest) -> dict[str, int]:
+        """The rows this attempt wrote per part (parts as in ``replaced_parts``)."""
+        return {"": manifest.rows or 0}
+
+    def recorded_rows(self, location: str) -> int | None:
+        """The rows the journal recorded for the data at ``location`` (None: not recorded)."""
+        return None
+
     def release_locks(self) -> list[int]:
         """Release the catalog locks this attempt took and left (its process died holding them);
         called under the attempt's journal lock, which every section holding one holds too.
@@ -174,6 +221,8 @@ class JournaledStagedTable(StagedTable):
         self.check_target()
         if self.skipped:
             return
+        if self.audits and not self.supports_audits():
+            raise StagingError(f"audits are not supported on {self.kind} targets ({self.target}) yet")
         record = AttemptRecord(
             attempt_id=self.attempt_id,
             kind=self.kind,
@@ -184,6 +233,8 @@ class JournaledStagedTable(StagedTable):
             conn_id=self.conn_id,
             task=self.task,
             owner=None if self.task is not None else ProcessRef.current(),
+            audits={"declared": self.audits.to_list()} if self.audits else None,
+            group=self.group,
         )
         existing = self.journal.get(self.attempt_id)
         if existing is not None and existing.state is not AttemptState.BEGUN:
@@ -207,6 +258,49 @@ class JournaledStagedTable(StagedTable):
         data = Manifest.from_dict(manifest).to_dict()
         with self.journal.locked(self.attempt_id):
             self.journal.transition(self.attempt_id, AttemptState.WRITTEN, manifest=data)
+
+    def write_spec_audited(self) -> dict[str, Any]:
+        """``write_spec`` with the audits the job runs (row and table expectations)."""
+        spec = self.write_spec()
+        if self.audits:
+            spec["audits"] = self.audits.to_list()
+        return spec
+
+    def audit(self) -> list[AuditResult]:
+        """Judge the written attempt before its commit: the job's row and table results, and the
+        row-count change against what the catalog serves now (as the journal recorded it).
+        Journals the results and the verdict; a blocking failure quarantines the attempt (the
+        table unchanged, the staged data kept) and raises :class:`AuditFailedError`."""
+        if self.skipped or not self.audits:
+            return []
+        suite = self.audits
+        record = self.journal.require(self.attempt_id)
+        manifest = Manifest.from_dict(record.manifest or {})
+        reported = {item["name"] for item in manifest.audits}
+        missing = [e.name for e in suite.expectations if e.kind != "change" and e.name not in reported]
+        if missing:
+            # A job that ran none of them (an older package on the cluster) must not publish unaudited.
+            raise StagingError(
+                f"the Spark job reported no result for audit(s) {missing} of {self.target}: not published"
+            )
+        results = [AuditResult.from_dict(item) for item in manifest.audits]
+        changes = suite.of_kind("change")
+        # The catalog is read for a change audit, or for `staged publish` of a quarantined version
+        # to tell whether the table moved on; a build whose job audits passed skips the read.
+        replaced = self.replaced_parts() if changes or any(r.blocks for r in results) else {}
+        previous = {part: self.recorded_rows(location) for part, location in replaced.items()}
+        results += change_results(changes, self.written_parts(manifest), previous)
+        for result in results:
+            log.info("%s", result.line())
+        pause_point("audit")  # tests: the task is killed during its audit
+        verdict = QUARANTINED if any(result.blocks for result in results) else PASSED
+        audits = {**(record.audits or {}), "results": [result.to_dict() for result in results],
+                  "verdict": verdict, "audited_at": self.journal.now(), "replaced": replaced}
+        with self.journal.locked(self.attempt_id):
+            self.journal.transition(self.attempt_id, AttemptState.WRITTEN, audits=audits)
+        if verdict == QUARANTINED:
+            raise AuditFailedError(failure_message(self.target, self.attempt_id, results))
+        return results
 
     def publish(self, record: AttemptRecord) -> str | list[str] | None:
         """The catalog operation of a commit: load current → the shared checks → create or swap."""
@@ -239,6 +333,13 @@ class JournaledStagedTable(StagedTable):
             if record.state is not AttemptState.WRITTEN:
                 raise StagingError(
                     f"attempt {self.attempt_id} of {self.target} has written nothing: cannot commit"
+                )
+            verdict = (record.audits or {}).get("verdict", PASSED if not record.audits else None)
+            if verdict not in (PASSED, PUBLISHED_ANYWAY):
+                raise StagingError(
+                    f"attempt {self.attempt_id} of {self.target} "
+                    f"{'failed its audits' if verdict else 'has audits that were not recorded'}: "
+                    "cannot commit"
                 )
             missing = self.missing_files(record)
             if missing:
@@ -339,11 +440,32 @@ class JournaledStagedTable(StagedTable):
         return True
 
 
-def abort_attempt(staged: JournaledStagedTable, reason: str | None = None) -> bool:
-    """Discard and journal ABORTED unless the attempt already ended; return whether it aborted."""
+def abort_attempt(
+    staged: JournaledStagedTable, reason: str | None = None, discard_quarantined: bool = False
+) -> bool:
+    """Discard and journal ABORTED unless the attempt already ended, or is quarantined and
+    ``discard_quarantined`` is not given (its failed task's callbacks leave it for inspection);
+    return whether it aborted.
+
+    A member of a commit group aborts its group first (CommitConflictError once it was decided).
+    """
+    record = staged.journal.get(staged.attempt_id)
+    group = record.group if record is not None else staged.group
+    if group is None:
+        return _abort_alone(staged, reason, discard_quarantined)
+    with staged.journal.locked(group):  # the group's lock before the member's, as the decision
+        groups.abort_undecided(staged.journal, group, reason)
+        return _abort_alone(staged, reason, discard_quarantined)
+
+
+def _abort_alone(staged: JournaledStagedTable, reason: str | None, discard_quarantined: bool) -> bool:
     with staged.journal.locked(staged.attempt_id):
         record = staged.journal.get(staged.attempt_id)
         if record is None or record.state is AttemptState.COMMITTED:
+            return False
+        if is_quarantined(record) and not discard_quarantined:
+            log.info("%s of %s is quarantined: kept for inspection (%s)", staged.attempt_id, staged.target,
+                     reason or "no reason")
             return False
         if record.state is AttemptState.ABORTED:
             # Aborted while the job still ran (on_kill): delete what stragglers wrote since.
@@ -369,9 +491,14 @@ def commit_written(staged: JournaledStagedTable, manifest: Manifest | dict[str, 
 
 def attempt_heartbeat(staged: JournaledStagedTable, ttl_seconds: float) -> Periodic:
     """Refresh the attempt's heartbeat while the job runs, so only dead attempts expire."""
+    return journal_heartbeat(staged.journal, staged.attempt_id, ttl_seconds)
+
+
+def journal_heartbeat(journal: AttemptJournal, attempt_id: str, ttl_seconds: float) -> Periodic:
+    """Refresh a record's heartbeat (an attempt's, a group's) while its process works on it."""
     return Periodic(
         max(1.0, min(30.0, ttl_seconds / 4)),
-        lambda: staged.journal.heartbeat(staged.attempt_id),
+        lambda: journal.heartbeat(attempt_id),
         "staged-heartbeat",
     )
 
@@ -402,9 +529,11 @@ def run_attempt(
 
     try:
         with attempt_heartbeat(staged, ttl_seconds):
-            manifest = Manifest.from_dict(write(staged.write_spec()))
+            manifest = Manifest.from_dict(write(staged.write_spec_audited()))
             check_killed()
             staged.written(manifest)
+            check_killed()
+            staged.audit()
             check_killed()
             status.on_finished(job_id)
     except BaseException as error:
@@ -419,3 +548,68 @@ def run_attempt(
         raise
     staged.housekeep()
     return None if staged.skipped else manifest
+
+
+def run_group(
+    members: list[JournaledStagedTable],
+    write: Callable[[JournaledStagedTable, dict[str, Any]], Manifest | dict[str, Any]],
+    ttl_seconds: float,
+) -> tuple[list[Manifest], float]:
+    """All of ``members`` published or none (``staging.groups``): journal the group, begin and
+    ``write(member, spec)`` each member in turn, decide, then commit every member.
+
+    Any failure before the decision aborts the group and every member, and re-raises. Returns the
+    members' manifests and the seconds from the first member's commit to the end of the last
+    one's: the longest a reader can see some targets new and others old.
+    """
+    journal = members[0].journal
+    group = groups.begin_group(journal, [(m.attempt_id, m.target) for m in members], members[0].conn_id)
+    manifests = []
+    try:
+        with journal_heartbeat(journal, group, ttl_seconds):
+            for staged in members:
+                staged.group = group
+                staged.begin()
+                with attempt_heartbeat(staged, ttl_seconds):
+                    manifest = Manifest.from_dict(write(staged, staged.write_spec()))
+                    staged.written(manifest)
+                manifests.append(manifest)
+            pause_point("group_decision")  # tests: the process dies before the decision
+            groups.decide(journal, group)
+    except BaseException as error:
+        _abort_group(members, group, f"statement set failed: {error!r}"[:500])
+        raise
+    started = time.monotonic()
+    failed = []
+    for index, staged in enumerate(members):
+        if index == 1:
+            pause_point("group_commit")  # tests: the process dies between member commits
+        try:
+            staged.commit()
+        except Exception as error:  # decided: the other members still commit
+            log.exception("commit of %s (group %s) failed", staged.target, group)
+            failed.append(f"{staged.target}: {error}")
+    window = time.monotonic() - started
+    for staged in members:  # retention after every commit: it would widen the window
+        staged.housekeep()
+    if failed:
+        raise StagingError(f"statement set {group} was decided but {len(failed)} commit(s) failed "
+                           f"({'; '.join(failed)}): `staged reconcile` commits them")
+    log.info("statement set %s committed %d tables within %.3f s", group, len(members), window)
+    return manifests, window
+
+
+def _abort_group(members: list[JournaledStagedTable], group: str, reason: str) -> None:
+    """Abort the undecided group and every member it began (errors are logged: reconcile retries)."""
+    journal = members[0].journal
+    try:
+        with journal.locked(group):
+            groups.abort_undecided(journal, group, reason)
+    except Exception:
+        log.exception("abort of statement set %s failed; left to reconcile", group)
+        return  # decided after all (a lost reply): reconcile rolls it forward
+    for staged in members:
+        try:
+            abort_attempt(staged, reason)
+        except Exception:
+            log.exception("abort of %s (group %s) failed; left to reconcile", staged.target, group)

@@ -93,6 +93,7 @@ _KIND_OPERATIONS = {
     "hive_overwrite": "overwrite",
     "jdbc_append": "append",
     "sink": "sink write",
+    "commit_group": "statement set",
 }
 _PURPOSE_OPERATIONS = {
     "create": "create table as",
@@ -117,10 +118,16 @@ class AttemptRecord:
     task: TaskRef | None = None
     # The process that drives an attempt without a task (a client): reconcile can see it gone.
     owner: ProcessRef | None = None
+    # The commit group (``staging.groups``) whose journaled decision alone may publish this attempt.
+    group: str | None = None
     manifest: dict[str, Any] | None = None
     # What the commit superseded: a location, or several (a partition refresh).
     superseded_location: str | list[str] | None = None
     error: str | None = None
+    # The attempt's audits (``staging.audits``): ``declared`` at begin; after the audit step its
+    # ``results``, ``verdict`` (``passed``, ``quarantined``, ``published_anyway``), ``audited_at``
+    # and the ``replaced`` parts (part -> location) it was judged against.
+    audits: dict[str, Any] | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     heartbeat_at: float = field(default_factory=time.time)

@@ -38,6 +38,10 @@ class Manifest:
     rows: int | None = None
     bytes: int | None = None
     table_oid: int | None = None
+    # The job's audit results (``staging.audits.AuditResult`` as dicts) and the rows that
+    # ``drop`` audits kept out of the version (``rows`` counts the rows written).
+    audits: list[dict[str, Any]] = field(default_factory=list)
+    dropped_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.format == "parquet":
@@ -71,6 +75,8 @@ class Manifest:
             rows=data.get("rows"),
             bytes=data.get("bytes"),
             table_oid=data.get("table_oid"),
+            audits=list(data.get("audits", [])),
+            dropped_rows=int(data.get("dropped_rows", 0)),
         )
 
     @classmethod

@@ -31,6 +31,7 @@ KNOWN_EXTRAS = {
     "max_version_age_hours",
     "version_grace_minutes",
     "attempt_ttl_minutes",
+    "quarantine_hours",
     "spark_conf",
     "aws_conn_id",
 }
@@ -123,6 +124,7 @@ class StagedSettings:
         age_hours = _optional_number(extras, "max_version_age_hours")
         grace_minutes = _optional_number(extras, "version_grace_minutes")
         ttl_minutes = _optional_number(extras, "attempt_ttl_minutes")
+        quarantine_hours = _optional_number(extras, "quarantine_hours")
         spark_conf = extras.get("spark_conf") or {}
         if not isinstance(spark_conf, dict):
             raise ValueError(f"invalid connection extra spark_conf={spark_conf!r}: expected an object")
@@ -146,6 +148,9 @@ class StagedSettings:
                 keep_versions=int(keep) if keep is not None else defaults.keep_versions,
                 max_age_seconds=age_hours * 3600 if age_hours is not None else defaults.max_age_seconds,
                 grace_seconds=grace_minutes * 60 if grace_minutes is not None else defaults.grace_seconds,
+                quarantine_seconds=(
+                    quarantine_hours * 3600 if quarantine_hours is not None else defaults.quarantine_seconds
+                ),
             ),
             attempt_ttl_seconds=ttl_minutes * 60 if ttl_minutes is not None else DEFAULT_ATTEMPT_TTL_SECONDS,
             spark_conf={str(k): str(v) for k, v in spark_conf.items()},

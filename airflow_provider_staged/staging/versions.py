@@ -39,6 +39,7 @@ def parse_version_dir(name: str) -> str | None:
 
 
 DEFAULT_GRACE_SECONDS = 3600.0
+DEFAULT_QUARANTINE_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,15 @@ class RetentionPolicy:
     nor by an age below the grace: a query that started before two quick replaces still reads
     its version (the time-based retention of Delta's and Iceberg's snapshots). ``None`` disables
     a bound.
+
+    A version that failed its audits is kept unpublished (quarantined) for inspection for
+    ``quarantine_seconds`` after its audit, then discarded by reconcile.
     """
 
     keep_versions: int | None = 2
     max_age_seconds: float | None = 7 * 24 * 3600
     grace_seconds: float = DEFAULT_GRACE_SECONDS
+    quarantine_seconds: float = DEFAULT_QUARANTINE_SECONDS
 
     def __post_init__(self) -> None:
         if self.keep_versions is not None and self.keep_versions < 0:
@@ -63,6 +68,8 @@ class RetentionPolicy:
             raise ValueError(f"invalid max_age_seconds {self.max_age_seconds!r}: must be >= 0")
         if self.grace_seconds < 0:
             raise ValueError(f"invalid grace_seconds {self.grace_seconds!r}: must be >= 0")
+        if self.quarantine_seconds < 0:
+            raise ValueError(f"invalid quarantine_seconds {self.quarantine_seconds!r}: must be >= 0")
 
     def earliest_expiry(self, superseded_at: float) -> float:
         """The earliest time a version superseded at ``superseded_at`` can be deleted (inf: never),

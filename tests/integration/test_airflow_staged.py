@@ -95,6 +95,31 @@ def test_dags_test_commits_and_emits_asset_event(airflow_cli, spark, metastore, 
     assert event["rows"] == 5000 and event["version"] == _records(journal_dir, target)[0].attempt_id
 
 
+def test_audits_in_dags_test_report_and_quarantine(airflow_cli, spark, metastore, journal_dir, target):
+    """A build that passes its audits (one warn failing) emits them in its asset event; one whose
+    fail audit fails leaves its table as it was, its version quarantined (the failure callback
+    does not discard it) and its error naming the audit."""
+    second = f"{target}_b"
+    before = _seed_v1(spark, metastore, journal_dir, second)
+    env = _env(airflow_cli, metastore, journal_dir, target, SQL_V1, STAGED_TEST_TARGET_2=second)
+    result = airflow_cli.run("dags", "test", "staged_audits", env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert f"audit(s) failed on {second}: few_rows (condition false)" in output, output[-3000:]
+    assert "audit labelled [row, warn]: failed (warn: published), 1 failing" in output, output[-3000:]
+    assert snapshot(spark, target) == expected_snapshot(spark, SQL_V1)
+    assert snapshot(spark, second) == before
+    (failed,) = [r for r in _records(journal_dir, second) if r.state is not AttemptState.COMMITTED]
+    assert failed.state is AttemptState.WRITTEN and failed.audits["verdict"] == "quarantined"
+    assert any(d.endswith(failed.attempt_id) for d in version_dirs(metastore, second))
+    with sqlite3.connect(airflow_cli.home / "airflow.db") as db:
+        extras = [json.loads(row[0]) for row in db.execute("SELECT extra FROM asset_event")]
+    event = next(e for e in extras if e.get("target") == target)
+    audits = {a["name"]: (a["passed"], a["failing"], a["value"]) for a in event["audits"]}
+    assert audits == {"labelled": (False, 1, None), "id.unique_check": (True, None, 0),
+                      "id.null_check": (True, None, 0)}
+
+
 def test_metastore_unreachable_at_commit_then_retry(airflow_cli, spark, metastore, journal_dir, target):
     before = _seed_v1(spark, metastore, journal_dir, target)
     proxy = BudgetProxy(metastore.port, budget=CONNECTIONS_BEFORE_COMMIT)

@@ -14,10 +14,15 @@ import pytest
 from pyarrow import fs as pafs
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.catalogs.metastore.reader import read_table
+from airflow_provider_staged.engine.spark_job import run_staged_write
+from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
+from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage import files
@@ -183,3 +188,22 @@ def test_keys_from_an_airflow_aws_connection(spark, metastore, s3_server, s3_buc
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     assert hadoop.get(f"fs.s3a.bucket.{s3_bucket}.access.key") == options.access_key
     assert hadoop.get(f"fs.s3a.bucket.{s3_bucket}.endpoint") == s3_server.endpoint
+
+
+def test_builds_on_s3_through_a_stock_hive4_metastore(spark, hive4_stock_metastore, s3_bucket, tmp_path):
+    """Hive 4 checks and makes s3a:// table directories with its own Hadoop's S3A."""
+    hive4 = hive4_stock_metastore
+    database = f"s3_hive4_{uuid.uuid4().hex[:8]}"
+    with MetastoreClient(hive4.uri) as client:
+        client.ensure_database(database, f"s3a://{s3_bucket}/hive4")
+    target = TableIdentifier(database, "t")
+    journal = FileJournal(tmp_path / "journal")
+    builds = ((StagingPurpose.CREATE_TABLE_AS, SQL_V1), (StagingPurpose.REPLACE_TABLE_AS, SQL_V2))
+    for purpose, query in builds:
+        staged = HiveStagedTable(target, purpose, journal, hive4.uri)
+        run_attempt(staged, lambda spec, query=query: run_staged_write(spark, query, spec), ttl_seconds=60)
+        assert journal.require(staged.attempt_id).state is AttemptState.COMMITTED
+        snapshot = read_table(hive4.uri, target, limit=5000)
+        assert snapshot.location.startswith(f"s3a://{s3_bucket}/hive4/"), snapshot.location
+        assert staged.attempt_id in snapshot.location
+        assert sorted(snapshot.rows) == sorted(map(tuple, spark.sql(query).collect()))

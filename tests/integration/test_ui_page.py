@@ -300,6 +300,40 @@ def test_browser_viewer_gets_no_buttons(
 ) -> None:
     open_page(browser, airflow_server, "viewer")
     row = browser.find_element(By.CSS_SELECTOR, f"tr[data-table='{PARTITIONED.name}']")
-    assert row.find_elements(By.CSS_SELECTOR, "button") == []
+    # Reading the history is all a viewer may do.
+    assert [b.text for b in row.find_elements(By.CSS_SELECTOR, "button")] == ["History"]
     assert row.find_element(By.CSS_SELECTOR, ".readonly").text == "read-only"
     screenshot(browser, "ui_page_viewer")
+
+
+def test_browser_page_follows_a_refresh_live_and_lists_it_in_the_history(
+    ui_tables: MaterializedTables, airflow_server: AirflowInfo, admin: httpx.Client, browser
+) -> None:
+    open_page(browser, airflow_server, "admin")
+    before = row_text(browser, WHOLE, ".last-run")
+    typed = f"tr[data-table='{PARTITIONED.name}'] input.partition[data-column='ds']"
+    type_like_a_person(browser.find_element(By.CSS_SELECTOR, typed), "2024-01-0")  # mid-typing
+    # Triggered elsewhere (the REST API, as the Trigger form or another person would): the page
+    # must notice by itself, never reloaded here.
+    response = post(admin, WHOLE, "refresh")
+    assert response.status_code == 200, response.text
+    run_id = response.json()["run_id"]
+    assert ui_tables.wait_for_refresh(WHOLE, run_id, 300) == "success"
+
+    def shows_the_run(driver) -> bool:
+        text = row_text(driver, WHOLE, ".last-run")
+        return text != before and text.startswith("success")
+
+    WebDriverWait(browser, 30).until(shows_the_run)
+    assert "1 rows" in row_text(browser, WHOLE, ".last-refresh")
+    # The live updates left what the person was typing alone.
+    assert browser.find_element(By.CSS_SELECTOR, typed).get_attribute("value") == "2024-01-0"
+    browser.find_element(By.CSS_SELECTOR, f"tr[data-table='{WHOLE.name}'] button.history-toggle").click()
+    line = wait_for(browser, f"tr.history[data-history-of='{WHOLE.name}'] tr.run[data-run-id='{run_id}']")
+    cells = [cell.text for cell in line.find_elements(By.TAG_NAME, "td")]
+    assert (cells[0], cells[1], cells[2], cells[5]) == (run_id, "manual", "whole table", "1"), cells
+    assert cells[6].startswith("success (committed)"), cells
+    screenshot(browser, "ui_page_history")
+    time.sleep(6)  # one live update later the history is still open, read again
+    assert browser.find_elements(By.CSS_SELECTOR, f"tr.history[data-history-of='{WHOLE.name}'] tr.run")
+    assert "Airflow queries" in browser.find_element(By.ID, "stats").get_attribute("textContent")

@@ -171,6 +171,29 @@ def test_operator_lineage_facets() -> None:
     assert operator_lineage(None) is None
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("airflow.providers.openlineage") is None, reason="needs the [openlineage] extra"
+)
+def test_audits_of_a_committed_version_are_data_quality_assertions() -> None:
+    from openlineage.client.serde import Serde
+
+    from airflow_provider_staged.lineage.openlineage import operator_lineage
+
+    committed = record(AttemptState.COMMITTED, None)
+    committed.audits = {"verdict": "passed", "results": [
+        {"name": "pos", "kind": "row", "mode": "drop", "passed": True, "failing": 3, "value": None},
+        {"name": "id_unique", "kind": "table", "mode": "fail", "passed": True, "failing": None, "value": 0},
+        {"name": "label", "kind": "row", "mode": "warn", "passed": False, "failing": 1, "value": None},
+    ]}
+    (output,) = operator_lineage(attempt_lineage(None, None, ds("db.t"), committed)).outputs
+    found = Serde.to_dict(output)["facets"]["dataQualityAssertions"]["assertions"]
+    assert [(a["name"], a["assertion"], a["success"], a["severity"], a["actual"]) for a in found] == [
+        ("pos", "row", False, "warn", "3"),  # dropped rows: issues found, nothing blocked
+        ("id_unique", "table", True, "error", "0"),
+        ("label", "row", False, "warn", "1"),
+    ]
+
+
 def test_expiry_reports_drop_of_the_dropped_partitions() -> None:
     from airflow_provider_staged.lineage.datasets import expiry_lineage
 

@@ -59,6 +59,7 @@ def test_the_form_has_a_typed_field_for_every_extra() -> None:
         "max_version_age_hours": ["number", "null"],
         "version_grace_minutes": ["number", "null"],
         "attempt_ttl_minutes": ["number", "null"],
+        "quarantine_hours": ["number", "null"],
         "spark_conf": ["object", "null"],
         "aws_conn_id": ["string", "null"],
     }
@@ -74,6 +75,7 @@ def test_form_descriptions_name_the_code_defaults() -> None:
     assert f"default {defaults.max_age_seconds / 3600:.0f} " in fields["max_version_age_hours"]["description"]
     assert f"default {defaults.grace_seconds / 60:.0f}." in fields["version_grace_minutes"]["description"]
     assert f"default {DEFAULT_ATTEMPT_TTL_SECONDS / 60:.0f}." in fields["attempt_ttl_minutes"]["description"]
+    assert f"default {defaults.quarantine_seconds / 3600:.0f} " in fields["quarantine_hours"]["description"]
     assert fields["atomic"]["schema"]["default"] is True
 
 

@@ -68,6 +68,19 @@ def test_a_version_whose_end_no_record_names_waits_while_an_attempt_is_in_flight
     assert _doomed(listed, unnamed, live, POLICY, T0 + 20 + GRACE + 1) == [f"{ROOT}/_v=v1"]
 
 
+def test_a_quarantined_attempt_is_not_in_flight_for_retention() -> None:
+    """A version that failed its audits stays WRITTEN for days; it never switched the table."""
+    quarantined = _refresh("v3", AttemptState.WRITTEN, T0 + 30)
+    quarantined.audits = {"declared": [], "verdict": "quarantined"}
+    journal = [_refresh("v1", AttemptState.COMMITTED, T0), _refresh("v2", AttemptState.COMMITTED, T0 + 20),
+               quarantined]
+    live = {f"{ROOT}/_v=v2"}
+    # v1's end is named by no record: dated by the newest commit, not held while v3 is quarantined;
+    # v3's own directory is kept (it is not ended).
+    doomed = _doomed(_listed("v1", "v2", "v3"), journal, live, POLICY, T0 + 20 + GRACE + 1)
+    assert doomed == [f"{ROOT}/_v=v1"]
+
+
 def _rollback(attempt_id: str, version: str, at: float, superseded: str) -> AttemptRecord:
     """A rollback's location is the version it makes current again."""
     return AttemptRecord(

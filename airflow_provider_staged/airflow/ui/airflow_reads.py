@@ -15,6 +15,7 @@ from airflow.models.dagrun import DagRun
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from airflow_provider_staged.airflow.ui.history import RunHistoryFacts
 from airflow_provider_staged.airflow.ui.rows import DagFacts, RefreshFacts, RunFacts, refresh_from_event
 
 
@@ -45,8 +46,7 @@ def read_airflow(session: Session, dag_ids: Collection[str]) -> AirflowFacts:
         select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.end_date)
         .where(DagRun.id.in_(newest_run))
     ):
-        state = run.state.value if hasattr(run.state, "value") else run.state
-        facts.runs[run.dag_id] = RunFacts(run.run_id, state, run.run_after, run.end_date)
+        facts.runs[run.dag_id] = RunFacts(run.run_id, _value(run.state), run.run_after, run.end_date)
     newest_event = (
         select(func.max(AssetEvent.id))
         .where(AssetEvent.source_dag_id.in_(ids))
@@ -61,3 +61,31 @@ def read_airflow(session: Session, dag_ids: Collection[str]) -> AirflowFacts:
         facts.refreshes[event.source_dag_id] = refresh_from_event(event.extra or {}, event.timestamp)
     facts.queries = 3
     return facts
+
+
+def read_run_history(session: Session, dag_id: str, limit: int) -> list[RunHistoryFacts]:
+    """The newest ``limit`` runs of ``dag_id``, newest first (one query)."""
+    found = session.execute(
+        select(DagRun.run_id, DagRun.run_type, DagRun.state, DagRun.conf, DagRun.start_date, DagRun.end_date)
+        .where(DagRun.dag_id == dag_id)
+        .order_by(DagRun.id.desc())
+        .limit(limit)
+    )
+    return [
+        RunHistoryFacts(
+            run.run_id,
+            _value(run.run_type),
+            _value(run.state),
+            run.conf if isinstance(run.conf, dict) else None,
+            run.start_date,
+            run.end_date,
+        )
+        for run in found
+    ]
+
+
+def _value(field_value: object) -> str | None:
+    """An Airflow enum column's plain value (older rows may hold the plain string)."""
+    if field_value is None:
+        return None
+    return str(getattr(field_value, "value", field_value))

@@ -4,6 +4,8 @@
 - ``GET /api/tables``: every table's row, read in batches (``get_table_objects_by_name_req`` per
   database in chunks of 250, three metadatabase queries), with its calls and stage times in
   ``stats``;
+- ``GET /api/tables/{table}/history``: the newest runs of the table's refresh DAG (one query)
+  joined with the journal's attempts: trigger, partition, duration, rows, outcome, error;
 - ``POST /api/tables/{table}/suspend|resume|refresh``: through the workflow scheduler
   (``MaterializedTables`` on ``AirflowWorkflowScheduler``), acting with the user's own token,
   for users whom the auth manager lets edit the DAG; a refresh is validated as the CLI does.
@@ -26,11 +28,12 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.configuration import conf
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
-from airflow_provider_staged.airflow.ui.airflow_reads import read_airflow
+from airflow_provider_staged.airflow.ui.airflow_reads import read_airflow, read_run_history
+from airflow_provider_staged.airflow.ui.history import history_rows
 from airflow_provider_staged.airflow.ui.rows import page_row, refresh_from_table
 from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_entries, read_state_file
 from airflow_provider_staged.discovery.embedded import metastore_status
@@ -150,6 +153,35 @@ def list_tables(user: GetUserDep, session: SessionDep) -> JSONResponse:
     })
 
 
+@app.get("/api/tables/{table}/history")
+def table_history(
+    table: str, user: GetUserDep, session: SessionDep, limit: Annotated[int, Query(ge=1, le=100)] = 20
+) -> dict[str, Any]:
+    """The newest ``limit`` refreshes of ``table``, newest first, for users who may read its DAG."""
+    identifier = _identifier(table)
+    dag_id = dag_id_for(identifier)
+    if not get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user):
+        raise HTTPException(403, f"user {user.get_name()!r} may not read DAG {dag_id}, so not {identifier}")
+    runs = read_run_history(session, dag_id, limit)
+    records, journal_error = [], None
+    try:
+        from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
+
+        journal = StagedTableHook().get_settings().journal
+        records = [record for record in journal.records() if record.target == identifier.name]
+    except Exception as err:  # the runs still show; say why their attempts do not
+        journal_error = f"journal not read: {err}"
+    return {"table": identifier.name, "runs": history_rows(dag_id, runs, records),
+            "journal_error": journal_error}
+
+
+def _identifier(table: str) -> TableIdentifier:
+    try:
+        return TableIdentifier.parse(table)
+    except InvalidIdentifierError as err:
+        raise HTTPException(400, str(err)) from None
+
+
 class _Stages:
     """Seconds spent per stage of one request, for the page's ``stats``."""
 
@@ -194,10 +226,7 @@ def _acting(request: Request, table: str, user: Any) -> Iterator[tuple[Any, Tabl
     from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
     from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
 
-    try:
-        identifier = TableIdentifier.parse(table)
-    except InvalidIdentifierError as err:
-        raise HTTPException(400, str(err)) from None
+    identifier = _identifier(table)
     config = PageConfig.current()
     # The user's own token: Airflow checks each REST call of the action against them too.
     scheduler = AirflowWorkflowScheduler(config.endpoint, config.definitions_dir, token=_user_token(request))

@@ -54,5 +54,11 @@ def kind_class(kind: str) -> type[JournaledStagedTable]:
 
 
 def from_record(record: AttemptRecord, settings: StagedSettings) -> JournaledStagedTable:
-    """The staged table of a journaled attempt, rebuilt exactly by the kind that made it."""
-    return kind_class(record.kind).from_record(record, settings)
+    """The staged table of a journaled attempt, rebuilt exactly by the kind that made it, with
+    the audits it declared."""
+    staged = kind_class(record.kind).from_record(record, settings)
+    if record.audits:
+        from airflow_provider_staged.staging.audits import AuditSuite
+
+        staged.audits = AuditSuite.from_list(record.audits["declared"])
+    return staged

@@ -55,6 +55,7 @@ from airflow_provider_staged.catalogs.metastore.tables import (
     tracks_partitions,
 )
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.audits import AuditResult
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.faults import fault_point
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -162,6 +163,16 @@ class HivePartitionStagedTable(HiveStagedTable):
 
     def written(self, manifest: Manifest | dict[str, Any]) -> None:
         super().written(manifest)
+        if not self.audits:
+            self._prepare_commit()
+
+    def audit(self) -> list[AuditResult]:
+        results = super().audit()  # raises for a quarantined version: it registers nothing
+        if self.audits:
+            self._prepare_commit()
+        return results
+
+    def _prepare_commit(self) -> None:
         # A create-only purpose must fail on a table made meanwhile: its commit decides that.
         if not self.skipped and self.prepares_switch and self.purpose.replaces:
             # Under the attempt's journal lock, as every section of an attempt that holds the
@@ -396,6 +407,33 @@ class HivePartitionStagedTable(HiveStagedTable):
             return None
         changed.parameters = wanted
         return changed
+
+    def replaced_parts(self) -> dict[str, str]:
+        """The partitions inside the spec that readers read now (those this attempt registered
+        at the empty placeholder hold nothing yet, and are left out)."""
+        with self._client() as client:
+            table = client.get_table(self.identifier.database, self.identifier.table)
+            if table is None:
+                return {}
+            if tracks_partitions(table):
+                found = {tuple(p.values): p.sd.location for p in self._inside_spec(client, table)}
+            else:
+                discovered = discovered_partitions(current_location(table), self.partition_columns)
+                found = {values: location for values, location in discovered.items() if self._inside(values)}
+        return {
+            partition_path(self.partition_columns, values): normalize_location(location)
+            for values, location in found.items()
+            if normalize_location(location).rpartition("/")[2] != EMPTY_DIR_NAME
+        }
+
+    def written_parts(self, manifest: Manifest) -> dict[str, int]:
+        rows: dict[str, int] = {}
+        for item in manifest.files:
+            values = partition_values(item.path, self.partition_columns)
+            if values is not None:
+                part = partition_path(self.partition_columns, values)
+                rows[part] = rows.get(part, 0) + item.rows
+        return rows
 
     def is_published(self, record: AttemptRecord) -> bool:
         mine = normalize_location(record.location)

@@ -252,6 +252,29 @@ class HiveStagedTable(JournaledStagedTable):
             table = client.get_table(self.identifier.database, self.identifier.table)
         return is_version(table, record.location)
 
+    def supports_audits(self) -> bool:
+        return self.kind in FILES_IN_LOCATION_KINDS  # the kinds the Spark job writes alone
+
+    def replaced_parts(self) -> dict[str, str]:
+        with self._client() as client:
+            table = client.get_table(self.identifier.database, self.identifier.table)
+        return {} if table is None else {"": normalize_location(current_location(table))}
+
+    def recorded_rows(self, location: str) -> int | None:
+        """From the manifest of the attempt that wrote the version directory holding ``location``
+        (rows of the files under it, for a partition's directory). Rows a sink appended to a
+        version since are not counted."""
+        version = _version_dir(location)
+        attempt_id = parse_version_dir(version.rpartition("/")[2])
+        record = self.journal.get(attempt_id) if attempt_id else None
+        if record is None or not record.manifest:
+            return None
+        manifest = Manifest.from_dict(record.manifest)
+        inside = normalize_location(location)[len(version):].strip("/")
+        if not inside or manifest.rows is None:
+            return manifest.rows
+        return sum(item.rows for item in manifest.files if item.path.startswith(inside + "/"))
+
     def missing_files(self, record: AttemptRecord) -> list[str]:
         if self.kind not in FILES_IN_LOCATION_KINDS:
             return []
@@ -420,7 +443,9 @@ def superseded_times(records: list[AttemptRecord], now: float) -> tuple[dict[str
             restored_at[location] = max(restored_at.get(location, 0.0), r.updated_at)
     # A rollback made the version current again after its recorded end: its end since is unknown.
     named = {location: at for location, at in superseded_at.items() if at > restored_at.get(location, 0.0)}
-    if any(not r.state.ended for r in records):
+    # A quarantined attempt switched nothing (``staged publish`` journals another verdict before
+    # it commits): it would otherwise hold back this retention for its whole quarantine.
+    if any(not r.state.ended and (r.audits or {}).get("verdict") != "quarantined" for r in records):
         return named, now
     return named, max((r.updated_at for r in commits), default=now)
 
