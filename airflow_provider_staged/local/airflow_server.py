@@ -133,6 +133,9 @@ def airflow_env(
         AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="2",
         AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL="1",
         AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+        # A parse that changes a DAG stores it at most this often (default 30 s): CREATE OR ALTER
+        # and ALTER ... SET/AS waited ~30 s for Airflow to show the new definition.
+        AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL="2",
         AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD="10",
         # A dropped table's DAG vanishes from the factory file's parse, and only the stale scan
         # (default every 60 s) retires it: `staged mt drop` waited ~50 s for it.

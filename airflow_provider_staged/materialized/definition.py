@@ -207,6 +207,13 @@ def read_refresh_mode(c: Cursor) -> RefreshMode:
     return RefreshMode(c.advance().text.upper())
 
 
+def unknown_option(key: str) -> str | None:
+    """Why a definition cannot have option ``key``; None for a known one."""
+    if key in KNOWN_OPTIONS or FORMATTER_KEY.match(key):
+        return None
+    return f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}"
+
+
 class _Parser:
     def __init__(self, text: str, path: str, error: ErrorFactory | None = None, unit: str = "file") -> None:
         self.text = text
@@ -552,8 +559,9 @@ class _Options:
         self.tokens = tokens
         self.partition_by = partition_by
         for key in options:
-            if not (key in KNOWN_OPTIONS or FORMATTER_KEY.match(key)):
-                self.fail(key, f"unknown option {key!r}; supported options: {', '.join(KNOWN_OPTIONS)}")
+            unknown = unknown_option(key)
+            if unknown:
+                self.fail(key, unknown)
         # The connector first: the kind of table decides what its other options mean (Flink's too).
         self.choice("connector", CONNECTORS, "a materialized table is a Hive table of the metastore "
                     "written through the staged commit; name that kind or leave the option out",
@@ -671,6 +679,55 @@ class _Options:
             return parse_suspend_after(self.get(SUSPEND_OPTION))
         except ValueError as err:
             self.fail(SUSPEND_OPTION, str(err))
+
+
+def render_definition(
+    definition: MaterializedTableDefinition, options: Mapping[str, str], enriched: bool = False,
+    explicit_mode: bool | None = None,
+) -> str:
+    """The definition's DDL with ``options`` as its WITH clause (query text kept verbatim).
+
+    ``enriched``: as Flink's ``SHOW CREATE MATERIALIZED TABLE`` shows it, with the refresh mode
+    even when it was derived and no ';'; otherwise a definition file's text (a derived mode
+    stays derived); ``explicit_mode`` overrides whether a file writes its mode.
+    """
+
+    def quote(text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
+
+    def name(text: str) -> str:
+        return "`" + text.replace("`", "``") + "`"
+
+    lines = [f"CREATE MATERIALIZED TABLE {name(definition.identifier.database)}."
+             f"{name(definition.identifier.table)}"]
+    elements = [
+        " ".join(filter(None, (
+            name(column.name), column.data_type, "" if column.nullable else "NOT NULL",
+            f"COMMENT {quote(column.comment)}" if column.comment is not None else "",
+        )))
+        for column in definition.columns
+    ]
+    if definition.primary_key:
+        constraint = f"CONSTRAINT {name(definition.primary_key_name)} " if definition.primary_key_name else ""
+        key = ", ".join(map(name, definition.primary_key))
+        elements.append(f"{constraint}PRIMARY KEY ({key}) NOT ENFORCED")
+    if elements:
+        lines.append("(\n" + ",\n".join(f"  {element}" for element in elements) + "\n)")
+    if definition.comment is not None:
+        lines.append(f"COMMENT {quote(definition.comment)}")
+    if definition.partition_by:
+        lines.append("PARTITIONED BY (" + ", ".join(map(name, definition.partition_by)) + ")")
+    if options:
+        lines.append("WITH (\n" + ",\n".join(f"  {quote(k)} = {quote(v)}" for k, v in options.items())
+                     + "\n)")
+    freshness = definition.freshness
+    lines.append(f"FRESHNESS = INTERVAL '{freshness.value}' {freshness.unit.value}")
+    if explicit_mode is None:
+        explicit_mode = "REFRESH_MODE" in definition.lines  # a file keeps a derived mode derived
+    if enriched or explicit_mode:
+        lines.append(f"REFRESH_MODE = {definition.refresh_mode.value}")
+    lines.append(f"AS {definition.query}" if enriched else f"AS {definition.query};\n")
+    return "\n".join(lines)
 
 
 def parse_definition(text: str, path: str | Path = "<string>") -> MaterializedTableDefinition:

@@ -8,6 +8,12 @@ hands it to Spark) and otherwise one of:
 ``ALTER MATERIALIZED TABLE t SUSPEND``                         :class:`SuspendMaterializedTable`
 ``ALTER MATERIALIZED TABLE t RESUME [WITH (...)]``             :class:`ResumeMaterializedTable`
 ``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
+``ALTER MATERIALIZED TABLE t SET ('k' = 'v', ...)``            :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t RESET ('k', ...)``                :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t SET FRESHNESS = INTERVAL ...``    :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t SET REFRESH_MODE = FULL|...``     :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t AS query``                        :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t ADD (column | PRIMARY KEY ...)``  :class:`AlterMaterializedTableChange`
 ``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
 ``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
 ``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
@@ -18,24 +24,40 @@ A malformed statement raises :class:`MaterializedStatementError` with the 1-base
 column of the offending token. ``CREATE`` uses the definition files' parser
 (:mod:`airflow_provider_staged.materialized.definition`): one grammar, two entry points.
 Only an optional ``;`` may follow a statement; partition values and options are decoded string
-literals (data, never SQL). Flink's other ``ALTER`` forms are refused at their keyword (SET and
-RESET after Flink's syntax errors in them): the definition is the one place a table's schema,
-options and query change.
+literals (data, never SQL). The ``SET``/``RESET``/``AS`` forms change the table's definition:
+:meth:`AlterMaterializedTableChange.apply` gives the new one, which the client then executes as
+``CREATE OR ALTER`` (one path for every change of a definition). ``ADD`` takes Flink
+2.x's rules: a key may be added; a physical column must come from the query, which already
+gives the table all its columns, so adding one is refused with Flink's message (``AS query``
+appends columns). Flink's other ``ALTER`` forms (``MODIFY``, ``DROP``, ``RENAME``) are refused
+at their keyword.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NoReturn
 
 from airflow_provider_staged.materialized.definition import (
+    DefinitionError,
     MaterializedTableDefinition,
     parse_create_statement,
+    parse_definition,
     read_freshness,
     read_refresh_mode,
+    render_definition,
+    unknown_option,
+)
+from airflow_provider_staged.materialized.freshness import (
+    DEFAULT_FRESHNESS_THRESHOLD,
+    Freshness,
+    FreshnessError,
+    RefreshMode,
+    derive_refresh_mode,
+    parse_duration,
 )
 from airflow_provider_staged.materialized.grammar import Cursor, Token
 from airflow_provider_staged.materialized.params import RefreshRequestError, writer_options
@@ -90,6 +112,90 @@ class RefreshMaterializedTable:
 
 
 @dataclass(frozen=True)
+class AlterMaterializedTableChange:
+    """``ALTER MATERIALIZED TABLE t`` ``SET (...)``, ``RESET (...)``, ``SET FRESHNESS``,
+    ``SET REFRESH_MODE`` or ``AS query``: a change of the table's definition (:meth:`apply`)."""
+
+    table: TableIdentifier
+    clause: str  # "ALTER MATERIALIZED TABLE SET", ... : what errors are about
+    at: tuple[int, int]  # the clause's keyword: where an error without a value of its own points
+    options: Mapping[str, str] = field(default_factory=dict, hash=False)  # SET (...)
+    reset: tuple[str, ...] = ()  # RESET (...)
+    freshness: Freshness | None = None
+    refresh_mode: RefreshMode | None = None
+    query: str | None = None  # AS query, as written
+    columns: tuple[str, ...] = ()  # ADD: physical columns (the session refuses each, as Flink)
+    primary_key: tuple[str, ...] = ()  # ADD [CONSTRAINT c] PRIMARY KEY (...) NOT ENFORCED
+    primary_key_name: str | None = None
+    # Where each SET/RESET key, ADD column, and the query ("AS"), is written.
+    positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    def apply(self, old: MaterializedTableDefinition) -> MaterializedTableDefinition:
+        """The definition after this change of ``old``, checked as a definition file is (every
+        option's value, FULL's freshness limits), with errors at this statement's values.
+
+        The table keeps its refresh mode, as Flink's catalog keeps the mode it resolved at
+        creation: a new freshness that would derive the other mode writes the old one. A change
+        of mode is refused with Flink's message (its CREATE OR ALTER rule): the data and the
+        workflow were made for the old one.
+        """
+        if self.refresh_mode is not None and self.refresh_mode is not old.refresh_mode:
+            raise MaterializedStatementError(*self.at, (
+                f"{self.clause}: Changing of REFRESH MODE is unsupported: {self.table} refreshes in "
+                f"{old.refresh_mode.value} mode; DROP MATERIALIZED TABLE it, then CREATE it with "
+                f"REFRESH_MODE = {self.refresh_mode.value}"))
+        if self.primary_key and old.primary_key:
+            key = ", ".join(f"`{name}`" for name in old.primary_key)
+            raise MaterializedStatementError(*self.at, (  # Flink's SchemaAddConverter
+                f"{self.clause}: The base table has already defined the primary key constraint [{key}]. "
+                "You might want to drop it before adding a new one."))
+        options = {key: value for key, value in old.options.items() if key not in self.reset}
+        options.update(self.options)
+        key = (self.primary_key, self.primary_key_name) if self.primary_key else (
+            old.primary_key, old.primary_key_name)
+        changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query,
+                          primary_key=key[0], primary_key_name=key[1])
+        try:
+            threshold = options.get("refresh-mode.freshness-threshold")
+            derived = derive_refresh_mode(changed.freshness, None, parse_duration(threshold) if threshold
+                                          else DEFAULT_FRESHNESS_THRESHOLD)
+        except FreshnessError:
+            derived = None  # the parse below refuses the threshold, at its key
+        explicit = ("REFRESH_MODE" in old.lines or self.refresh_mode is not None
+                    or derived is not old.refresh_mode)
+        return self._parsed(render_definition(changed, options, explicit_mode=explicit))
+
+    def _parsed(self, text: str) -> MaterializedTableDefinition:
+        try:
+            return parse_definition(text, "<statement>")
+        except DefinitionError as err:
+            where = self._where(text, err)
+            raise MaterializedStatementError(*where, f"{self.clause}: {err.message}") from None
+
+    def _where(self, text: str, err: DefinitionError) -> tuple[int, int]:
+        """The statement's place of what ``err`` (in the rendered ``text``) is about: the option
+        whose line it names, else the clause's keyword."""
+        if err.clause == "WITH":
+            line = text.splitlines()[err.line - 1].strip()
+            for key in self.options:
+                if line.startswith("'" + key.replace("'", "''") + "' ="):
+                    return self.positions[key]
+        return self.at
+
+    def located(self, definition: MaterializedTableDefinition, line: int, column: int) -> tuple[int, int]:
+        """This statement's place of ``(line, column)`` of ``definition`` (from :meth:`apply`):
+        inside the query (written verbatim in both) it is the same character; elsewhere the
+        clause's keyword."""
+        start = definition.position("AS", "query")
+        if self.query is None or (line, column) < start:
+            return self.at
+        query_line, query_column = self.positions["AS"]
+        if line == start[0]:
+            return query_line, query_column + column - start[1]
+        return query_line + line - start[0], column
+
+
+@dataclass(frozen=True)
 class DropMaterializedTable:
     table: TableIdentifier
     if_exists: bool = False
@@ -120,10 +226,11 @@ class ShowCreateMaterializedTable:
 @dataclass(frozen=True)
 class ExplainMaterializedTable:
     """``EXPLAIN [EXTENDED | CODEGEN | COST | FORMATTED | PLAN FOR] CREATE [OR ALTER] MATERIALIZED TABLE``
-    (Flink's testExplainCreate[OrAlter]MaterializedTable): Spark's plan of the query the
-    refreshes would run; nothing is created."""
+    or ``... ALTER MATERIALIZED TABLE t AS query`` (Flink's testExplainCreate[OrAlter]MaterializedTable,
+    testExplainAlterMaterializedTable): Spark's plan of the query the refreshes would run; nothing
+    is created or changed."""
 
-    create: CreateMaterializedTable
+    create: CreateMaterializedTable | AlterMaterializedTableChange  # an ALTER's query: AS
     mode: str = ""  # Spark's EXPLAIN mode, upper case; "" for the physical plan
 
     @property
@@ -137,6 +244,7 @@ MaterializedTableStatement = (
     | SuspendMaterializedTable
     | ResumeMaterializedTable
     | RefreshMaterializedTable
+    | AlterMaterializedTableChange
     | DropMaterializedTable
     | DescribeMaterializedTable
     | ShowMaterializedTables
@@ -163,9 +271,11 @@ _EXPLAIN = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _ALTER = "ALTER MATERIALIZED TABLE"
-_SUPPORTED_ALTER = "SUSPEND, RESUME [WITH (...)] or REFRESH [PARTITION (...)]"
-# Flink's other ALTER forms: the definition (file or CREATE OR ALTER) is where they belong here.
-_OTHER_ALTER = ("SET", "RESET", "AS", "ADD", "MODIFY", "DROP", "RENAME")
+_SUPPORTED_ALTER = ("SUSPEND, RESUME [WITH (...)], REFRESH [PARTITION (...)], SET (...), RESET (...), "
+                    "SET FRESHNESS, SET REFRESH_MODE, ADD (...) or AS query")
+# Flink's schema and distribution ALTER forms: the definition (file or CREATE OR ALTER) is where
+# a column list changes here.
+_OTHER_ALTER = ("MODIFY", "DROP", "RENAME")
 
 
 def _error(line: int, column: int, clause: str, message: str) -> MaterializedStatementError:
@@ -201,6 +311,8 @@ def check_values(statement: MaterializedTableStatement) -> None:
                 check_partition_value(column, value)
             except PartitionError as err:
                 raise _error(*statement.positions[column], f"{_ALTER} REFRESH PARTITION", str(err)) from None
+    elif isinstance(statement, AlterMaterializedTableChange):
+        _check_option_keys(statement)
     elif isinstance(statement, ResumeMaterializedTable):
         for key, value in statement.options.items():
             try:
@@ -209,15 +321,36 @@ def check_values(statement: MaterializedTableStatement) -> None:
                 raise _error(*statement.positions[key], f"{_ALTER} RESUME WITH", str(err)) from None
 
 
+def _check_option_keys(statement: AlterMaterializedTableChange) -> None:
+    """Flink's converter rules of SET and RESET (SqlAlterMaterializedTable{Options,Reset}Converter,
+    their messages), and keys a definition cannot have; the values are checked by ``apply``."""
+    keys = statement.reset or tuple(statement.options)
+    if not statement.clause.endswith(("SET", "RESET")):
+        return
+    if not keys:
+        what = "key" if statement.clause.endswith("RESET") else "options"
+        raise MaterializedStatementError(*statement.at, f"{statement.clause} does not support empty {what}.")
+    for key in keys:
+        if key == "connector" and statement.reset:
+            raise MaterializedStatementError(*statement.positions[key],
+                                             f"{statement.clause} does not support changing 'connector'.")
+        # Flink's RESET of a key the table lacks changes nothing, silently; a mistyped key would
+        # then say the option was reset while it still applies: refused here, as SET refuses it.
+        unknown = unknown_option(key)
+        if unknown:
+            raise _error(*statement.positions[key], statement.clause, unknown)
+
+
 def _explain(text: str, explain: re.Match[str]) -> ExplainMaterializedTable:
     """The statement after EXPLAIN, parsed where it stands: the EXPLAIN part becomes blanks (its
     line breaks kept), so every position is still one of ``text``."""
     blanked = re.sub(r"[^\n]", " ", text[:explain.end()]) + text[explain.end():]
     inner = parse_materialized_statement(blanked)
-    if not isinstance(inner, CreateMaterializedTable):
+    if not (isinstance(inner, CreateMaterializedTable)
+            or (isinstance(inner, AlterMaterializedTableChange) and inner.query is not None)):
         cursor = Cursor(blanked, _error)
-        cursor.fail("EXPLAIN", "only CREATE [OR ALTER] MATERIALIZED TABLE can be explained (its query's "
-                    f"plan), found {cursor.describe(cursor.current)}")
+        cursor.fail("EXPLAIN", "only CREATE [OR ALTER] MATERIALIZED TABLE and ALTER MATERIALIZED TABLE ... "
+                    f"AS can be explained (their query's plan), found {cursor.describe(cursor.current)}")
     return ExplainMaterializedTable(inner, (explain.group("mode") or "").upper())
 
 
@@ -247,7 +380,8 @@ class _Statements:
                 clause, statement = "SHOW CREATE MATERIALIZED TABLE", self.show_create()
             else:
                 clause, statement = "SHOW MATERIALIZED TABLES", self.show()
-        c.finish(clause)
+        if not (isinstance(statement, AlterMaterializedTableChange) and statement.query is not None):
+            c.finish(clause)  # AS read the query to the end of the text, its ';' included
         return statement
 
     def alter(self) -> MaterializedTableStatement:
@@ -273,46 +407,123 @@ class _Statements:
                 c.advance()
                 partition, values = self.partition_spec()
             return RefreshMaterializedTable(table, MappingProxyType(partition), self.positions(values))
+        if c.at_keyword("SET", "RESET"):
+            return self.set_or_reset(table)
+        if c.at_keyword("AS"):
+            return self.as_query(table)
+        if c.at_keyword("ADD"):
+            return self.add(table)
         found = c.describe(c.current)
         if c.at_keyword(*_OTHER_ALTER):
             keyword = c.current
-            if c.at_keyword("SET", "RESET"):
-                self.set_or_reset()  # Flink's syntax errors first, at its positions
             c.fail(_ALTER, f"{keyword.text.upper()} is not supported here: change the definition "
                    "(its file, or CREATE OR ALTER MATERIALIZED TABLE) instead; supported: "
                    f"{_SUPPORTED_ALTER}", keyword)
         self.fail(_ALTER, f"expected {_SUPPORTED_ALTER}, found {found}")
 
-    def set_or_reset(self) -> None:
+    def set_or_reset(self, table: TableIdentifier) -> AlterMaterializedTableChange:
         """Flink's ``SET ('k' = 'v', ...) | SET FRESHNESS = ... | SET REFRESH_MODE = ...`` and
-        ``RESET ('k', ...)``, read only to report their syntax errors where Flink does."""
+        ``RESET ('k', ...)``, with Flink's syntax errors at its positions."""
         c = self.c
-        clause = f"{_ALTER} {c.current.text.upper()}"
+        keyword = c.advance()
+        clause = f"{_ALTER} {keyword.text.upper()}"
+        if keyword.text.upper() == "RESET":
+            keys: dict[str, Token] = {}
 
-        def key() -> None:
-            c.expect(clause, "string", "a quoted option key such as 'owner'")
+            def key() -> None:
+                token = c.expect(clause, "string", "a quoted option key such as 'owner'")
+                if token.text in keys:
+                    c.fail(clause, f"duplicate option {token.text!r}", token)
+                keys[token.text] = token
 
-        def option() -> None:
-            key()
-            c.expect_punct(clause, "=")
-            c.expect(clause, "string", "a quoted option value")
-
-        if c.advance().text.upper() == "RESET":
             c.parenthesized(clause, key, empty=True)
-        elif c.at_keyword("FRESHNESS"):
-            c.advance()
-            read_freshness(c)
-        elif c.at_keyword("REFRESH_MODE"):
-            c.advance()
-            read_refresh_mode(c)
-        elif c.at_punct("("):
-            c.parenthesized(clause, option, empty=True)
-        else:
+            return AlterMaterializedTableChange(table, clause, self.place(keyword), reset=tuple(keys),
+                                                positions=self.positions(keys))
+        if c.at_keyword("FRESHNESS", "REFRESH_MODE"):
+            word = c.advance()
+            at = self.place(word)
+            clause = f"{clause} {word.text.upper()}"
+            if word.text.upper() == "FRESHNESS":
+                return AlterMaterializedTableChange(table, clause, at, freshness=read_freshness(c))
+            return AlterMaterializedTableChange(table, clause, at, refresh_mode=read_refresh_mode(c))
+        if not c.at_punct("("):
             self.fail(clause, f"expected FRESHNESS, REFRESH_MODE or '(', found {c.describe(c.current)}")
+        options, tokens = c.string_options(clause, empty=True)
+        return AlterMaterializedTableChange(table, clause, self.place(keyword), MappingProxyType(options),
+                                            positions=self.positions(tokens))
+
+    def as_query(self, table: TableIdentifier) -> AlterMaterializedTableChange:
+        """``AS query`` (Flink 2.x): the query is Spark SQL, read from the text to its end."""
+        c = self.c
+        keyword = c.current
+        clause = f"{_ALTER} AS"
+        query = c.query(keyword.end, clause)
+        start = c.text.index(query, keyword.end)
+        return AlterMaterializedTableChange(
+            table, clause, self.place(keyword), query=query,
+            positions=MappingProxyType({"AS": (c.line_of(start), c.column_of(start))}))
+
+    def add(self, table: TableIdentifier) -> AlterMaterializedTableChange:
+        """``ADD item`` or ``ADD (item, ...)`` (Flink 2.x): columns (``name type [NOT NULL]
+        [COMMENT '...'] [FIRST | AFTER c]``) and ``[CONSTRAINT c] PRIMARY KEY (...) NOT ENFORCED``;
+        watermarks, computed and metadata columns are refused as in a definition."""
+        c = self.c
+        keyword = c.advance()
+        clause = f"{_ALTER} ADD"
+        columns: dict[str, Token] = {}
+        key: dict[str, Token] = {}
+        names: list[str | None] = [None]  # the key's CONSTRAINT name
+
+        def item() -> None:
+            start = c.current
+            if c.at_keyword("DISTRIBUTION"):
+                c.fail(clause, "DISTRIBUTION is not supported: refreshes write Parquet files per partition, "
+                       "without buckets")
+            if c.at_keyword("WATERMARK"):
+                c.fail(clause, "WATERMARK is not supported: refreshes read their sources as batches or "
+                       "micro-batches, without event time")
+            if c.at_keyword("CONSTRAINT", "PRIMARY", "UNIQUE"):
+                if c.at_keyword("CONSTRAINT"):
+                    c.advance()
+                    names[0] = c.name(clause, "a constraint name").text
+                if c.at_keyword("UNIQUE"):
+                    c.fail(clause, "UNIQUE constraint is not supported yet (as in Flink): use PRIMARY KEY "
+                           "(...) NOT ENFORCED", start)
+                c.expect_keyword(clause, "PRIMARY", "KEY")
+                if key:
+                    c.fail(clause, "duplicate primary key definition", start)
+                key.update(c.column_list(clause, "primary key column"))
+                if c.negation(clause, "ENFORCED") is not True:  # Flink's rule and words
+                    c.fail(clause, "Flink doesn't support ENFORCED mode for PRIMARY KEY constraint. "
+                           "ENFORCED/NOT ENFORCED controls if the constraint checks are performed on the "
+                           "incoming/outgoing data; the data is not owned here, so the only supported mode "
+                           "is NOT ENFORCED", start)
+                return
+            name, token = c.column(clause, "column")
+            if name in columns:
+                c.fail(clause, f"duplicate column {token.text!r}", token)
+            columns[name] = token
+            depth = 0  # the type, its options and position: refused with the column in any case
+            while c.current.kind != "end" and (depth or not (c.at_punct(",") or c.at_punct(")"))):
+                if (c.at_keyword("AS", "METADATA") and not depth) or c.at_punct("."):
+                    c.fail(clause, f"only physical columns can be added here: {token.text!r} is a computed, "
+                           "metadata or nested column, which no definition has")
+                depth += int(c.at_punct("(") or c.at_punct("<")) - int(c.at_punct(")") or c.at_punct(">"))
+                c.advance()
+
+        if c.at_punct("("):
+            c.parenthesized(clause, item)
+        else:
+            item()
+        return AlterMaterializedTableChange(
+            table, clause, self.place(keyword), columns=tuple(columns), primary_key=tuple(key),
+            primary_key_name=names[0], positions=self.positions({**columns, **key}))
+
+    def place(self, token: Token) -> tuple[int, int]:
+        return self.c.line_of(token.pos), self.c.column_of(token.pos)
 
     def positions(self, tokens: Mapping[str, Token]) -> _Positions:
-        return MappingProxyType({name: (self.c.line_of(token.pos), self.c.column_of(token.pos))
-                                 for name, token in tokens.items()})
+        return MappingProxyType({name: self.place(token) for name, token in tokens.items()})
 
     def partition_spec(self) -> tuple[dict[str, str], dict[str, Token]]:
         """``(k = 'v', ...)``: validated keys, values decoded to plain strings (never SQL), and

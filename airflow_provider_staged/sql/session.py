@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     MaterializedTableDefinition,
 )
+from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.query_change import Column, schema_columns
@@ -275,14 +276,23 @@ class SqlSession:
         if table is not None and current != "default" and table.database == "default":
             explained = statement.create if isinstance(statement, mts.ExplainMaterializedTable) else statement
             raise _read_in_default(explained, table, current)
-        if isinstance(statement, mts.ExplainMaterializedTable):
-            return self._explain(statement, current)  # the query's plan: no workflow is reached
+        if isinstance(statement, mts.ExplainMaterializedTable) and isinstance(
+                statement.create, mts.CreateMaterializedTable):
+            # the query's plan: no workflow is reached
+            return self._explain(statement.create.definition, statement.mode, current)
         if isinstance(statement, mts.ShowMaterializedTables) and statement.database is None:
             # Flink's and Spark's SHOW ... TABLES without FROM: the current database's.
             statement = replace(statement, database=current)
         with self._open_tables(self.properties.client_values(WORKFLOW_PREFIX)) as tables:
             if isinstance(statement, mts.CreateMaterializedTable):
                 return self._create(tables, statement, current)
+            if isinstance(statement, mts.AlterMaterializedTableChange):
+                return self._change(tables, statement, current)
+            if isinstance(statement, mts.ExplainMaterializedTable):  # ALTER ... AS: the new query's plan
+                assert isinstance(statement.create, mts.AlterMaterializedTableChange)
+                definition = statement.create.apply(tables.definition(statement.table))
+                with _located_in(statement.create, definition):
+                    return self._explain(definition, statement.mode, current)
             return _MATERIALIZED[type(statement)](tables, statement)
 
     def _create(
@@ -290,9 +300,15 @@ class SqlSession:
     ) -> ResultSet:
         """CREATE [OR ALTER], its query analysed in database ``default``, where the refreshes read
         the definition (its file has no USE); ``current`` is the session's database, restored after."""
+        with self._in_default(current):
+            return self._create_in_default(tables, statement)
+
+    @contextmanager
+    def _in_default(self, current: str) -> Iterator[None]:
+        """Database ``default`` current (where a definition is read), then ``current`` again."""
         self.spark.catalog.setCurrentDatabase("default")
         try:
-            return self._create_in_default(tables, statement)
+            yield
         finally:
             self.spark.catalog.setCurrentDatabase(current)
 
@@ -312,15 +328,48 @@ class SqlSession:
         return ResultSet.info(f"Materialized table {identifier} created: "
                               f"{handler.as_summary_string()} (ACTIVATED)")
 
-    def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
-        """Spark's plan of the query the refreshes would run (the column list applied), analysed
-        in ``default`` as CREATE does; the definition is checked against it as CREATE checks it."""
-        self.spark.catalog.setCurrentDatabase("default")
-        try:
-            query = self._checked_query(statement.create.definition)
-            return self._collect(self.spark.sql(" ".join(filter(None, ("EXPLAIN", statement.mode, query)))))
-        finally:
-            self.spark.catalog.setCurrentDatabase(current)
+    def _change(
+        self, tables: MaterializedTables, statement: mts.AlterMaterializedTableChange, current: str
+    ) -> ResultSet:
+        """ALTER ... SET / RESET / AS: the changed definition (checked before Airflow is reached),
+        executed as CREATE OR ALTER of it: the same checks of its query and columns, the same
+        atomic rewrite of its file and re-scheduling. Errors point into this statement."""
+        definition = statement.apply(tables.definition(statement.table))
+        if statement.columns:
+            with self._in_default(current):
+                self._refuse_added_columns(statement, self._query_columns(self._checked_query(definition)))
+        with _located_in(statement, definition):
+            result = self._create(tables, mts.CreateMaterializedTable(definition, or_alter=True), current)
+        if statement.freshness is not None and definition.refresh_mode is RefreshMode.CONTINUOUS:
+            # A stream's trigger interval is fixed when it starts (continuous.trigger_interval).
+            return ResultSet.info(f"{result.message}; a running stream keeps its pace until it restarts "
+                                  f"(ALTER MATERIALIZED TABLE {statement.table} SUSPEND, then RESUME)")
+        return result
+
+    @staticmethod
+    def _refuse_added_columns(statement: mts.AlterMaterializedTableChange, table: list[Column]) -> None:
+        """Flink 2.x's rules for ``ADD`` of a physical column (SqlAlterMaterializedTableSchemaConverter):
+        it must be one of the query's columns, and those are all the table's here (no computed or
+        metadata columns), so it exists already; the messages say which, at the column."""
+        names = {name.lower() for name, _ in table}
+        for column in statement.columns:
+            if column.lower() in names:
+                message = f"Try to add a column `{column}` which already exists in the table."
+            else:
+                message = ("Invalid schema. All persisted (physical and metadata) columns in the schema part "
+                           "need to be present in the query part. However, physical column "
+                           f"`{column}` could not be found in the query. A new column comes from the query: "
+                           f"ALTER MATERIALIZED TABLE {statement.table} AS <query with it at the end>")
+            where = statement.positions[column]
+            raise mts.MaterializedStatementError(*where, f"{statement.clause}: {message}")
+
+    def _explain(self, definition: MaterializedTableDefinition, mode: str, current: str) -> ResultSet:
+        """Spark's plan (EXPLAIN ``mode``) of the query the refreshes would run (the column list
+        applied), analysed in ``default`` as CREATE does; the definition is checked against it as
+        CREATE checks it."""
+        with self._in_default(current):
+            query = self._checked_query(definition)
+            return self._collect(self.spark.sql(" ".join(filter(None, ("EXPLAIN", mode, query)))))
 
     def _table_columns(self, identifier: TableIdentifier) -> list[Column] | None:
         """The columns the catalog has for ``identifier`` (None: no such table yet)."""
@@ -371,6 +420,17 @@ class SqlSession:
                     f"AS: the query reads {where}, a temporary view of this session: the refreshes run in "
                     "their own Spark session, where it does not exist; read a table or a view of the "
                     "catalog (CREATE VIEW) instead"))
+
+
+@contextmanager
+def _located_in(statement: mts.AlterMaterializedTableChange, definition: MaterializedTableDefinition
+                ) -> Iterator[None]:
+    """Errors at places of ``definition`` (``statement`` applied) moved to the statement's."""
+    try:
+        yield
+    except mts.MaterializedStatementError as err:
+        where = statement.located(definition, err.line, err.column)
+        raise mts.MaterializedStatementError(*where, err.message) from None
 
 
 def _query_place(definition: MaterializedTableDefinition, name: str) -> tuple[int, int]:
@@ -470,7 +530,7 @@ def _show(tables: MaterializedTables, statement: mts.ShowMaterializedTables) -> 
 def _show_create(tables: MaterializedTables, statement: mts.ShowCreateMaterializedTable) -> ResultSet:
     """Flink's ``SHOW CREATE [OR ALTER] MATERIALIZED TABLE``: the DDL with the freshness and
     refresh mode the table runs with (defaults and derived mode included)."""
-    from airflow_provider_staged.materialized.workflow.airflow_scheduler import render_definition
+    from airflow_provider_staged.materialized.definition import render_definition
 
     definition = tables.definition(statement.table)
     text = render_definition(definition, definition.options, enriched=True)

@@ -194,6 +194,19 @@ def new_session(mode: str, request: pytest.FixtureRequest, metastore: MetastoreI
     return make_session(spark, properties, lambda: catalog_settings(metastore.uri, metastore.warehouse))
 
 
+def airflow_session(mode: str, request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                    airflow_server: AirflowInfo, definitions_dir: Path) -> SqlSession:
+    """A session whose materialized-table statements reach the test Airflow."""
+    user, password = airflow_server.credentials("admin")
+    return new_session(mode, request, metastore, {
+        "workflow-scheduler.airflow.endpoint": airflow_server.endpoint,
+        "workflow-scheduler.airflow.definitions-dir": str(definitions_dir),
+        "workflow-scheduler.airflow.username": user,
+        "workflow-scheduler.airflow.password": password,
+        "workflow-scheduler.airflow.parse-timeout": "240",
+    })
+
+
 def run_cases(session: SqlSession, cases: list[Case]) -> list[str]:
     """Run ``cases`` as one script, split by the client's splitter; return what went wrong."""
     script = ";\n".join(case.sql for case in cases) + ";"
@@ -319,22 +332,16 @@ def test_materialized_statements(mode: str, request: pytest.FixtureRequest, meta
                                  client_env: dict[str, str], airflow_server: AirflowInfo,
                                  definitions_dir: Path) -> None:
     """Flink's materialized-table statements drive the refresh DAGs of a running Airflow."""
-    user, password = airflow_server.credentials("admin")
-    session = new_session(mode, request, metastore, {
-        "workflow-scheduler.airflow.endpoint": airflow_server.endpoint,
-        "workflow-scheduler.airflow.definitions-dir": str(definitions_dir),
-        "workflow-scheduler.airflow.username": user,
-        "workflow-scheduler.airflow.password": password,
-        "workflow-scheduler.airflow.parse-timeout": "240",
-    })
+    session = airflow_session(mode, request, metastore, airflow_server, definitions_dir)
     db = f"sqlc_mt_{mode}"
     failures = run_cases(session, materialized_cases(db, alter=mode == "gateway"))
     assert not failures, "\n".join(failures)
     assert not (definitions_dir / f"{db}__daily.sql").exists()
 
 
-def refresh_now(definition_file: Path, settings: Any) -> None:
-    """One refresh of the definition as its DAG's task runs it (refresh.run_refresh)."""
+def refresh_now(definition_file: Path, settings: Any, partition: dict[str, str] | None = None) -> None:
+    """One refresh of the definition as its DAG's task runs it (refresh.run_refresh): a periodic
+    one, or of ``partition`` as ``ALTER ... REFRESH PARTITION`` asks for it."""
     from datetime import datetime, timezone
 
     from airflow_provider_staged.engine.runners import EmbeddedEngine
@@ -344,7 +351,8 @@ def refresh_now(definition_file: Path, settings: Any) -> None:
     from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 
     definition = load_definition(definition_file)
-    request = parse_refresh_request(RefreshTrigger().as_conf(), definition, datetime.now(timezone.utc))
+    trigger = RefreshTrigger(static_partitions=partition) if partition else RefreshTrigger()
+    request = parse_refresh_request(trigger.as_conf(), definition, datetime.now(timezone.utc))
     run_refresh(definition, request, settings, staged_refresh(definition, request, settings, None),
                 EmbeddedEngine(settings))
 
@@ -355,14 +363,7 @@ def test_column_lists_shape_the_refreshed_table(request: pytest.FixtureRequest, 
     """Flink's column lists (SqlMaterializedTableNodeToOperationConverterTest): names alone order
     the query's columns, typed ones cast them, the key's columns must be NOT NULL; the refresh
     writes the table so. A CREATE whose definition does not fit its query leaves nothing behind."""
-    user, password = airflow_server.credentials("admin")
-    session = new_session("embedded", request, metastore, {
-        "workflow-scheduler.airflow.endpoint": airflow_server.endpoint,
-        "workflow-scheduler.airflow.definitions-dir": str(definitions_dir),
-        "workflow-scheduler.airflow.username": user,
-        "workflow-scheduler.airflow.password": password,
-        "workflow-scheduler.airflow.parse-timeout": "240",
-    })
+    session = airflow_session("embedded", request, metastore, airflow_server, definitions_dir)
     db = "sqlc_columns"
     source = f"{db}.shops"
 
@@ -425,6 +426,59 @@ def test_column_lists_shape_the_refreshed_table(request: pytest.FixtureRequest, 
     finally:
         assert not run_cases(session, [Case(f"DROP MATERIALIZED TABLE {db}.{name}", info("dropped"))
                                        for name in created])
+
+
+def test_alter_set_freshness_and_as_query(request: pytest.FixtureRequest, metastore: MetastoreInfo,
+                                          client_env: dict[str, str], airflow_server: AirflowInfo,
+                                          definitions_dir: Path, spark: Any) -> None:
+    """ALTER ... SET FRESHNESS re-schedules the DAG in Airflow; ALTER ... AS appends a column:
+    the partition refreshed after it has the column's values, the one refreshed before reads null
+    (Flink 2.x: existing rows keep nulls until refreshed); an incompatible query changes nothing."""
+    session = airflow_session("embedded", request, metastore, airflow_server, definitions_dir)
+    db = "sqlc_alter"
+    table = f"{db}.daily"
+
+    def described(freshness: str, schedule: str) -> Callable[[ResultSet], object]:
+        def check(result: ResultSet) -> None:
+            facts = dict(result.rows)
+            assert (facts["freshness"], facts["schedule"]) == (freshness, schedule), facts
+
+        return check
+
+    setup = [
+        Case(f"CREATE DATABASE IF NOT EXISTS {db}", info("succeeded")),
+        Case(f"CREATE OR REPLACE TABLE {db}.orders AS SELECT CAST(id AS STRING) AS order_id, "
+             "IF(id < 2, '2024-01-02', '2024-01-03') AS ds FROM range(5)", atomic(f"{db}.orders", 5)),
+        Case(f"CREATE MATERIALIZED TABLE {table}\nPARTITIONED BY (ds)\nFRESHNESS = INTERVAL '1' DAY\n"
+             f"AS SELECT ds, count(*) AS orders FROM {db}.orders GROUP BY ds", info("created")),
+        Case(f"ALTER MATERIALIZED TABLE {table} SUSPEND", info("suspended")),  # only the refreshes below
+    ]
+    assert not run_cases(session, setup)
+    settings = catalog_settings(metastore.uri, metastore.warehouse)
+    definition = definitions_dir / f"{db}__daily.sql"
+    refresh_now(definition, settings, {"ds": "2024-01-02"})
+    try:
+        failures = run_cases(session, [
+            Case(f"ALTER MATERIALIZED TABLE {table} SET FRESHNESS = INTERVAL '2' HOUR", info("altered")),
+            # DESCRIBE's schedule is the timetable Airflow parsed from the rewritten file
+            Case(f"DESCRIBE MATERIALIZED TABLE {table}", described("INTERVAL '2' HOUR", "0 */2 * * *")),
+            Case(f"ALTER MATERIALIZED TABLE {table} SET FRESHNESS = INTERVAL '7' HOUR",
+                 error="only freshness that are factors of 24"),
+            Case(f"ALTER MATERIALIZED TABLE {table} AS SELECT ds, max(order_id) AS orders FROM {db}.orders "
+                 "GROUP BY ds", error="Column mismatch at position 1: Original column is [`orders` BIGINT]"),
+            Case(f"ALTER MATERIALIZED TABLE {table} AS SELECT ds, count(*) AS orders, max(order_id) AS "
+                 f"last_order FROM {db}.orders GROUP BY ds", info("altered")),
+            Case(f"SHOW CREATE MATERIALIZED TABLE {table}",
+                 lambda r: "FRESHNESS = INTERVAL '2' HOUR" in r.rows[0][0] and "last_order" in r.rows[0][0]),
+        ])
+        assert not failures, "\n".join(failures)
+        refresh_now(definition, settings, {"ds": "2024-01-03"})
+        spark.catalog.refreshTable(table)
+        assert spark.table(table).columns == ["orders", "last_order", "ds"]
+        assert sorted(tuple(row) for row in spark.table(table).collect()) == [
+            (2, None, "2024-01-02"), (3, "4", "2024-01-03")]
+    finally:
+        assert not run_cases(session, [Case(f"DROP MATERIALIZED TABLE {table}", info("dropped"))])
 
 
 STREAM_DB = "sqlc_stream"

@@ -16,12 +16,11 @@ from airflow_provider_staged.materialized.catalog_status import (
     state_path,
     workflow_options,
 )
-from airflow_provider_staged.materialized.definition import parse_definition
+from airflow_provider_staged.materialized.definition import parse_definition, render_definition
 from airflow_provider_staged.materialized.workflow.airflow_scheduler import (
     AirflowRefreshHandler,
     AirflowRefreshHandlerSerializer,
     AirflowWorkflowScheduler,
-    render_definition,
 )
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,

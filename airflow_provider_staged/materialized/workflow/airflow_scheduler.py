@@ -54,6 +54,7 @@ from airflow_provider_staged.materialized.definition import (
     load_definition,
     parse_definition,
     read_identifier,
+    render_definition,
 )
 from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.naming import (
@@ -137,52 +138,6 @@ class AirflowRefreshHandlerSerializer(RefreshHandlerSerializer[AirflowRefreshHan
         if not (isinstance(dag_id, str) and dag_id and isinstance(endpoint, str) and endpoint):
             raise WorkflowException(f"Airflow refresh handler without dag_id/endpoint: {value!r}")
         return AirflowRefreshHandler(dag_id, endpoint)
-
-
-def render_definition(
-    definition: MaterializedTableDefinition, options: Mapping[str, str], enriched: bool = False
-) -> str:
-    """The definition's DDL with ``options`` as its WITH clause (query text kept verbatim).
-
-    ``enriched``: as Flink's ``SHOW CREATE MATERIALIZED TABLE`` shows it, with the refresh mode
-    even when it was derived and no ';'; otherwise a definition file's text (a derived mode
-    stays derived).
-    """
-
-    def quote(text: str) -> str:
-        return "'" + text.replace("'", "''") + "'"
-
-    def name(text: str) -> str:
-        return "`" + text.replace("`", "``") + "`"
-
-    lines = [f"CREATE MATERIALIZED TABLE {name(definition.identifier.database)}."
-             f"{name(definition.identifier.table)}"]
-    elements = [
-        " ".join(filter(None, (
-            name(column.name), column.data_type, "" if column.nullable else "NOT NULL",
-            f"COMMENT {quote(column.comment)}" if column.comment is not None else "",
-        )))
-        for column in definition.columns
-    ]
-    if definition.primary_key:
-        constraint = f"CONSTRAINT {name(definition.primary_key_name)} " if definition.primary_key_name else ""
-        key = ", ".join(map(name, definition.primary_key))
-        elements.append(f"{constraint}PRIMARY KEY ({key}) NOT ENFORCED")
-    if elements:
-        lines.append("(\n" + ",\n".join(f"  {element}" for element in elements) + "\n)")
-    if definition.comment is not None:
-        lines.append(f"COMMENT {quote(definition.comment)}")
-    if definition.partition_by:
-        lines.append("PARTITIONED BY (" + ", ".join(map(name, definition.partition_by)) + ")")
-    if options:
-        lines.append("WITH (\n" + ",\n".join(f"  {quote(k)} = {quote(v)}" for k, v in options.items())
-                     + "\n)")
-    freshness = definition.freshness
-    lines.append(f"FRESHNESS = INTERVAL '{freshness.value}' {freshness.unit.value}")
-    if enriched or "REFRESH_MODE" in definition.lines:  # a file keeps a derived mode derived
-        lines.append(f"REFRESH_MODE = {definition.refresh_mode.value}")
-    lines.append(f"AS {definition.query}" if enriched else f"AS {definition.query};\n")
-    return "\n".join(lines)
 
 
 class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
