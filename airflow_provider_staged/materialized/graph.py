@@ -37,14 +37,18 @@ class Node:
     identifier: TableIdentifier
     # More than one file: the table is defined twice, and the DAG factory builds neither.
     paths: tuple[Path, ...]
-    # ``db.table`` of the session catalog, ``cat.db.table`` of another, as the query reads them.
-    inputs: tuple[str, ...]
+    # ``(catalog, db.table)`` of every table the query reads; catalog None: the session catalog.
+    reads: tuple[tuple[str | None, str], ...]
 
     @classmethod
     def of(cls, definition: MaterializedTableDefinition) -> Node:
-        found = read_tables(definition.query, DEFAULT_DATABASE)
-        inputs = tuple(name if catalog is None else f"{catalog}.{name}" for catalog, name in found)
-        return cls(definition.identifier, (Path(definition.source_path),), inputs)
+        reads = read_tables(definition.query, DEFAULT_DATABASE)
+        return cls(definition.identifier, (Path(definition.source_path),), reads)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """``db.table`` of the session catalog, ``cat.db.table`` of another."""
+        return tuple(name if catalog is None else f"{catalog}.{name}" for catalog, name in self.reads)
 
 
 def chain(tables: Iterable[TableIdentifier]) -> str:
@@ -61,7 +65,7 @@ class TableGraph:
             known = self.nodes.get(node.identifier)
             if known is not None:  # a table defined twice reads what either file reads
                 node = Node(node.identifier, known.paths + node.paths,
-                            tuple(dict.fromkeys(known.inputs + node.inputs)))
+                            tuple(dict.fromkeys(known.reads + node.reads)))
             self.nodes[node.identifier] = node
         self._upstream = {table: self._materialized_inputs(node) for table, node in self.nodes.items()}
         self._downstream: dict[TableIdentifier, list[TableIdentifier]] = {table: [] for table in self.nodes}
@@ -86,12 +90,12 @@ class TableGraph:
 
     def _materialized_inputs(self, node: Node) -> tuple[TableIdentifier, ...]:
         found = []
-        for name in node.inputs:
+        for catalog, name in node.reads:
             try:
                 table = TableIdentifier.parse(name)
-            except InvalidIdentifierError:  # another catalog's three-part name
+            except InvalidIdentifierError:  # a name no materialized table can have
                 continue
-            if table in self.nodes and table != node.identifier:
+            if catalog is None and table in self.nodes and table != node.identifier:
                 found.append(table)
         return tuple(sorted(found, key=_key))
 
@@ -106,6 +110,22 @@ class TableGraph:
     def upstream(self, table: TableIdentifier) -> tuple[TableIdentifier, ...]:
         """The materialized tables ``table`` reads."""
         return self._upstream.get(table, ())
+
+    def described_inputs(self, table: TableIdentifier) -> tuple[str, ...]:
+        """What ``table`` reads, each said of what kind it is when that is not an ordinary table."""
+        node = self.nodes.get(table)
+        upstream = {t.name for t in self.upstream(table)}
+        described = []
+        for catalog, name in node.reads if node is not None else ():
+            if catalog is not None:
+                described.append(f"{catalog}.{name} (catalog {catalog}: not a dependency)")
+            elif name in upstream:
+                described.append(f"{name} (materialized)")
+            elif name == table.name:
+                described.append(f"{name} (itself: its previous version)")
+            else:
+                described.append(name)
+        return tuple(described)
 
     def downstream(self, table: TableIdentifier) -> tuple[TableIdentifier, ...]:
         """The materialized tables that read ``table`` (its direct dependents)."""

@@ -4,6 +4,7 @@ refusals come before any work, so a fake workflow scheduler (no Airflow) records
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,10 @@ from airflow_provider_staged.sql.materialized_statements import (
     SuspendMaterializedTable,
     parse_materialized_statement,
 )
+from airflow_provider_staged.sql.properties import SessionProperties
+from airflow_provider_staged.sql.session import SqlSession, StatementError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
+from tests.unit.test_sql_session import SchemaSpark, run
 
 
 class _Workflows:
@@ -183,3 +187,33 @@ def test_cascade_anywhere_else_is_an_error_at_it(text: str, column: int, match: 
     with pytest.raises(MaterializedStatementError, match=match) as raised:
         parse_materialized_statement(text)
     assert raised.value.column == column
+
+
+def sql(tables: MaterializedTables, text: str, spark: SchemaSpark | None = None) -> str:
+    """The message of ``text`` run by the SQL client on ``tables``."""
+    no_settings = lambda: pytest.fail("no settings needed")  # noqa: E731
+    session = SqlSession(spark or SchemaSpark(), SessionProperties(), no_settings,
+                         lambda _: contextlib.nullcontext(tables))
+    return run(session, text).message
+
+
+def test_the_sql_client_names_a_cycle_before_spark_analyses_the_query(chain: Setup) -> None:
+    workflows, tables = chain
+    spark = SchemaSpark()
+    with pytest.raises(StatementError, match=r"raw\.src -> m\.a -> m\.b -> m\.c -> raw\.src$"):
+        sql(tables, "CREATE MATERIALIZED TABLE raw.src AS SELECT * FROM m.c", spark)
+    assert spark.queries == [] and workflows.done == []
+
+
+def test_the_sql_client_drops_suspends_and_resumes_with_cascade(chain: Setup) -> None:
+    _, tables = chain
+    with pytest.raises(StatementError, match=r"^m\.b not dropped: materialized tables read it: m\.c \("):
+        sql(tables, "DROP MATERIALIZED TABLE m.b")
+    assert sql(tables, "ALTER MATERIALIZED TABLE m.b SUSPEND CASCADE") == (
+        "Materialized tables m.c, m.b suspended.")
+    assert sql(tables, "ALTER MATERIALIZED TABLE m.b RESUME CASCADE") == (
+        "Materialized tables m.b, m.c resumed.")
+    assert sql(tables, "DROP MATERIALIZED TABLE m.b CASCADE") == (
+        "Materialized tables m.c, m.b dropped (their data stays in the catalog).")
+    assert sql(tables, "DROP MATERIALIZED TABLE m.x CASCADE") == (
+        "Materialized table m.x dropped (its data stays in the catalog).")

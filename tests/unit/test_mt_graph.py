@@ -121,3 +121,11 @@ def test_two_cycles_joined_by_a_table_are_both_named() -> None:
     g = graph(m_a="SELECT * FROM m.b", m_b="SELECT * FROM m.a", m_c="SELECT * FROM m.b JOIN m.e",
               m_d="SELECT * FROM m.c", m_e="SELECT * FROM m.d", m_f="SELECT * FROM m.e")
     assert [chain(cycle) for cycle in g.cycles()] == ["m.a -> m.b -> m.a", "m.c -> m.d -> m.e -> m.c"]
+
+
+def test_described_inputs_say_what_each_is() -> None:
+    g = graph(m_a="SELECT * FROM raw.src", m_b="SELECT * FROM m.a JOIN other.m.a JOIN m.b JOIN dim USING (k)")
+    assert g.described_inputs(t("m.b")) == (
+        "m.a (materialized)", "other.m.a (catalog other: not a dependency)",
+        "m.b (itself: its previous version)", "default.dim")
+    assert g.described_inputs(t("m.zz")) == ()

@@ -92,8 +92,8 @@ class TableDescription:
     table_exists: bool = False
     refresh_mode: str = "FULL"
     progress: Progress | None = None  # a CONTINUOUS table's last reported micro-batch
-    # Every table the query reads (``cat.db.t`` of another catalog), and the materialized
-    # tables that read this one.
+    # Every table the query reads, said of what kind (``TableGraph.described_inputs``), and the
+    # materialized tables that read this one.
     inputs: tuple[str, ...] = ()
     dependents: tuple[TableIdentifier, ...] = ()
 
@@ -423,7 +423,6 @@ class MaterializedTables:
         exists, partitions = self._table_partitions(identifier)
         continuous = definition.refresh_mode is RefreshMode.CONTINUOUS
         graph = self.graph()
-        node = graph.nodes.get(identifier)
         return TableDescription(
             identifier=identifier,
             dag_id=handler.dag_id,
@@ -439,7 +438,7 @@ class MaterializedTables:
             refresh_mode=definition.refresh_mode.value,
             progress=read_progress(table_root(identifier, self.metastore_uri))
             if continuous and self.metastore_uri is not None else None,
-            inputs=node.inputs if node is not None else (),
+            inputs=graph.described_inputs(identifier),
             dependents=graph.downstream(identifier),
         )
 
