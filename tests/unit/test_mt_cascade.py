@@ -5,11 +5,14 @@ refusals come before any work, so a fake workflow scheduler (no Airflow) records
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
+from airflow_provider_staged.cli.main import app
 from airflow_provider_staged.materialized.definition import read_identifier
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.workflow.airflow_scheduler import (
@@ -28,6 +31,7 @@ from airflow_provider_staged.sql.materialized_statements import (
 from airflow_provider_staged.sql.properties import SessionProperties
 from airflow_provider_staged.sql.session import SqlSession, StatementError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
+from tests.unit.test_cli_errors import fails_with
 from tests.unit.test_sql_session import SchemaSpark, run
 
 
@@ -217,3 +221,35 @@ def test_the_sql_client_drops_suspends_and_resumes_with_cascade(chain: Setup) ->
         "Materialized tables m.c, m.b dropped (their data stays in the catalog).")
     assert sql(tables, "DROP MATERIALIZED TABLE m.x CASCADE") == (
         "Materialized table m.x dropped (its data stays in the catalog).")
+
+
+def mt(workflows: _Workflows, *args: str) -> list[str]:
+    """``staged mt`` on the fixture's folder with an Airflow (and a metastore) nothing listens at."""
+    return ["mt", "--endpoint", "http://127.0.0.1:9", "--metastore-uri", "thrift://127.0.0.1:9",
+            "--definitions-dir", str(workflows.definitions_dir), *args]
+
+
+def test_staged_mt_graph_prints_edges_then_lone_tables_and_json(chain: Setup) -> None:
+    workflows, _ = chain
+    text = CliRunner().invoke(app, mt(workflows, "graph"))
+    assert text.exit_code == 0, text.output
+    assert text.stdout.splitlines() == ["m.a -> m.b", "m.a -> m.d", "m.b -> m.c", "m.x"]
+    document = json.loads(CliRunner().invoke(app, mt(workflows, "graph", "-o", "json")).stdout)
+    assert document["edges"][0] == {"upstream": "m.a", "downstream": "m.b"}
+    first = document["nodes"][0]
+    assert first["definitions"] == [str(workflows.definitions_dir / "m__a.sql")]
+    assert (first["table"], first["inputs"], first["upstream"], first["downstream"]) == (
+        "m.a", ["raw.src"], [], ["m.b", "m.d"])
+    assert document["cycles"] == []
+
+
+def test_staged_mt_refuses_before_the_metastore_or_airflow(chain: Setup, tmp_path: Path) -> None:
+    workflows, _ = chain
+    fails_with(mt(workflows, "drop", "m.b"), "m.b not dropped: materialized tables read it: m.c (")
+    cyclic = tmp_path / "cyclic.sql"
+    cyclic.write_text("CREATE MATERIALIZED TABLE raw.src AS SELECT * FROM m.c")
+    for check in ("--check", "--no-check"):
+        fails_with(mt(workflows, "create", str(cyclic), check), "raw.src -> m.a -> m.b -> m.c -> raw.src")
+    # --cascade gets past the graph, as far as the tables' status in the metastore.
+    for command in ("drop", "suspend", "resume"):
+        fails_with(mt(workflows, command, "m.b", "--cascade"), "cannot reach the Hive Metastore")
