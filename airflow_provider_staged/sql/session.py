@@ -302,6 +302,7 @@ class SqlSession:
         definition = statement.definition
         identifier = definition.identifier
         tables.check_graph(definition)  # a cycle is named before Spark finds a table of it missing
+        self._refuse_unrefreshed_upstream(tables, definition)
         if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:
             query = self._checked_query(definition)
             # The table's columns are the query's as the column list casts and orders them.
@@ -312,6 +313,21 @@ class SqlSession:
         handler = tables.create(definition.text)
         return ResultSet.info(f"Materialized table {identifier} created: "
                               f"{handler.as_summary_string()} (ACTIVATED)")
+
+    def _refuse_unrefreshed_upstream(
+        self, tables: MaterializedTables, definition: MaterializedTableDefinition
+    ) -> None:
+        """A materialized table is in the catalog from its first refresh on: Spark's analysis of a
+        query that reads one not refreshed yet said only that no such table exists. Said here,
+        with what to do, at the name in the query."""
+        graph = tables.graph().with_definition(definition)
+        for upstream in graph.upstream(definition.identifier):
+            if not self.spark.catalog.tableExists(upstream.quoted):
+                line, column = _query_place(definition, upstream.name)
+                raise mts.MaterializedStatementError(line, column, (
+                    f"AS: the query reads materialized table {upstream}, which has not been refreshed yet "
+                    f"(its table exists from its first refresh on): refresh it first (ALTER MATERIALIZED "
+                    f"TABLE {upstream} REFRESH [PARTITION (...)]), then create {definition.identifier}"))
 
     def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
         """Spark's plan of the query the refreshes would run (the column list applied), analysed

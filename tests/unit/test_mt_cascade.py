@@ -253,3 +253,28 @@ def test_staged_mt_refuses_before_the_metastore_or_airflow(chain: Setup, tmp_pat
     # --cascade gets past the graph, as far as the tables' status in the metastore.
     for command in ("drop", "suspend", "resume"):
         fails_with(mt(workflows, command, "m.b", "--cascade"), "cannot reach the Hive Metastore")
+
+
+class _RefreshedOnly(SchemaSpark):
+    """A Spark whose catalog holds ``tables`` only."""
+
+    def __init__(self, *tables: str) -> None:
+        super().__init__()
+        self.catalog.tableExists = lambda name: name.replace("`", "") in tables  # type: ignore[attr-defined]
+        self.catalog.databaseExists = lambda name: True  # type: ignore[attr-defined]
+
+
+def test_create_of_a_table_reading_one_not_refreshed_yet_says_so_at_its_name(chain: Setup) -> None:
+    """Before, Spark's analysis said only TABLE_OR_VIEW_NOT_FOUND, as if m.b were no table at all."""
+    _, tables = chain
+    spark = _RefreshedOnly("m.a")
+    text = "CREATE MATERIALIZED TABLE m.e\nAS SELECT * FROM m.a\n  JOIN m.b USING (k)"
+    refused = (r"^AS: the query reads materialized table m\.b, which has not been refreshed yet .*"
+               r"ALTER MATERIALIZED TABLE m\.b REFRESH .*then create m\.e$")
+    with pytest.raises(StatementError, match=refused) as caught:
+        sql(tables, text, spark)
+    assert (caught.value.line, caught.value.column) == (3, 8) and spark.queries == []
+    refreshed = _RefreshedOnly("m.a", "m.b")
+    with pytest.raises(StatementError, match="reached the workflow scheduler"):
+        sql(tables, text, refreshed)
+    assert refreshed.queries  # analysed by Spark, then on to the workflow
