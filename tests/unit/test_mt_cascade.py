@@ -81,10 +81,10 @@ class _Workflows:
         self.paused[dag_id] = name == "suspend"
         self.done.append((name, dag_id))
 
-    def delete_refresh_workflow(self, workflow: object) -> None:
-        dag_id = workflow.refresh_handler.dag_id  # type: ignore[attr-defined]
-        self.definition_file(dag_id).unlink()  # type: ignore[union-attr]
-        self.done.append(("delete", dag_id))
+    def delete_refresh_workflows(self, handlers: list[AirflowRefreshHandler]) -> None:
+        for handler in handlers:
+            self.definition_file(handler.dag_id).unlink()  # type: ignore[union-attr]
+            self.done.append(("delete", handler.dag_id))
 
 
 Setup = tuple[_Workflows, MaterializedTables]

@@ -50,7 +50,6 @@ from airflow_provider_staged.materialized.workflow.airflow_scheduler import (
 )
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
-    DeleteRefreshWorkflow,
     ModifyRefreshWorkflowCronExpr,
     ModifyRefreshWorkflowDefinition,
     RefreshStatus,
@@ -372,9 +371,10 @@ class MaterializedTables:
         """Delete the workflow and forget its status; the table's data stays in the catalog.
 
         A table that materialized tables read is refused, unless ``cascade``: then they are
-        dropped first, downstream-first (no table is left reading one whose workflow is gone).
-        A CONTINUOUS table's streaming query is stopped first (as SUSPEND does), then its
-        checkpoint is deleted with the workflow. Returns the tables dropped, in order.
+        dropped too, downstream-first (streams stopped and statuses forgotten in that order; the
+        workflows go together, one parse for all). A CONTINUOUS table's streaming query is
+        stopped first (as SUSPEND does), then its checkpoint is deleted with the workflow.
+        Returns the tables dropped, in order.
         """
         if cascade:
             order = [*self._cascade(identifier), identifier]
@@ -386,19 +386,17 @@ class MaterializedTables:
             order = [identifier]
         located = [(table, *self._locate(table)) for table in order]
         self.scheduler.connect()  # the status is forgotten only once Airflow can delete the workflow
-        for table, handler, path in located:
-            self._drop_one(table, handler, path)
-        return order
-
-    def _drop_one(self, identifier: TableIdentifier, handler: AirflowRefreshHandler, path: Path) -> None:
-        continuous = _is_continuous(path)
-        if continuous:
+        continuous = [(table, handler) for table, handler, path in located if _is_continuous(path)]
+        for _, handler in continuous:  # stopped as SUSPEND stops it
             self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
             self._wait_until_stopped(handler)
-        self.store.clear(identifier, path)
-        self.scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
-        if continuous and self.metastore_uri is not None:
-            drop_continuous_state(table_root(identifier, self.metastore_uri))
+        for table, _, path in located:
+            self.store.clear(table, path)
+        self.scheduler.delete_refresh_workflows([handler for _, handler, _ in located])
+        if self.metastore_uri is not None:
+            for table, _ in continuous:
+                drop_continuous_state(table_root(table, self.metastore_uri))
+        return order
 
     def definition(self, identifier: TableIdentifier) -> MaterializedTableDefinition:
         """The table's definition, from its file in the definitions folder."""
