@@ -154,6 +154,7 @@ def _check_definition(
     from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
     from airflow_provider_staged.cli.sql import catalog_settings, embedded_spark, quiet_spark_errors
     from airflow_provider_staged.materialized.definition import parse_definition
+    from airflow_provider_staged.materialized.graph import unrefreshed
     from airflow_provider_staged.materialized.output_schema import refresh_query
     from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
 
@@ -170,6 +171,10 @@ def _check_definition(
     started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
     spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})
     try:
+        missing = tables.unrefreshed_upstream(definition, lambda t: spark.catalog.tableExists(t.quoted))
+        if missing:
+            raise WorkflowException(f"{definition.identifier} not created: "
+                                    f"{unrefreshed(missing[0], definition)}")
         refresh_query(definition, spark)
     except DefinitionError as err:
         raise WorkflowException(f"{definition.identifier} not created: {err}") from None

@@ -224,5 +224,13 @@ class TableGraph:
                              "CASCADE drops them first)")
 
 
+def unrefreshed(upstream: TableIdentifier, definition: MaterializedTableDefinition) -> str:
+    """Why ``definition`` cannot be created yet: it reads ``upstream``, a materialized table that
+    is not in the catalog yet, and what to do."""
+    return (f"the query reads materialized table {upstream}, which has not been refreshed yet (its table "
+            f"exists from its first refresh on): refresh it first (ALTER MATERIALIZED TABLE {upstream} "
+            f"REFRESH [PARTITION (...)]), then create {definition.identifier}")
+
+
 def _key(table: TableIdentifier) -> str:
     return table.name

@@ -320,14 +320,12 @@ class SqlSession:
         """A materialized table is in the catalog from its first refresh on: Spark's analysis of a
         query that reads one not refreshed yet said only that no such table exists. Said here,
         with what to do, at the name in the query."""
-        graph = tables.graph().with_definition(definition)
-        for upstream in graph.upstream(definition.identifier):
-            if not self.spark.catalog.tableExists(upstream.quoted):
-                line, column = _query_place(definition, upstream.name)
-                raise mts.MaterializedStatementError(line, column, (
-                    f"AS: the query reads materialized table {upstream}, which has not been refreshed yet "
-                    f"(its table exists from its first refresh on): refresh it first (ALTER MATERIALIZED "
-                    f"TABLE {upstream} REFRESH [PARTITION (...)]), then create {definition.identifier}"))
+        from airflow_provider_staged.materialized.graph import unrefreshed
+
+        missing = tables.unrefreshed_upstream(definition, lambda t: self.spark.catalog.tableExists(t.quoted))
+        if missing:
+            line, column = _query_place(definition, missing[0].name)
+            raise mts.MaterializedStatementError(line, column, f"AS: {unrefreshed(missing[0], definition)}")
 
     def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
         """Spark's plan of the query the refreshes would run (the column list applied), analysed

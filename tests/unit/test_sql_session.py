@@ -161,10 +161,8 @@ class CreatingTables:
     def check_graph(self, definition: Any) -> None:
         """No other table: no cycle (tests/unit/test_mt_cascade.py has some)."""
 
-    def graph(self) -> Any:
-        from airflow_provider_staged.materialized.graph import TableGraph
-
-        return TableGraph([])
+    def unrefreshed_upstream(self, definition: Any, exists: Any) -> list[Any]:
+        return []
 
     def create(self, text: str) -> Any:
         self.created.append(text)

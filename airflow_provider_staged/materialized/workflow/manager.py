@@ -164,6 +164,15 @@ class MaterializedTables:
         except GraphError as err:
             raise WorkflowException(str(err)) from None
 
+    def unrefreshed_upstream(
+        self, definition: MaterializedTableDefinition, exists: Callable[[TableIdentifier], bool]
+    ) -> list[TableIdentifier]:
+        """The materialized tables ``definition`` reads that are not in the catalog yet (a table
+        is from its first refresh on; ``exists`` asks the catalog): Spark's analysis of the query
+        says only that no such table exists."""
+        upstream = self.graph().with_definition(definition).upstream(definition.identifier)
+        return [table for table in upstream if not exists(table)]
+
     def check_name_free(self, identifier: TableIdentifier) -> None:
         """Refuse to create ``identifier`` over a table or view that is not a materialized table.
 
