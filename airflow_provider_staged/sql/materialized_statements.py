@@ -8,7 +8,7 @@ hands it to Spark) and otherwise one of:
 ``ALTER MATERIALIZED TABLE t SUSPEND [CASCADE]``               :class:`SuspendMaterializedTable`
 ``ALTER MATERIALIZED TABLE t RESUME [CASCADE] [WITH (...)]``   :class:`ResumeMaterializedTable`
 ``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
-``DROP MATERIALIZED TABLE [IF EXISTS] t [CASCADE]``            :class:`DropMaterializedTable`
+``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
 ``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
 ``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
 ``SHOW CREATE [OR ALTER] MATERIALIZED TABLE t``                :class:`ShowCreateMaterializedTable`
@@ -95,7 +95,7 @@ class RefreshMaterializedTable:
 class DropMaterializedTable:
     table: TableIdentifier
     if_exists: bool = False
-    cascade: bool = False  # the materialized tables that read it first
+    cascade: bool = False  # ``DROP ... t CASCADE``: the materialized tables that read it first
 
 
 @dataclass(frozen=True)

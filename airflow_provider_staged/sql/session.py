@@ -314,19 +314,6 @@ class SqlSession:
         return ResultSet.info(f"Materialized table {identifier} created: "
                               f"{handler.as_summary_string()} (ACTIVATED)")
 
-    def _refuse_unrefreshed_upstream(
-        self, tables: MaterializedTables, definition: MaterializedTableDefinition
-    ) -> None:
-        """A materialized table is in the catalog from its first refresh on: Spark's analysis of a
-        query that reads one not refreshed yet said only that no such table exists. Said here,
-        with what to do, at the name in the query."""
-        from airflow_provider_staged.materialized.graph import unrefreshed
-
-        missing = tables.unrefreshed_upstream(definition, lambda t: self.spark.catalog.tableExists(t.quoted))
-        if missing:
-            line, column = _query_place(definition, missing[0].name)
-            raise mts.MaterializedStatementError(line, column, f"AS: {unrefreshed(missing[0], definition)}")
-
     def _explain(self, statement: mts.ExplainMaterializedTable, current: str) -> ResultSet:
         """Spark's plan of the query the refreshes would run (the column list applied), analysed
         in ``default`` as CREATE does; the definition is checked against it as CREATE checks it."""
@@ -386,6 +373,19 @@ class SqlSession:
                     f"AS: the query reads {where}, a temporary view of this session: the refreshes run in "
                     "their own Spark session, where it does not exist; read a table or a view of the "
                     "catalog (CREATE VIEW) instead"))
+
+    def _refuse_unrefreshed_upstream(
+        self, tables: MaterializedTables, definition: MaterializedTableDefinition
+    ) -> None:
+        """A materialized table is in the catalog from its first refresh on: Spark's analysis of a
+        query that reads one not refreshed yet said only that no such table exists. Said here,
+        with what to do, at the name in the query."""
+        from airflow_provider_staged.materialized.graph import unrefreshed
+
+        missing = tables.unrefreshed_upstream(definition, lambda t: self.spark.catalog.tableExists(t.quoted))
+        if missing:
+            line, column = _query_place(definition, missing[0].name)
+            raise mts.MaterializedStatementError(line, column, f"AS: {unrefreshed(missing[0], definition)}")
 
 
 def _query_place(definition: MaterializedTableDefinition, name: str) -> tuple[int, int]:
