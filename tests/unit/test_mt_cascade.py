@@ -66,7 +66,7 @@ class _Workflows:
         self.done.append(("connect", ""))
 
     def get_dag(self, handler: AirflowRefreshHandler) -> object:
-        return SimpleNamespace(is_paused=self.paused[handler.dag_id])
+        return SimpleNamespace(is_paused=self.paused[handler.dag_id], timetable_summary="0 * * * *")
 
     def last_runs(self, handler: AirflowRefreshHandler, limit: int = 5) -> list[object]:
         return []
@@ -159,11 +159,12 @@ def test_a_repeated_suspend_cascade_is_refused_before_the_dependents_change(
     assert ops(workflows) == [("suspend", "a")]
 
 
-def test_describe_facts_inputs_and_dependents(chain: Setup) -> None:
+def test_the_graph_is_read_again_only_when_a_definition_changes(chain: Setup) -> None:
     workflows, tables = chain
+    before = tables.graph()
+    assert before is tables.graph()  # no query parsed again while the folder is unchanged
     workflows.add("m.e", "SELECT * FROM m.b JOIN other.m.a USING (k) JOIN raw.dim USING (k)")
     graph = tables.graph()
-    assert graph is tables.graph()  # read once while the folder is unchanged
     assert graph.nodes[T("m.e")].inputs == ("m.b", "other.m.a", "raw.dim")
     assert graph.downstream(T("m.b")) == (T("m.c"), T("m.e"))
 
@@ -278,3 +279,15 @@ def test_create_of_a_table_reading_one_not_refreshed_yet_says_so_at_its_name(cha
     with pytest.raises(StatementError, match="reached the workflow scheduler"):
         sql(tables, text, refreshed)
     assert refreshed.queries  # analysed by Spark, then on to the workflow
+
+
+def test_describe_lists_inputs_and_dependents(chain: Setup) -> None:
+    workflows, tables = chain
+    workflows.add("m.e", "SELECT * FROM m.b JOIN other.m.a USING (k)")
+    session = SqlSession(SchemaSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
+                         lambda _: contextlib.nullcontext(tables))
+    facts = dict(run(session, "DESCRIBE MATERIALIZED TABLE m.b").rows)
+    assert (facts["inputs"], facts["dependents"]) == ("m.a (materialized)", "m.c, m.e")
+    facts = dict(run(session, "DESCRIBE MATERIALIZED TABLE m.e").rows)
+    assert (facts["inputs"], facts["dependents"]) == (
+        "m.b (materialized), other.m.a (catalog other: not a dependency)", "-")
