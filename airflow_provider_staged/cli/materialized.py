@@ -60,6 +60,8 @@ DynamicOptions = Annotated[list[str] | None, typer.Option(
 ExecutionConfig = Annotated[list[str] | None, typer.Option(
     metavar="KEY=VALUE", show_default=False, help="Spark conf of the refresh job (repeatable)")]
 TableArg = Annotated[str, typer.Argument(help="table or database.table")]
+Cascade = Annotated[bool, typer.Option(
+    "--cascade", help="also every materialized table downstream (that reads it, directly or not)")]
 
 
 def _checked_pairs(
@@ -152,21 +154,27 @@ def _check_definition(
     from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
     from airflow_provider_staged.cli.sql import catalog_settings, embedded_spark, quiet_spark_errors
     from airflow_provider_staged.materialized.definition import parse_definition
+    from airflow_provider_staged.materialized.graph import unrefreshed
     from airflow_provider_staged.materialized.output_schema import refresh_query
+    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
 
     try:
         definition = parse_definition(text, path)
     except DefinitionError as err:
         raise WorkflowException(str(err)) from None
+    tables = MaterializedTables(scheduler, metastore_uri)
+    tables.check_graph(definition)  # a cycle is named before Spark finds a table of it missing
     with MetastoreClient(metastore_uri):  # an unreachable one, named in one line before Spark starts
         pass
-    from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
-
-    MaterializedTables(scheduler, metastore_uri).check_name_free(definition.identifier)
+    tables.check_name_free(definition.identifier)
     quiet_spark_errors()
     started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
     spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})
     try:
+        missing = tables.unrefreshed_upstream(definition, lambda t: spark.catalog.tableExists(t.quoted))
+        if missing:
+            raise WorkflowException(f"{definition.identifier} not created: "
+                                    f"{unrefreshed(missing[0], definition)}")
         refresh_query(definition, spark)
     except DefinitionError as err:
         raise WorkflowException(f"{definition.identifier} not created: {err}") from None
@@ -180,12 +188,12 @@ def _check_definition(
 
 
 @app.command()
-def suspend(ctx: typer.Context, table: TableArg) -> None:
-    """Pause the table's refresh DAG (status SUSPENDED)."""
+def suspend(ctx: typer.Context, table: TableArg, cascade: Cascade = False) -> None:
+    """Pause the table's refresh DAG (status SUSPENDED); --cascade: the tables downstream first."""
     identifier = TableIdentifier.parse(table)
     with open_tables(ctx.obj) as tables:
-        tables.suspend(identifier)
-        console.print(f"{identifier}: SUSPENDED")
+        for done in tables.suspend(identifier, cascade=cascade):
+            console.print(f"{done}: SUSPENDED")
 
 
 @app.command()
@@ -194,13 +202,15 @@ def resume(
     table: TableArg,
     dynamic_option: DynamicOptions = None,
     execution_config: ExecutionConfig = None,
+    cascade: Cascade = False,
 ) -> None:
-    """Unpause the refresh DAG; given options become the defaults of later refreshes."""
+    """Unpause the refresh DAG; given options become the defaults of later refreshes (of this
+    table; --cascade then resumes the suspended tables downstream, with their own)."""
     identifier = TableIdentifier.parse(table)
     options, sql_conf = _dynamic_options(dynamic_option), _execution_config(execution_config)
     with open_tables(ctx.obj) as tables:
-        tables.resume(identifier, options, sql_conf)
-        console.print(f"{identifier}: ACTIVATED")
+        for done in tables.resume(identifier, options, sql_conf, cascade=cascade):
+            console.print(f"{done}: ACTIVATED")
 
 
 @app.command()
@@ -248,12 +258,40 @@ def refresh(
 
 
 @app.command()
-def drop(ctx: typer.Context, table: TableArg) -> None:
-    """Delete the refresh workflow and its status (the table's data stays)."""
+def drop(ctx: typer.Context, table: TableArg, cascade: Cascade = False) -> None:
+    """Delete the refresh workflow and its status (the table's data stays); a table that others
+    read only with --cascade, which drops them first."""
     identifier = TableIdentifier.parse(table)
     with open_tables(ctx.obj) as tables:
-        tables.drop(identifier)
-        console.print(f"{identifier}: workflow deleted")
+        for done in tables.drop(identifier, cascade):
+            console.print(f"{done}: workflow deleted")
+
+
+@app.command()
+def graph(ctx: typer.Context, output: OutputOption = Output.text) -> None:
+    """The tables' dependencies, from the definitions folder alone: one line per edge
+    ``upstream -> downstream``, then the tables without any."""
+    from airflow_provider_staged.materialized.graph import TableGraph, chain
+
+    found = TableGraph.from_folder(configured_scheduler(ctx.obj).definitions_dir)
+    edges, cycles, duplicates = found.edges(), found.cycles(), found.duplicates()
+    if output is Output.json:
+        print_json({
+            "nodes": [{"table": table.name, "definitions": [str(path) for path in node.paths],
+                       "inputs": list(node.inputs), "upstream": [t.name for t in found.upstream(table)],
+                       "downstream": [t.name for t in found.downstream(table)]}
+                      for table, node in sorted(found.nodes.items(), key=lambda item: item[0].name)],
+            "edges": [{"upstream": up.name, "downstream": down.name} for up, down in edges],
+            "cycles": [[table.name for table in cycle] for cycle in cycles],
+        })
+        return
+    linked = {table for edge in edges for table in edge}
+    lines = [chain(edge) for edge in edges]
+    lines += [table.name for table in found.tables() if table not in linked]
+    lines += [f"cycle: {chain(cycle)}" for cycle in cycles]
+    lines += [f"{table} is defined by several files (no DAG refreshes it): "
+              f"{', '.join(path.name for path in paths)}" for table, paths in duplicates.items()]
+    typer.echo("\n".join(lines) if lines else "no materialized tables")
 
 
 @app.command()
@@ -277,6 +315,8 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
         ("dynamic options", json.dumps(dict(status.dynamic_options))),
         ("execution config", json.dumps(dict(status.execution_config))),
         ("partitions", ", ".join(info.partitions) or "-"),
+        ("inputs", ", ".join(info.inputs) or "-"),
+        ("dependents", ", ".join(table.name for table in info.dependents) or "-"),
     ])
     if info.refresh_mode == "CONTINUOUS":
         facts.update(_streaming_facts(info.progress))

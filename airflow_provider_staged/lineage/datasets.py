@@ -119,10 +119,10 @@ class QueryLineage:
     columns: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)
 
 
-def source_tables(sql: str, database: str = DEFAULT_DATABASE) -> tuple[str, ...]:
-    """``db.table`` (lower case) of every table in Spark's session catalog the query reads
-    (unqualified names in ``database``); CTEs, table functions and other catalogs' tables are
-    left out; empty if unparseable."""
+def read_tables(sql: str, database: str = DEFAULT_DATABASE) -> tuple[tuple[str | None, str], ...]:
+    """``(catalog, db.table)`` (lower case) of every table the query reads: catalog None for
+    Spark's session catalog (unqualified names in ``database``), else the other catalog's name
+    (``cat.db.t``); CTEs and table functions are left out; empty if unparseable."""
     import sqlglot  # deferred: ~0.25 s to import, paid only where lineage is wanted
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
@@ -135,12 +135,18 @@ def source_tables(sql: str, database: str = DEFAULT_DATABASE) -> tuple[str, ...]
         names = {}
         for scope in traverse_scope(query):
             for source in scope.sources.values():
-                if _is_table(source, exp):
-                    names[_table_name(source, database)] = None
+                if _is_named_table(source, exp):
+                    names[(_catalog(source), _table_name(source, database))] = None
     except (SqlglotError, ValueError, KeyError) as err:
         log.info("no source tables derived from the query: %s", err)
         return ()
     return tuple(names)
+
+
+def source_tables(sql: str, database: str = DEFAULT_DATABASE) -> tuple[str, ...]:
+    """``db.table`` of every table in Spark's session catalog the query reads (:func:`read_tables`
+    without other catalogs' tables)."""
+    return tuple(name for catalog, name in read_tables(sql, database) if catalog is None)
 
 
 def query_lineage(sql: str, namespace: str) -> QueryLineage:
@@ -164,14 +170,20 @@ def query_lineage(sql: str, namespace: str) -> QueryLineage:
     return QueryLineage(inputs, columns)
 
 
+def _is_named_table(source: Any, exp: Any) -> bool:
+    """A table of a catalog, not a CTE's query or a table function such as ``range(10)``."""
+    return isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)
+
+
+def _catalog(table: Any) -> str | None:
+    """The table's catalog when not Spark's session catalog (``cat`` of ``cat.db.t``)."""
+    catalog = table.catalog.lower()
+    return None if catalog in ("", SESSION_CATALOG) else catalog
+
+
 def _is_table(source: Any, exp: Any) -> bool:
-    """A table of the session catalog, not a CTE's query, a table function such as
-    ``range(10)`` or a table of another catalog (``cat.db.t``)."""
-    return (
-        isinstance(source, exp.Table)
-        and isinstance(source.this, exp.Identifier)
-        and source.catalog.lower() in ("", SESSION_CATALOG)
-    )
+    """A table of the session catalog (not of another catalog, ``cat.db.t``)."""
+    return _is_named_table(source, exp) and _catalog(source) is None
 
 
 def _table_name(table: Any, database: str = DEFAULT_DATABASE) -> str:

@@ -5,8 +5,8 @@ hands it to Spark) and otherwise one of:
 
 =============================================================  ================================
 ``CREATE [OR ALTER] MATERIALIZED TABLE ...``                   :class:`CreateMaterializedTable`
-``ALTER MATERIALIZED TABLE t SUSPEND``                         :class:`SuspendMaterializedTable`
-``ALTER MATERIALIZED TABLE t RESUME [WITH (...)]``             :class:`ResumeMaterializedTable`
+``ALTER MATERIALIZED TABLE t SUSPEND [CASCADE]``               :class:`SuspendMaterializedTable`
+``ALTER MATERIALIZED TABLE t RESUME [CASCADE] [WITH (...)]``   :class:`ResumeMaterializedTable`
 ``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
 ``ALTER MATERIALIZED TABLE t SET ('k' = 'v', ...)``            :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t RESET ('k', ...)``                :class:`AlterMaterializedTableChange`
@@ -88,6 +88,7 @@ class CreateMaterializedTable:
 @dataclass(frozen=True)
 class SuspendMaterializedTable:
     table: TableIdentifier
+    cascade: bool = False  # also every materialized table downstream
 
 
 # Where each RESUME option's key, or each partition's value, is written: (line, column), for errors
@@ -101,6 +102,7 @@ class ResumeMaterializedTable:
     # WITH options of the RESUME (dynamic options for the resumed refreshes), as written.
     options: Mapping[str, str] = field(default_factory=dict, hash=False)
     positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
+    cascade: bool = False  # also every materialized table downstream (the options are this one's)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class AlterMaterializedTableChange:
 class DropMaterializedTable:
     table: TableIdentifier
     if_exists: bool = False
+    cascade: bool = False  # ``DROP ... t CASCADE``: the materialized tables that read it first
 
 
 @dataclass(frozen=True)
@@ -390,15 +393,16 @@ class _Statements:
         table = c.table_identifier(_ALTER)
         if c.at_keyword("SUSPEND"):
             c.advance()
-            return SuspendMaterializedTable(table)
+            return SuspendMaterializedTable(table, self.cascade())
         if c.at_keyword("RESUME"):
             c.advance()
+            cascade = self.cascade()
             options: dict[str, str] = {}
             keys: dict[str, Token] = {}
             if c.at_keyword("WITH"):
                 c.advance()
                 options, keys = c.string_options(f"{_ALTER} RESUME WITH")
-            return ResumeMaterializedTable(table, MappingProxyType(options), self.positions(keys))
+            return ResumeMaterializedTable(table, MappingProxyType(options), self.positions(keys), cascade)
         if c.at_keyword("REFRESH"):
             c.advance()
             partition: dict[str, str] = {}
@@ -562,7 +566,14 @@ class _Statements:
             c.advance()
             c.expect_keyword(clause, "EXISTS")
             if_exists = True
-        return DropMaterializedTable(c.table_identifier(clause), if_exists)
+        return DropMaterializedTable(c.table_identifier(clause), if_exists, self.cascade())
+
+    def cascade(self) -> bool:
+        """An optional ``CASCADE``: the operation also reaches the tables downstream."""
+        found = self.c.at_keyword("CASCADE")
+        if found:
+            self.c.advance()
+        return found
 
     def show_create(self) -> ShowCreateMaterializedTable:
         c = self.c

@@ -317,6 +317,8 @@ class SqlSession:
     ) -> ResultSet:
         definition = statement.definition
         identifier = definition.identifier
+        tables.check_graph(definition)  # a cycle is named before Spark finds a table of it missing
+        self._refuse_unrefreshed_upstream(tables, definition)
         if statement.or_alter and tables.scheduler.definition_file(dag_id_for(identifier)) is not None:
             query = self._checked_query(definition)
             # The table's columns are the query's as the column list casts and orders them.
@@ -421,6 +423,19 @@ class SqlSession:
                     "their own Spark session, where it does not exist; read a table or a view of the "
                     "catalog (CREATE VIEW) instead"))
 
+    def _refuse_unrefreshed_upstream(
+        self, tables: MaterializedTables, definition: MaterializedTableDefinition
+    ) -> None:
+        """A materialized table is in the catalog from its first refresh on: Spark's analysis of a
+        query that reads one not refreshed yet said only that no such table exists. Said here,
+        with what to do, at the name in the query."""
+        from airflow_provider_staged.materialized.graph import unrefreshed
+
+        missing = tables.unrefreshed_upstream(definition, lambda t: self.spark.catalog.tableExists(t.quoted))
+        if missing:
+            line, column = _query_place(definition, missing[0].name)
+            raise mts.MaterializedStatementError(line, column, f"AS: {unrefreshed(missing[0], definition)}")
+
 
 @contextmanager
 def _located_in(statement: mts.AlterMaterializedTableChange, definition: MaterializedTableDefinition
@@ -463,15 +478,20 @@ def _read_in_default(
 
 
 def _suspend(tables: MaterializedTables, statement: mts.SuspendMaterializedTable) -> ResultSet:
-    tables.suspend(statement.table)
-    return ResultSet.info(f"Materialized table {statement.table} suspended.")
+    done = tables.suspend(statement.table, cascade=statement.cascade)
+    return ResultSet.info(f"Materialized table{_names(done)} suspended.")
 
 
 def _resume(tables: MaterializedTables, statement: mts.ResumeMaterializedTable) -> ResultSet:
     from airflow_provider_staged.materialized.params import writer_options
 
-    tables.resume(statement.table, writer_options(statement.options))
-    return ResultSet.info(f"Materialized table {statement.table} resumed.")
+    done = tables.resume(statement.table, writer_options(statement.options), cascade=statement.cascade)
+    return ResultSet.info(f"Materialized table{_names(done)} resumed.")
+
+
+def _names(tables: list[TableIdentifier]) -> str:
+    """`` a.x`` or ``s a.x, b.y``: the tables an operation changed, after "Materialized table"."""
+    return f"{'s' if len(tables) > 1 else ''} {', '.join(table.name for table in tables)}"
 
 
 def _refresh(tables: MaterializedTables, statement: mts.RefreshMaterializedTable) -> ResultSet:
@@ -494,8 +514,9 @@ def _drop(tables: MaterializedTables, statement: mts.DropMaterializedTable) -> R
             return ResultSet.info(f"No materialized table {statement.table} ({kind} {statement.table} of the "
                                   f"catalog is not one; DROP {kind.upper()} drops it): nothing dropped.")
         return ResultSet.info(f"No materialized table {statement.table}: nothing dropped.")
-    tables.drop(statement.table)
-    return ResultSet.info(f"Materialized table {statement.table} dropped (its data stays in the catalog).")
+    done = tables.drop(statement.table, statement.cascade)
+    whose = "their" if len(done) > 1 else "its"
+    return ResultSet.info(f"Materialized table{_names(done)} dropped ({whose} data stays in the catalog).")
 
 
 def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTable) -> ResultSet:
@@ -511,6 +532,8 @@ def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTab
         ("refresh handler", info.status.refresh_handler or "-"),
         ("last refresh", f"{last['run_id']}: {last['state']}" if last else "-"),
         ("partitions", ", ".join(info.partitions) or "-"),
+        ("inputs", ", ".join(info.inputs) or "-"),
+        ("dependents", ", ".join(table.name for table in info.dependents) or "-"),
         ("query", info.definition),
     ]
     return ResultSet(["property", "value"], facts)

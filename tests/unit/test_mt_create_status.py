@@ -33,7 +33,7 @@ class _FirstRunFailsDuringCreate:
     ``create_refresh_workflow`` returns, as a catch-up run does right after the unpause."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder
+        self.folder = self.definitions_dir = folder
 
     def definition_path_for(self, identifier: TableIdentifier) -> Path:
         return self.folder / f"{identifier.database}__{identifier.table}.sql"

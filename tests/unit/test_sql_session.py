@@ -158,6 +158,12 @@ class CreatingTables:
         self.created: list[str] = []
         self.scheduler = type("Scheduler", (), {"definition_file": lambda _, dag_id: None})()
 
+    def check_graph(self, definition: Any) -> None:
+        """No other table: no cycle (tests/unit/test_mt_cascade.py has some)."""
+
+    def unrefreshed_upstream(self, definition: Any, exists: Any) -> list[Any]:
+        return []
+
     def create(self, text: str) -> Any:
         self.created.append(text)
         return type("Handler", (), {"as_summary_string": lambda _: "dag"})()

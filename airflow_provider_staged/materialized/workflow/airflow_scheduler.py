@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -304,34 +304,45 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             raise _api_failure(f"cannot read DAG {handler.dag_id}", err) from None
 
     def delete_refresh_workflow(self, workflow: DeleteRefreshWorkflow[AirflowRefreshHandler]) -> None:
-        dag_id = workflow.refresh_handler.dag_id
-        self._end_runs(dag_id)
-        path = self.definition_file(dag_id)
-        if path is not None:
-            path.unlink(missing_ok=True)
-            remove_state(path)
+        self.delete_refresh_workflows([workflow.refresh_handler])
+
+    def delete_refresh_workflows(self, handlers: Sequence[AirflowRefreshHandler]) -> None:
+        """Delete several workflows together (DROP ... CASCADE): their files go at once, so one
+        parse makes every DAG stale, and the DELETEs settle together; one by one, each waited for
+        a parse and a settling of its own."""
+        dag_ids = [handler.dag_id for handler in handlers]
+        for dag_id in dag_ids:
+            self._end_runs(dag_id)
+            path = self.definition_file(dag_id)
+            if path is not None:
+                path.unlink(missing_ok=True)
+                remove_state(path)
         api = DAGApi(self.client)
         deadline = time.monotonic() + self.parse_timeout
-        self._wait_until_stale(api, dag_id, deadline)
+        for dag_id in dag_ids:
+            self._wait_until_stale(api, dag_id, deadline)
         # A parse that started before the file went away can write the DAG back after our
         # DELETE: delete until it has stayed gone for longer than such a parse takes.
-        gone_since: float | None = None
+        gone_since: dict[str, float | None] = dict.fromkeys(dag_ids)
         last_error = ""
         while time.monotonic() < deadline:
-            try:
-                api.delete_dag(dag_id)
-                gone_since = None
-            except ApiException as err:
-                if err.status != 404:  # e.g. 409 while a task of the DAG is still running
-                    last_error = _api_error(err)
-                    gone_since = None
-                elif gone_since is None:
-                    gone_since = time.monotonic()
-                elif time.monotonic() - gone_since >= self._settle_seconds:
-                    return
+            for dag_id in list(gone_since):
+                try:
+                    api.delete_dag(dag_id)
+                    gone_since[dag_id] = None
+                except ApiException as err:
+                    if err.status != 404:  # e.g. 409 while a task of the DAG is still running
+                        last_error = _api_error(err)
+                        gone_since[dag_id] = None
+                    elif gone_since[dag_id] is None:
+                        gone_since[dag_id] = time.monotonic()
+                    elif time.monotonic() - gone_since[dag_id] >= self._settle_seconds:
+                        del gone_since[dag_id]
+            if not gone_since:
+                return
             time.sleep(self.poll_interval)
         raise WorkflowException(
-            f"DAG {dag_id} still exists {self.parse_timeout:.0f}s after deleting it"
+            f"DAG {', '.join(gone_since)} still exists {self.parse_timeout:.0f}s after deleting it"
             + (f": {last_error}" if last_error else "")
         )
 

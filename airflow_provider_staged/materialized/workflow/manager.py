@@ -36,6 +36,7 @@ from airflow_provider_staged.materialized.definition import (
 )
 from airflow_provider_staged.materialized.failure_streak import FailureStreak
 from airflow_provider_staged.materialized.freshness import RefreshMode
+from airflow_provider_staged.materialized.graph import GraphError, TableGraph
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
 from airflow_provider_staged.materialized.query_change import (
@@ -49,7 +50,6 @@ from airflow_provider_staged.materialized.workflow.airflow_scheduler import (
 )
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
-    DeleteRefreshWorkflow,
     ModifyRefreshWorkflowCronExpr,
     ModifyRefreshWorkflowDefinition,
     RefreshStatus,
@@ -91,6 +91,10 @@ class TableDescription:
     table_exists: bool = False
     refresh_mode: str = "FULL"
     progress: Progress | None = None  # a CONTINUOUS table's last reported micro-batch
+    # Every table the query reads, said of what kind (``TableGraph.described_inputs``), and the
+    # materialized tables that read this one.
+    inputs: tuple[str, ...] = ()
+    dependents: tuple[TableIdentifier, ...] = ()
 
 
 class MaterializedTables:
@@ -103,6 +107,7 @@ class MaterializedTables:
         self.stop_timeout = stop_timeout
         self.store = CatalogStatusStore(metastore_uri)
         self.metastore_uri = metastore_uri
+        self._graph: tuple[object, TableGraph] | None = None  # (the folder's stamp, its graph)
 
     def create(
         self,
@@ -112,9 +117,11 @@ class MaterializedTables:
         execution_config: Mapping[str, str] | None = None,
     ) -> AirflowRefreshHandler:
         try:
-            identifier = parse_definition(definition_text).identifier
+            definition = parse_definition(definition_text)
         except DefinitionError as err:
             raise WorkflowException(str(err)) from None
+        identifier = definition.identifier
+        self.check_graph(definition)
         self.check_name_free(identifier)
         path = self.scheduler.definition_path_for(identifier)
         handler = self.scheduler.create_refresh_workflow(
@@ -133,6 +140,38 @@ class MaterializedTables:
 
         self.store.update(identifier, path, activated)
         return handler
+
+    def graph(self) -> TableGraph:
+        """The dependency graph of the definitions folder, read again only when a file changed:
+        reading it parses every query (sqlglot), and DESCRIBE of each table asks for it."""
+        folder = self.scheduler.definitions_dir
+        stamp = []
+        for path in sorted(folder.glob(DEFINITION_GLOB)):
+            try:
+                found = path.stat()
+            except FileNotFoundError:  # removed since the glob: not part of the graph either
+                continue
+            stamp.append((path.name, found.st_mtime_ns, found.st_size))
+        if self._graph is None or self._graph[0] != stamp:
+            self._graph = (stamp, TableGraph.from_folder(folder))
+        return self._graph[1]
+
+    def check_graph(self, definition: MaterializedTableDefinition) -> None:
+        """Refuse a definition with which its table would read itself through other materialized
+        tables (checked on the folder alone: before the catalog, Spark or Airflow)."""
+        try:
+            self.graph().refuse_cycle(definition)
+        except GraphError as err:
+            raise WorkflowException(str(err)) from None
+
+    def unrefreshed_upstream(
+        self, definition: MaterializedTableDefinition, exists: Callable[[TableIdentifier], bool]
+    ) -> list[TableIdentifier]:
+        """The materialized tables ``definition`` reads that are not in the catalog yet (a table
+        is from its first refresh on; ``exists`` asks the catalog): Spark's analysis of the query
+        says only that no such table exists."""
+        upstream = self.graph().with_definition(definition).upstream(definition.identifier)
+        return [table for table in upstream if not exists(table)]
 
     def check_name_free(self, identifier: TableIdentifier) -> None:
         """Refuse to create ``identifier`` over a table or view that is not a materialized table.
@@ -186,6 +225,7 @@ class MaterializedTables:
         except DefinitionError as err:
             raise WorkflowException(str(err)) from None
         handler, path = self._locate(new.identifier)
+        self.check_graph(new)
         try:
             old = load_definition(path)
             check_definition_change(old, new, table_columns(new.identifier), query_columns(new.query))
@@ -197,28 +237,69 @@ class MaterializedTables:
         self.store.update(new.identifier, path, lambda current: current)
         return handler
 
-    def suspend(self, identifier: TableIdentifier, reason: str | None = None) -> None:
+    def suspend(
+        self, identifier: TableIdentifier, reason: str | None = None, cascade: bool = False
+    ) -> list[TableIdentifier]:
         """Pause the workflow; ``reason`` (e.g. ``SUSPENDED_DUE_TO_ERRORS``) is kept with the status.
 
         A CONTINUOUS table's running task sees the pause, stops its streaming query (the
-        checkpoint stays for RESUME) and ends its run: this waits for that.
+        checkpoint stays for RESUME) and ends its run: this waits for that. ``cascade``: first
+        every materialized table downstream that is not suspended yet, downstream-first, so no
+        table refreshes while a table it reads no longer does. Returns the tables suspended.
         """
         handler, path = self._locate(identifier)
         if reason is None:  # a person's SUSPEND; auto-suspend records its reason regardless
             self._refuse_repeated(identifier, path, handler, RefreshStatus.SUSPENDED)
+        done = []
+        for table in self._cascade(identifier) if cascade else []:
+            if self._suspend_one(table, *self._locate(table), None, skip_repeated=True):
+                done.append(table)
+        self._suspend_one(identifier, handler, path, reason)
+        return [*done, identifier]
+
+    def _suspend_one(
+        self, identifier: TableIdentifier, handler: AirflowRefreshHandler, path: Path, reason: str | None,
+        skip_repeated: bool = False,
+    ) -> bool:
+        """Suspend one table; False (nothing done) for an already suspended one if ``skip_repeated``."""
+        if skip_repeated and self._repeated(identifier, path, handler, RefreshStatus.SUSPENDED):
+            return False
         self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
         self.store.save(identifier, path, RefreshStatus.SUSPENDED, self._serialize(handler), reason)
         if _is_continuous(path):
             self._wait_until_stopped(handler)
+        return True
 
     def resume(
         self,
         identifier: TableIdentifier,
         dynamic_options: Mapping[str, str] | None = None,
         execution_config: Mapping[str, str] | None = None,
-    ) -> None:
+        cascade: bool = False,
+    ) -> list[TableIdentifier]:
+        """Unpause the workflow; ``cascade``: then every suspended materialized table downstream,
+        upstream-first (each after the tables it reads; they keep their own options). Returns the
+        tables resumed."""
         handler, path = self._locate(identifier)
         self._refuse_repeated(identifier, path, handler, RefreshStatus.ACTIVATED)
+        downstream = self._cascade(identifier) if cascade else []
+        self._resume_one(identifier, handler, path, dynamic_options, execution_config)
+        done = [identifier]
+        for table in reversed(downstream):
+            table_handler, table_path = self._locate(table)
+            if not self._repeated(table, table_path, table_handler, RefreshStatus.ACTIVATED):
+                self._resume_one(table, table_handler, table_path)
+                done.append(table)
+        return done
+
+    def _resume_one(
+        self,
+        identifier: TableIdentifier,
+        handler: AirflowRefreshHandler,
+        path: Path,
+        dynamic_options: Mapping[str, str] | None = None,
+        execution_config: Mapping[str, str] | None = None,
+    ) -> None:
         self.scheduler.modify_refresh_workflow(
             ResumeRefreshWorkflow(handler, dict(dynamic_options or {}), dict(execution_config or {}))
         )
@@ -228,10 +309,28 @@ class MaterializedTables:
         if _is_continuous(path):
             self._restart_stream(handler)
 
+    def _cascade(self, identifier: TableIdentifier) -> list[TableIdentifier]:
+        """The materialized tables downstream of ``identifier``, downstream-first, each located
+        (its definition found) before any is changed."""
+        tables = self.graph().dependents(identifier)
+        for table in tables:
+            self._locate(table)
+        return tables
+
     def _refuse_repeated(
         self, identifier: TableIdentifier, path: Path, handler: AirflowRefreshHandler, wanted: RefreshStatus
     ) -> None:
-        """Flink refuses a SUSPEND of a suspended table and a RESUME of an active one, naming the
+        repeated = self._repeated(identifier, path, handler, wanted)
+        if repeated:
+            raise WorkflowException(repeated)
+
+    def _repeated(
+        self, identifier: TableIdentifier, path: Path, handler: AirflowRefreshHandler, wanted: RefreshStatus
+    ) -> str | None:
+        """Why a SUSPEND (``wanted``) or RESUME of ``identifier`` would repeat what is already so;
+        None when it would not.
+
+        Flink refuses a SUSPEND of a suspended table and a RESUME of an active one, naming the
         table (MaterializedTableStatementITCase.testAlterMaterializedTableWithRepeatedSuspendAnd
         ResumeIn{Full,Continuous}Mode): a repeated one would say it did what was already so, and a
         RESUME WITH (...) would change the options of a running table. The stored status decides
@@ -239,21 +338,19 @@ class MaterializedTables:
         status says); a CONTINUOUS table without a queued or running run may be resumed again,
         which restarts its stream from the checkpoint."""
         if self.store.load(identifier, path).refresh_status is not wanted:
-            return
+            return None
         dag = self.scheduler.get_dag(handler)
         suspended = wanted is RefreshStatus.SUSPENDED
         if dag is None or bool(dag.is_paused) is not suspended:
-            return
+            return None
         if not _is_continuous(path):
             what = "refresh workflow"
         elif suspended or any(run.state.value in ("queued", "running")
                               for run in self.scheduler.last_runs(handler, 5)):
             what = "continuous refresh job"
         else:
-            return
-        raise WorkflowException(
-            f"Materialized table {identifier} {what} has been {'suspended' if suspended else 'resumed'}."
-        )
+            return None
+        return f"Materialized table {identifier} {what} has been {'suspended' if suspended else 'resumed'}."
 
     def reschedule(self, identifier: TableIdentifier, cron: str) -> None:
         handler, _ = self._locate(identifier)
@@ -279,22 +376,36 @@ class MaterializedTables:
         handler, _ = self._locate(identifier)
         return self.scheduler.wait_for_run(handler, run_id, timeout).state.value
 
-    def drop(self, identifier: TableIdentifier) -> None:
+    def drop(self, identifier: TableIdentifier, cascade: bool = False) -> list[TableIdentifier]:
         """Delete the workflow and forget its status; the table's data stays in the catalog.
 
-        A CONTINUOUS table's streaming query is stopped first (as SUSPEND does), then its
-        checkpoint is deleted with the workflow.
+        A table that materialized tables read is refused, unless ``cascade``: then they are
+        dropped too, downstream-first (streams stopped and statuses forgotten in that order; the
+        workflows go together, one parse for all). A CONTINUOUS table's streaming query is
+        stopped first (as SUSPEND does), then its checkpoint is deleted with the workflow.
+        Returns the tables dropped, in order.
         """
-        handler, path = self._locate(identifier)
+        if cascade:
+            order = [*self._cascade(identifier), identifier]
+        else:
+            try:
+                self.graph().refuse_drop(identifier)
+            except GraphError as err:
+                raise WorkflowException(str(err)) from None
+            order = [identifier]
+        located = [(table, *self._locate(table)) for table in order]
         self.scheduler.connect()  # the status is forgotten only once Airflow can delete the workflow
-        continuous = _is_continuous(path)
-        if continuous:
+        continuous = [(table, handler) for table, handler, path in located if _is_continuous(path)]
+        for _, handler in continuous:  # stopped as SUSPEND stops it
             self.scheduler.modify_refresh_workflow(SuspendRefreshWorkflow(handler))
             self._wait_until_stopped(handler)
-        self.store.clear(identifier, path)
-        self.scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
-        if continuous and self.metastore_uri is not None:
-            drop_continuous_state(table_root(identifier, self.metastore_uri))
+        for table, _, path in located:
+            self.store.clear(table, path)
+        self.scheduler.delete_refresh_workflows([handler for _, handler, _ in located])
+        if self.metastore_uri is not None:
+            for table, _ in continuous:
+                drop_continuous_state(table_root(table, self.metastore_uri))
+        return order
 
     def definition(self, identifier: TableIdentifier) -> MaterializedTableDefinition:
         """The table's definition, from its file in the definitions folder."""
@@ -318,6 +429,7 @@ class MaterializedTables:
         ]
         exists, partitions = self._table_partitions(identifier)
         continuous = definition.refresh_mode is RefreshMode.CONTINUOUS
+        graph = self.graph()
         return TableDescription(
             identifier=identifier,
             dag_id=handler.dag_id,
@@ -333,6 +445,8 @@ class MaterializedTables:
             refresh_mode=definition.refresh_mode.value,
             progress=read_progress(table_root(identifier, self.metastore_uri))
             if continuous and self.metastore_uri is not None else None,
+            inputs=graph.described_inputs(identifier),
+            dependents=graph.downstream(identifier),
         )
 
     def list(self) -> list[tuple[TableIdentifier, Path]]:
