@@ -290,6 +290,12 @@ class AlteringTables:
     def definition(self, identifier: TableIdentifier) -> Any:
         return parse_definition(self.base)
 
+    def check_graph(self, definition: Any) -> None:
+        """No other table: no cycle."""
+
+    def unrefreshed_upstream(self, definition: Any, exists: Any) -> list[Any]:
+        return []
+
     def alter(self, text: str, table_columns: Any, query_columns: Any) -> Any:
         query_columns(parse_definition(text).query)
         self.altered.append(text)
