@@ -48,6 +48,7 @@ from airflow_provider_staged.materialized.workflow.scheduler import (
     WorkflowException,
 )
 from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.partition_paths import spec_text
 
 if TYPE_CHECKING:
     from airflow_provider_staged.materialized.continuous_run import Progress
@@ -334,7 +335,7 @@ def _run_row(run: Mapping[str, Any]) -> dict[str, str]:
     """One refresh for a person: its run id whole, what it refreshed, when, how long."""
     conf = run["conf"] or {}
     partitions = conf.get(STATIC_PARTITIONS) or {}
-    refreshed = (",".join(f"{column}={value}" for column, value in partitions.items())
+    refreshed = (spec_text(partitions)
                  or (f"period of {conf[SCHEDULE_TIME]}" if conf.get(SCHEDULE_TIME) else "-"))
     started, ended = run["run_after"], run["end_date"]
     took = f"{(ended - started).total_seconds():.0f} s" if started and ended else "-"

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from airflow_provider_staged.staging.errors import CommitConflictError
 from airflow_provider_staged.staging.owner import ProcessRef
+from airflow_provider_staged.staging.partition_paths import spec_text
 
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
@@ -141,7 +142,7 @@ class AttemptRecord:
     @property
     def partitions_text(self) -> str:
         """``ds=2024-01-03,hr=01``: the partition spec as a person reads it ("" for none)."""
-        return ",".join(f"{column}={value}" for column, value in self.partition_spec.items())
+        return spec_text(self.partition_spec)
 
     @property
     def operation(self) -> str:

@@ -54,3 +54,8 @@ def unstorable(columns: Sequence[str], values: Sequence[str]) -> str | None:
         return (f"partition {name[:60]!r}… has a name of {len(name)} characters escaped, the metastore "
                 f"stores at most {MAX_NAME_LENGTH}")
     return None
+
+
+def spec_text(spec: Mapping[str, str]) -> str:
+    """``ds=2024-01-03,hr=01``: a partition spec as a person reads it ("" for none)."""
+    return ",".join(f"{column}={value}" for column, value in spec.items())

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_staged.materialized.workflow.scheduler import STATIC_PARTITIONS
 from airflow_provider_staged.staging.journal import AttemptRecord
+from airflow_provider_staged.staging.partition_paths import spec_text
 
 # Airflow's run types, in the words the page uses for who asked for the refresh.
 TRIGGERS = {
@@ -50,7 +51,7 @@ def _partition_text(run: RunHistoryFacts, attempt: AttemptRecord | None) -> str 
         return attempt.partitions_text
     requested = (run.conf or {}).get(STATIC_PARTITIONS) or {}
     if isinstance(requested, Mapping) and requested:
-        return ",".join(f"{column}={value}" for column, value in requested.items())
+        return spec_text(requested)
     return "whole table" if attempt is not None else None
 
 
