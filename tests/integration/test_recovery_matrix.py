@@ -94,6 +94,7 @@ from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage import files
 from airflow_provider_staged.storage.files import FileEntry, local_path, normalize_location
 from tests.fixtures.metastore import METASTORE_FIXTURES, new_database, spark_table
+from tests.fixtures.s3 import listed_entries
 from tests.integration import recovery_helpers as rh
 
 pytestmark = pytest.mark.timeout(600)
@@ -1235,17 +1236,6 @@ def crash(harness: Any, case: Case, staged: JournaledStagedTable, step: str) -> 
         assert case.journal.require(staged.attempt_id).state is AttemptState.ABORTING
         return
     assert case.journal.require(staged.attempt_id).state is AttemptState.WRITTEN
-
-
-def listed_entries(root: str) -> set[str]:
-    """The names under ``root`` that hold something. The S3 server keeps objects as files in
-    directories: deletes racing its removal of emptied parents can leave emptied directories
-    listed as prefixes with no object under them, which S3 itself never lists."""
-    return {
-        entry.name
-        for entry in files.list_dir(root)
-        if files.is_local(root) or not entry.is_dir or files.list_files(entry.location)
-    }
 
 
 def wait_for_idle_executors(spark: Any, timeout: float = 60.0) -> None:

@@ -26,8 +26,9 @@ from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.storage import files
-from airflow_provider_staged.storage.files import StorageError, list_dir, list_files
+from airflow_provider_staged.storage.files import StorageError, list_files
 from airflow_provider_staged.storage.s3 import S3Options
+from tests.fixtures.s3 import listed_entries
 from tests.integration.staged_helpers import build, expected_snapshot, snapshot, staged_table, table_location
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,8 +62,8 @@ def target(database: str) -> str:
 
 def _versions(s3_warehouse: str, target: str) -> list[str]:
     database, table = target.split(".")
-    entries = list_dir(f"{s3_warehouse}/{database}.db/{table}")
-    return sorted(entry.name for entry in entries if entry.name.startswith("_v="))
+    entries = listed_entries(f"{s3_warehouse}/{database}.db/{table}")
+    return sorted(name for name in entries if name.startswith("_v="))
 
 
 def test_ctas_then_replace_on_s3(spark, metastore, journal, target, s3_warehouse):

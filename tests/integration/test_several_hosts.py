@@ -23,8 +23,8 @@ from airflow_provider_staged.catalogs.metastore.reader import read_table
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.journal_postgres import PostgresJournal
-from airflow_provider_staged.storage.files import list_dir
 from tests.fixtures.hosts import Cluster, Host
+from tests.fixtures.s3 import listed_entries
 from tests.integration.test_mt_workflow_e2e import RUN_TIMEOUT
 from tests.integration.test_mt_workflow_e2e import Rest as WorkflowRest
 
@@ -104,7 +104,7 @@ def assert_exact(cluster: Cluster, journal: PostgresJournal, runs: set[str]) -> 
     assert all(record.state in ENDED for record in found), [(r.attempt_id, r.state) for r in found]
     with MetastoreClient(cluster.metastore.uri) as client:
         live = client.get_table("raw", "orders").sd.location.rstrip("/").rsplit("/", 1)[1]
-    versions = {entry.name for entry in list_dir(f"{cluster.warehouse}/raw.db/orders")}
+    versions = listed_entries(f"{cluster.warehouse}/raw.db/orders")
     committed = {f"_v={r.attempt_id}" for r in found if r.state is AttemptState.COMMITTED}
     assert live in versions and live in committed, (live, versions)
     assert versions <= committed, f"orphans: {versions - committed}"
