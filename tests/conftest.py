@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.airflow_home",
     "tests.fixtures.s3",
     "tests.fixtures.metastore",
+    "tests.fixtures.tables",
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",
     "tests.fixtures.gateway",

@@ -10,11 +10,9 @@ import json
 import os
 import signal
 import sqlite3
-import uuid
 
 import pytest
 
-from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.reconcile import reconcile
@@ -50,19 +48,6 @@ TIMEOUT = 75
 # (the staging location comes from the same read). The commit would reuse that connection; the
 # proxy cuts it while the Spark job runs (idle), so the commit finds the metastore gone.
 CONNECTIONS_BEFORE_COMMIT = 1
-
-
-@pytest.fixture(scope="module")
-def database(metastore):
-    name = "af_" + uuid.uuid4().hex[:8]
-    with MetastoreClient(metastore.uri) as client:
-        client.ensure_database(name, metastore.warehouse)
-    return name
-
-
-@pytest.fixture
-def target(database):
-    return f"{database}.t_{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

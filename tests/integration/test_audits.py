@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -42,23 +41,6 @@ from tests.integration.staged_helpers import attempt_path, build, staged_table
 SQL_V2 = ("SELECT id, CAST(id - 5 AS INT) AS amount, IF(id = 7, NULL, concat('v2-', id)) AS label "
           "FROM range(20)")
 SQL_V1 = "SELECT id, CAST(id AS INT) AS amount, concat('v1-', id) AS label FROM range(10)"
-
-
-@pytest.fixture(scope="module")
-def database(metastore, spark):
-    name = "audits_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    return name
-
-
-@pytest.fixture
-def journal(tmp_path):
-    return FileJournal(tmp_path / "journal")
-
-
-@pytest.fixture
-def target(database):
-    return f"{database}.t_{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

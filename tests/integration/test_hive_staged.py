@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -14,7 +13,6 @@ from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptState
-from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import superseded_locations
 from airflow_provider_staged.staging.reconcile import reconcile
@@ -43,23 +41,6 @@ SQL_FAILS_MID_WRITE = (
     "reflect('java.lang.Thread', 'sleep', 5L) AS z "
     "FROM (SELECT /*+ REPARTITION(4) */ id FROM range(400)) AS shuffled"
 )
-
-
-@pytest.fixture(scope="module")
-def database(metastore, spark):
-    name = "it_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    return name
-
-
-@pytest.fixture
-def journal(tmp_path):
-    return FileJournal(tmp_path / "journal")
-
-
-@pytest.fixture
-def target(database):
-    return f"{database}.t_{uuid.uuid4().hex[:8]}"
 
 
 def _assert_no_open_or_orphans(metastore, journal, target, failed=None):

@@ -74,11 +74,6 @@ def schema(db: psycopg.Connection[Any]) -> Iterator[str]:
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
-@pytest.fixture
-def journal(tmp_path: Path) -> FileJournal:
-    return FileJournal(tmp_path / "journal")
-
-
 @pytest.fixture(autouse=True)
 def _forget_job_env() -> Iterator[None]:
     yield

@@ -56,13 +56,6 @@ def at(text: str) -> float:
     return float(calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M")))
 
 
-@pytest.fixture(scope="module")
-def database(metastore, spark):
-    name = "lc_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    return name
-
-
 @pytest.fixture
 def settings(metastore, tmp_path):
     return StagedSettings(
@@ -71,11 +64,6 @@ def settings(metastore, tmp_path):
         journal_dir=str(tmp_path / "journal"),
         retention=RetentionPolicy(keep_versions=5, max_age_seconds=None, grace_seconds=3600),
     )
-
-
-@pytest.fixture
-def target(database):
-    return f"{database}.t_{uuid.uuid4().hex[:8]}"
 
 
 def ttl_build(spark, settings, target, options, spec=None, sql=FIVE_DAYS):

@@ -26,7 +26,6 @@ from airflow_provider_staged.staging.attempts import JournaledStagedTable
 from airflow_provider_staged.staging.errors import CatalogConflictError, StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptState
-from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.jdbc_table import JdbcStagedTable, jdbc_sink_for_target
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -40,18 +39,6 @@ OLD_PARTS = "SELECT id, concat('old-', id) AS label, concat('2024-01-0', id % 2 
 # Replaces ds=2024-01-01 and 2024-01-02, adds 2024-01-03.
 NEW_PARTS = "SELECT id, concat('new-', id) AS label, concat('2024-01-0', id % 3 + 1) AS ds FROM range(900)"
 KEEP_ALL = RetentionPolicy(keep_versions=None, max_age_seconds=None)
-
-
-@pytest.fixture(scope="module")
-def database(metastore, spark) -> str:
-    name = "lost_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    return name
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> FileJournal:
-    return FileJournal(tmp_path / "journal")
 
 
 def _lose_reply(monkeypatch: pytest.MonkeyPatch, owner: type, method: str, applied: bool) -> list[str]:

@@ -50,16 +50,6 @@ def database(metastore, s3_warehouse: str) -> str:
     return name
 
 
-@pytest.fixture
-def journal(tmp_path) -> FileJournal:
-    return FileJournal(tmp_path / "journal")
-
-
-@pytest.fixture
-def target(database: str) -> str:
-    return f"{database}.t_{uuid.uuid4().hex[:8]}"
-
-
 def _versions(s3_warehouse: str, target: str) -> list[str]:
     database, table = target.split(".")
     entries = listed_entries(f"{s3_warehouse}/{database}.db/{table}")

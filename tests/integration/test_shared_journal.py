@@ -30,13 +30,6 @@ SQL_V1 = "SELECT id, concat('v1-', id) AS label FROM range(100)"
 SQL_V2 = "SELECT id, concat('v2-', id) AS label FROM range(250)"
 
 
-@pytest.fixture(scope="module")
-def database(metastore, spark):
-    name = "sj_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    return name
-
-
 @pytest.fixture
 def settings(metastore, postgres, tmp_path):
     extras = {
@@ -46,11 +39,6 @@ def settings(metastore, postgres, tmp_path):
     }
     host, port = metastore.uri.removeprefix("thrift://").split(":")
     return StagedSettings.from_fields(host, int(port), extras, tmp_path)
-
-
-@pytest.fixture
-def target(database):
-    return f"{database}.t_{uuid.uuid4().hex[:8]}"
 
 
 def test_atomic_ctas_and_replace_journaled_in_postgres(spark, metastore, settings, target):

@@ -31,13 +31,6 @@ from airflow_provider_staged.storage.files import normalize_location
 from tests.integration.staged_helpers import build, staged_table, stream_all_files
 
 
-@pytest.fixture(scope="module")
-def database(metastore, spark):
-    name = "sink_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    return name
-
-
 @pytest.fixture
 def settings(metastore, tmp_path):
     return StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
