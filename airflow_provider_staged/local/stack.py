@@ -163,6 +163,12 @@ def stack_up(home: Path, dags_folder: Path, port: int | None = None,
     definitions.mkdir(parents=True, exist_ok=True)
     gateway = None
     try:
+        if engine is StackEngine.connect and running.gateway is not None and (
+                running.gateway.metastore_uri != metastore.uri):
+            # One `staged gateway start --conn` made: the stack's refreshes would write elsewhere.
+            raise ServiceError(f"the gateway under {home} runs on the metastore "
+                               f"{running.gateway.metastore_uri}, not the local {metastore.uri}: stop it "
+                               "with `staged gateway stop` first")
         if engine is StackEngine.connect:
             gateway = launch_gateway(metastore.uri, metastore.warehouse, home)
         airflow = start_airflow(airflow_home(home), folder, port,
@@ -177,7 +183,7 @@ def stack_up(home: Path, dags_folder: Path, port: int | None = None,
         if started_metastore:
             stop_metastore(home)
         raise
-    return StackStatus(home, metastore, airflow, info)
+    return StackStatus(home, metastore, airflow, info or gateway_status(home))
 
 
 def stack_down(home: Path) -> list[str]:
