@@ -9,7 +9,7 @@
    workflow scheduler's ``trigger_refresh`` sends: ``naming.manual_run_fields``) -> committed (the
    attempt's COMMITTED time in the journal) of a one-partition refresh of a small
    materialized table on a running local Airflow (``staged up``'s stack plus the gateway, one
-   home): two definitions alike but for ``'engine' = 'connect'``; runs alternate, one
+   home): two definitions alike but for ``'engine'`` (``connect``, ``embedded``); runs alternate, one
    uncounted warm-up run each. Every embedded refresh starts its own Spark in its task
    process; a connect refresh uses the warm gateway. Target: connect p50 <= 3 s.
    Each run is broken down by phase from real timestamps: the DAG run's and task instance's
@@ -309,7 +309,8 @@ def refresh(reps: int) -> None:
         arms = {}
         for engine in ("connect", "embedded"):
             table = f"daily_{engine}"
-            dag_id = stack.define(table, engine if engine == "connect" else None)
+            # Both explicit: the stack's own default is connect (`staged up --engine`).
+            dag_id = stack.define(table, engine)
             arms[engine] = (lambda d=dag_id, t=f"{DATABASE}.{table}": stack.trigger_to_committed(d, t))
         times = alternating_rounds(arms, reps, after_warmup=stack.timelines.clear)
         scheduler = stack.scheduler_report()

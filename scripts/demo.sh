@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command 1: set up, start the local stack (metastore + Airflow, 127.0.0.1 only), then
+# README command 1: set up, start the local stack (metastore, gateway, Airflow; 127.0.0.1 only), then
 #   1. an atomic CTAS: the example DAG builds raw.orders and analytics.daily_orders;
 #   2. a materialized table created through the workflow scheduler, one partition refreshed
 #      through the REST API as the Trigger form does (a DAG run with conf), the partition shown.
@@ -40,5 +40,6 @@ echo "Done in $(( $(date +%s) - started ))s after set-up. Everything keeps runni
 echo "  Airflow UI:    $ui  (user admin; password: $STAGED_HOME/airflow/simple_auth_manager_passwords.json)"
 echo "  Trigger form:  ${ui}dags/mt__analytics__revenue_daily  (the Trigger button)"
 echo "  CTAS DAG:      ${ui}dags/example_staged_ctas"
+echo "  SQL client:    STAGED_HOME=$STAGED_HOME staged sql  (on the stack's warm gateway: staged:default>)"
 echo "  More: STAGED_HOME=$STAGED_HOME staged status | staged mt list | staged show analytics.revenue_daily"
 echo "  Stop everything: STAGED_HOME=$STAGED_HOME .venv/bin/staged down"

@@ -148,16 +148,25 @@ def up(
     ] = Path("dags"),
     port: Annotated[int | None, typer.Option(
         min=1, max=65535, help="the Airflow UI/API port [default: a free one]")] = None,
+    engine: Annotated[str, typer.Option(
+        envvar="STAGED_ENGINE", metavar="connect|embedded",
+        help="where refresh tasks run Spark: connect = the stack's gateway (started with it; "
+             "`staged sql` uses it too), embedded = a Spark in each task, no gateway")] = "connect",
 ) -> None:
-    """Start the local metastore and Airflow (UI, scheduler, DAG processor, triggerer) on 127.0.0.1."""
-    from airflow_provider_staged.local.stack import stack_up
+    """Start the local metastore, the gateway and Airflow (UI, scheduler, DAG processor,
+    triggerer) on 127.0.0.1."""
+    from airflow_provider_staged.local.stack import StackEngine, stack_up
 
-    _print_status(stack_up(staged_home(), dags_folder, port), Output.text)
+    try:
+        chosen = StackEngine(engine)
+    except ValueError:
+        raise ValueError(f"invalid --engine {engine!r}: expected connect or embedded") from None
+    _print_status(stack_up(staged_home(), dags_folder, port, chosen), Output.text)
 
 
 @app.command()
 def down() -> None:
-    """Stop the local Airflow and metastore (every process they started)."""
+    """Stop the local Airflow, the gateway and the metastore (every process they started)."""
     from airflow_provider_staged.local.stack import stack_down
 
     stopped = stack_down(staged_home())
@@ -201,10 +210,14 @@ def _print_status(current: StackStatus, output: Output) -> None:
     if output is Output.json:
         print_json(current.as_dict())
         return
-    metastore, airflow = current.metastore, current.airflow
+    metastore, airflow, gateway = current.metastore, current.airflow, current.gateway
     lines = [f"home        {current.home}"]
     lines.append(f"metastore   {metastore.uri} (pid {metastore.pid}), warehouse {metastore.warehouse}"
                  if metastore else "metastore   not running")
+    lines.append(f"gateway     {gateway.public_url} (pid {gateway.pid}): `staged sql` runs here"
+                 if gateway else "gateway     not running (`staged sql` runs Spark in its own process)")
+    if current.engine is not None:
+        lines.append(local_stack.engine_line(current))
     if airflow is None:
         lines.append("airflow     not running (start both with `staged up`)")
     else:

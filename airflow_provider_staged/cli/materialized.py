@@ -142,7 +142,8 @@ def _check_definition(
     text: str, path: Path, metastore_uri: str | None, scheduler: AirflowWorkflowScheduler
 ) -> None:
     """Flink's CREATE checks (columns, key, partitions, formatters) against Spark's analysis of
-    the query, in a Spark session of this process: refused before anything exists. A name taken
+    the query, on the local stack's gateway when it runs on this metastore, else in a Spark
+    session of this process: refused before anything exists. A name taken
     by a table that is not a materialized one is refused first, before Spark starts (``create``
     refuses it again, whatever the check)."""
     if metastore_uri is None:  # the refresh tasks know theirs (an Airflow connection); the CLI does not
@@ -153,7 +154,13 @@ def _check_definition(
     from pyspark.sql import SparkSession
 
     from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-    from airflow_provider_staged.cli.sql import catalog_settings, embedded_spark, quiet_spark_errors
+    from airflow_provider_staged.cli.sql import (
+        catalog_settings,
+        embedded_spark,
+        gateway_spark,
+        quiet_spark_errors,
+    )
+    from airflow_provider_staged.discovery.embedded import gateway_status
     from airflow_provider_staged.materialized.definition import parse_definition
     from airflow_provider_staged.materialized.graph import unrefreshed
     from airflow_provider_staged.materialized.output_schema import refresh_query
@@ -169,8 +176,12 @@ def _check_definition(
         pass
     tables.check_name_free(definition.identifier)
     quiet_spark_errors()
-    started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
-    spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})
+    gateway = gateway_status()
+    if gateway is not None and gateway.metastore_uri == metastore_uri:  # the local stack's: warm
+        started_here, spark = True, gateway_spark(gateway.url)
+    else:
+        started_here = SparkSession.getActiveSession() is None  # else getOrCreate lends the caller's
+        spark = embedded_spark(catalog_settings(metastore_uri, None), "local[1]", {})
     try:
         missing = tables.unrefreshed_upstream(definition, lambda t: spark.catalog.tableExists(t.quoted))
         if missing:

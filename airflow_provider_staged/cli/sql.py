@@ -12,6 +12,7 @@ import logging
 import os
 import pydoc
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +22,13 @@ import typer
 
 from airflow_provider_staged.cli import context as cli_context
 from airflow_provider_staged.cli.output import one_line
-from airflow_provider_staged.discovery.embedded import metastore_status, require_gateway, staged_home
+from airflow_provider_staged.discovery.embedded import (
+    GatewayInfo,
+    gateway_status,
+    metastore_status,
+    require_gateway,
+    staged_home,
+)
 from airflow_provider_staged.sql.output import RENDERERS, ResultSet, changelog_head, changelog_lines
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from airflow_provider_staged.sql.session import SqlSession
     from airflow_provider_staged.staging.settings import StagedSettings
 
-PROMPT = "staged-sql> "
+PROMPT_NAME = "staged"
 HISTORY_FILE = "sql_history"
 GATEWAY_ENV = "STAGED_GATEWAY_URL"
 _EXIT_WORDS = {"quit", "exit", "quit;", "exit;"}
@@ -280,6 +287,33 @@ def make_session(
     return SqlSession(spark, properties, settings, open_tables, interactive)
 
 
+def default_mode(url: str | None, conn: str | None, metastore_uri: str | None,
+                 local_gateway: GatewayInfo | None) -> Mode:
+    """``--mode`` when not given: ``gateway`` for a ``--gateway`` URL, and for the local catalog
+    when the local stack's gateway runs on it (warm: no JVM starts here); else ``embedded``.
+
+    ``--conn`` names another catalog; ``STAGED_METASTORE_URI`` too, unless it is the gateway's.
+    """
+    if url:
+        return Mode.gateway
+    if local_gateway is None or conn:
+        return Mode.embedded
+    return Mode.gateway if metastore_uri in (None, local_gateway.metastore_uri) else Mode.embedded
+
+
+def prompt_text(database: str) -> str:
+    """The interactive prompt: the current database, as Flink's ``Flink SQL>`` names the client."""
+    return f"{PROMPT_NAME}:{database}> "
+
+
+def current_database(spark: Any, known: str) -> str:
+    """The session's current database; ``known`` when Spark cannot say (the prompt never fails)."""
+    try:
+        return str(spark.catalog.currentDatabase())
+    except Exception:
+        return known
+
+
 def _gateway_settings(url: str | None, conn: str | None) -> Callable[[], StagedSettings]:
     """The catalog of gateway mode: the local gateway's own metastore, else as in embedded mode."""
     if url is None and conn is None:
@@ -314,15 +348,25 @@ def _catalog_names(spark: Any) -> list[str]:
     return sorted({*databases, *tables, *(f"{database}.{table}" for table in tables)})
 
 
-def interactive(session: SqlSession, printer: Printer) -> None:
-    """Multi-line input ending at ``;``, persistent history, completion of keywords and tables."""
+def interactive(session: SqlSession, printer: Printer, where: str) -> None:
+    """Multi-line input ending at ``;``, persistent history, completion of keywords and tables;
+    the prompt shows the current database. ``where``: the engine, for the greeting."""
     from prompt_toolkit import PromptSession
     from prompt_toolkit.completion import WordCompleter
     from prompt_toolkit.history import FileHistory
     from prompt_toolkit.key_binding import KeyBindings
 
     keywords = _keywords()
-    words = [*keywords, *_catalog_names(session.spark)]
+    words = list(keywords)
+
+    def load_names() -> None:
+        # Read while the user types: the catalog's names cost round trips the first prompt must
+        # not wait for (completion offers keywords until they are in).
+        words[:] = [*keywords, *_catalog_names(session.spark)]
+
+    loader = threading.Thread(target=load_names, name="staged-sql-completion", daemon=True)
+    loader.start()
+    database = current_database(session.spark, "default")
     bindings = KeyBindings()
 
     @bindings.add("enter")
@@ -343,10 +387,11 @@ def interactive(session: SqlSession, printer: Printer) -> None:
         key_bindings=bindings,
         prompt_continuation=lambda width, line_number, soft_wrap: "-> ".rjust(width),
     )
-    typer.echo("staged SQL client: end statements with ;  (help: `staged sql --help`, quit: exit; or Ctrl-D)")
+    typer.echo(f"staged SQL client {where}: end statements with ;  (help: `staged sql --help`, quit: exit; "
+               "or Ctrl-D)")
     while True:
         try:
-            text = prompt.prompt(PROMPT)
+            text = prompt.prompt(prompt_text(database))
         except KeyboardInterrupt:
             continue
         except EOFError:
@@ -358,8 +403,11 @@ def interactive(session: SqlSession, printer: Printer) -> None:
         except KeyboardInterrupt:  # Ctrl-C while a statement runs: stop it, keep the session
             session.spark.interruptAll()
             typer.echo("error: cancelled (Ctrl-C); a staged build in progress was aborted", err=True)
+        database = current_database(session.spark, database)  # USE, or a script's USE, moves it
         if text.lstrip().upper().startswith(_DDL_WORDS):
-            words = [*keywords, *_catalog_names(session.spark)]
+            loader.join()
+            words[:] = [*keywords, *_catalog_names(session.spark)]
+    loader.join(timeout=5)  # not a query in flight while the session stops
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -377,7 +425,8 @@ def sql(
         help="with -e/-f: run the remaining statements after a failure (exit code still 1)")] = False,
     mode: Annotated[Mode | None, typer.Option(
         help="embedded: Spark in this process; gateway: a Spark Connect server (--gateway, else the "
-             "one `staged gateway start` runs) [default: gateway when --gateway is given]")] = None,
+             "one `staged up` or `staged gateway start` runs) [default: gateway when --gateway is given or "
+             "the local gateway runs on the catalog, else embedded]")] = None,
     gateway: Annotated[str | None, typer.Option(
         envvar=GATEWAY_ENV, metavar="sc://HOST:PORT/", help="Spark Connect URL (gateway mode)")] = None,
     conf: Annotated[list[str] | None, typer.Option(
@@ -396,13 +445,18 @@ def sql(
     if conf:
         for key, value in cli_context.parse_pairs(conf, "--conf").items():
             properties.put(*properties.checked(key, value), layer=Source.CONFIG)
-    mode = mode or (Mode.gateway if gateway else Mode.embedded)
+    local_gateway = None if gateway or conn else gateway_status()
+    metastore_uri = os.environ.get(cli_context.ENV["metastore_uri"])
+    mode = mode or default_mode(gateway, conn, metastore_uri, local_gateway)
     quiet_spark_errors()
     if mode is Mode.gateway:
         settings_factory = _gateway_settings(gateway, conn)
-        spark = gateway_spark(gateway or require_gateway().url)
+        url = gateway or (local_gateway or require_gateway()).url
+        where = f"on the gateway {url.split(';', 1)[0].rstrip('/')} (--mode embedded: Spark in this process)"
+        spark = gateway_spark(url)
         session = make_session(spark, properties, settings_factory, interactive_mode)
     else:
+        where = "with Spark in this process (embedded)"
         settings = resolve_settings(conn, start_local=True)
         spark = embedded_spark(settings, master, properties.spark_values())
         session = make_session(spark, properties, lambda: settings, interactive_mode)
@@ -411,7 +465,7 @@ def sql(
         if init is not None and run_init(session, init.read_text(encoding="utf-8"), str(init)):
             raise typer.Exit(1)
         if interactive_mode:
-            interactive(session, printer)
+            interactive(session, printer, where)
             return
         text = execute if execute is not None else file.read_text(encoding="utf-8")  # type: ignore[union-attr]
         source = str(file) if file is not None else "-e"

@@ -18,7 +18,7 @@ import json
 import os
 import secrets
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from airflow_provider_staged.discovery.embedded import (
@@ -100,10 +100,60 @@ def start_gateway(
     spark_conf: dict[str, str] | None = None,
 ) -> GatewayInfo:
     """Start the gateway unless one recorded under ``home`` runs; wait until it accepts clients."""
+    return launch_gateway(metastore_uri, warehouse, home, port, master, spark_conf).wait()
+
+
+@dataclass
+class LaunchedGateway:
+    """A gateway whose process runs but may not answer yet: ``wait`` until it does.
+
+    Lets ``staged up`` start the server's JVM and then Airflow, so that the two starts overlap.
+    """
+
+    home: Path
+    port: int
+    pid: int
+    token: str
+    metastore_uri: str
+    warehouse: str
+    running: GatewayInfo | None = None  # one that already ran under ``home``: nothing to wait for
+
+    def wait(self) -> GatewayInfo:
+        """Until a client has run a query through the metastore on it; stopped if it fails."""
+        if self.running is not None:
+            return self.running
+        try:
+            wait_for_port(self.port, self.pid, timeout=START_TIMEOUT_SECONDS, log_file=log_file(self.home))
+            info = GatewayInfo(self.port, self.pid, self.token, self.metastore_uri, self.warehouse,
+                               str(self.home))
+            _warm_up(info)
+        except BaseException:
+            self.stop()
+            raise
+        state = {key: value for key, value in asdict(info).items() if key != "token"}
+        gateway_state_file(self.home).write_text(json.dumps(state))
+        return info
+
+    def stop(self) -> None:
+        """Stop the process (a failed start, or what started alongside it failed)."""
+        if self.running is None:
+            stop_gateway(self.home)
+
+
+def launch_gateway(
+    metastore_uri: str,
+    warehouse: str,
+    home: Path | None = None,
+    port: int | None = None,
+    master: str = "local[*]",
+    spark_conf: dict[str, str] | None = None,
+) -> LaunchedGateway:
+    """Start the gateway's process (unless one recorded under ``home`` runs) without waiting."""
     home = (home or staged_home()).resolve()
     running = gateway_status(home)
     if running is not None:
-        return running
+        return LaunchedGateway(home, running.port, running.pid, running.token, running.metastore_uri,
+                               running.warehouse, running)
     if port is not None and not 0 < port < 65536:
         raise ValueError(f"invalid gateway port {port!r}: expected 1-65535")
     home.mkdir(parents=True, exist_ok=True)
@@ -119,22 +169,8 @@ def start_gateway(
         "HADOOP_USER_NAME": os.environ.get("HADOOP_USER_NAME", "staged"),
     }
     command = gateway_command(port, metastore_uri, warehouse, master, spark_conf)
-    log = log_file(home)
-    pid = start_background(command, gateway_pid_file(home), log, env, home)
-    try:
-        wait_for_port(port, pid, timeout=START_TIMEOUT_SECONDS, log_file=log)
-    except BaseException:
-        stop_pid(pid)
-        raise
-    info = GatewayInfo(port, pid, token, metastore_uri, warehouse, str(home))
-    try:
-        _warm_up(info)
-    except BaseException:
-        stop_pid(pid)
-        raise
-    state = {key: value for key, value in asdict(info).items() if key != "token"}
-    gateway_state_file(home).write_text(json.dumps(state))
-    return info
+    pid = start_background(command, gateway_pid_file(home), log_file(home), env, home)
+    return LaunchedGateway(home, port, pid, token, metastore_uri, warehouse)
 
 
 def _warm_up(info: GatewayInfo) -> None:

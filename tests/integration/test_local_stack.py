@@ -1,10 +1,11 @@
-"""``staged up`` → ``staged mt create/list/describe/refresh`` without flags → ``staged down``.
+"""``staged up`` → ``staged mt create/list/describe/refresh`` and ``staged sql`` without flags →
+``staged down``.
 
-The real CLI in subprocesses against the real stack it starts (metastore, Airflow with a
-triggerer and log server, Spark in the refresh task). Which processes belong to the stack is
-read from the process table: every process whose environment names this test's STAGED_HOME
-(children inherit it). What they listen on is read from /proc/net/tcp{,6}, mapping socket inodes
-to those processes, independently of the product's own psutil-based listing.
+The real CLI in subprocesses against the real stack it starts (metastore, the gateway, Airflow
+with a triggerer and log server; the refresh task's Spark work on the gateway). Which processes
+belong to the stack is read from the process table: every process whose environment names this
+test's STAGED_HOME (children inherit it). What they listen on is read from /proc/net/tcp{,6},
+mapping socket inodes to those processes, independently of the product's own psutil-based listing.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pexpect
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STAGED = Path(sys.executable).with_name("staged")
+FIRST_PROMPT_SECONDS = 5.0
 DEFINITION = """\
 CREATE MATERIALIZED TABLE stack.orders_daily
 PARTITIONED BY (ds)
@@ -131,6 +134,10 @@ def test_up_mt_without_flags_down_leaves_nothing(home: Path, tmp_path: Path) -> 
     airflow = status["airflow"]
     assert set(airflow["pids"]) == {"api-server", "scheduler", "dag-processor", "triggerer", "log-server"}
     assert status["metastore"]["uri"].startswith("thrift://127.0.0.1:")
+    # Warm by default: the gateway runs, and the stack's refreshes are set to run on it.
+    gateway = status["gateway"]
+    assert gateway["url"].startswith("sc://localhost:") and status["refresh_engine"] == "connect"
+    assert f"refreshes   engine connect: on the gateway {gateway['url']}" in staged(home, "status")
     ui = airflow["ui"].rstrip("/")
 
     # Every component is healthy (the triggerer too: the UI's Home page shows it green).
@@ -183,6 +190,13 @@ def test_up_mt_without_flags_down_leaves_nothing(home: Path, tmp_path: Path) -> 
         shown = json.loads(staged(home, "show", "stack.orders_daily", "--output", "json"))
         assert {"partition": "ds=2024-01-02", "rows": 1} in shown["partitions"]
         assert {"ds": "2024-01-02", "orders": 10} in shown["rows"]
+        # The refresh ran on the stack's gateway: its task log names the engine and the server.
+        task_log = (home / "airflow" / "logs" / "dag_id=mt__stack__orders_daily" / f"run_id={run_id}"
+                    / "task_id=refresh" / "attempt=1.log").read_text()
+        assert "refresh engine connect (from [staged] refresh_engine)" in task_log
+        assert f"connecting to Spark Connect server {gateway['url']}" in task_log
+
+        first_prompt = sql_client_on_the_gateway(home, gateway["url"])
     finally:
         sampler.stopped.set()
         sampler.join()
@@ -194,9 +208,43 @@ def test_up_mt_without_flags_down_leaves_nothing(home: Path, tmp_path: Path) -> 
     assert beyond_loopback(sorted(seen)) == []
 
     before_down = stack_pids(home)
-    assert set(airflow["pids"].values()) | {status["metastore"]["pid"]} <= before_down
-    assert "stopped: airflow, metastore" in staged(home, "down")
+    assert int(gateway["url"].rsplit(":", 1)[1]) in ports
+    assert set(airflow["pids"].values()) | {status["metastore"]["pid"], gateway["pid"]} <= before_down
+    assert "stopped: airflow, gateway, metastore" in staged(home, "down")
     left = stack_pids(home)
     assert left == set(), [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
-    assert staged(home, "status", code=1).count("not running") == 2
-    print(f"staged up: {up_seconds:.1f}s")
+    assert staged(home, "status", code=1).count("not running") == 3
+    print(f"staged up: {up_seconds:.1f}s; staged sql's first prompt: {first_prompt:.2f}s "
+          f"(load {os.getloadavg()[0]:.1f})")
+
+
+def sql_client_on_the_gateway(home: Path, gateway_url: str) -> float:
+    """``staged sql`` without flags: on the stack's gateway, its first prompt within
+    :data:`FIRST_PROMPT_SECONDS` of the process start (scaled by the load beyond the cores),
+    naming the current database (after USE too). Returns the seconds to the first prompt."""
+    # A real terminal type; no cursor-position requests (pexpect does not answer them).
+    env = _env(home) | {"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    started = time.monotonic()
+    child = pexpect.spawn(str(STAGED), ["sql"], env=env, cwd=str(REPO), encoding="utf-8", timeout=120,
+                          dimensions=(50, 160))
+    try:
+        child.expect_exact("staged:default>")
+        seconds = time.monotonic() - started
+        assert f"on the gateway {gateway_url}" in child.before
+        child.send("USE stack;\r")
+        child.expect_exact("succeeded")
+        child.expect_exact("staged:stack>")
+        child.send("SELECT orders FROM orders_daily WHERE ds = '2024-01-02';\r")
+        child.expect(r"\|\s+10\s+\|")
+        child.expect_exact("staged:stack>")
+        child.send("exit;\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    # The target is for a machine with a core to spare; a loaded one (the suite's other worker,
+    # other sessions) stretches every wall time by its runnable processes per core.
+    load = os.getloadavg()[0]
+    limit = FIRST_PROMPT_SECONDS * max(1.0, load / (os.cpu_count() or 1))
+    assert seconds <= limit, f"first prompt after {seconds:.2f} s (load {load:.1f}: limit {limit:.1f} s)"
+    return seconds

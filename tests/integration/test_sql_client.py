@@ -595,12 +595,14 @@ def test_embedded_cli_csv(client_env: dict[str, str], staged_home: Path, stream_
     a SELECT its rows as +I, an aggregation +I/-U/+U across the table's two files."""
     started = time.monotonic()
     checkpoints = stream_checkpoints()
-    done = run_cli(["-e", f"SELECT 1 AS a, 'x;y' AS b; SET 'execution.runtime-mode' = 'streaming'; "
-                          "SET 'sql-client.execution.streaming.max-files-per-trigger' = '1'; "
-                          "SET 'spark.sql.shuffle.partitions' = '1'; "  # an aggregation's state: 1 store
-                          f"SELECT k, v FROM {stream_events}; "
-                          f"SELECT upper(k) AS key, sum(v) AS total, count(*) AS n FROM {stream_events} "
-                          "GROUP BY k; SELECT 2 AS c", "--output", "csv"], client_env)
+    # embedded explicitly: the gateway of this home runs on the same metastore (the default then)
+    done = run_cli(["--mode", "embedded", "-e", "SELECT 1 AS a, 'x;y' AS b; "
+                    "SET 'execution.runtime-mode' = 'streaming'; "
+                    "SET 'sql-client.execution.streaming.max-files-per-trigger' = '1'; "
+                    "SET 'spark.sql.shuffle.partitions' = '1'; "  # an aggregation's state: 1 store
+                    f"SELECT k, v FROM {stream_events}; "
+                    f"SELECT upper(k) AS key, sum(v) AS total, count(*) AS n FROM {stream_events} "
+                    "GROUP BY k; SELECT 2 AS c", "--output", "csv"], client_env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:3] == ["a,b", "1,x;y", "op | k | v"] and lines[-2:] == ["c", "2"], done.stdout
@@ -626,20 +628,20 @@ def test_interactive_session_through_a_pty(client_env: dict[str, str], staged_ho
     checkpoints = stream_checkpoints()
     # A real terminal type; no cursor-position requests (pexpect does not answer them).
     env = {**client_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(STAGED, ["sql", "--master", "local[2]"], env=env, encoding="utf-8",
-                          timeout=CLI_TIMEOUT, dimensions=(50, 160))
+    child = pexpect.spawn(STAGED, ["sql", "--mode", "embedded", "--master", "local[2]"], env=env,
+                          encoding="utf-8", timeout=CLI_TIMEOUT, dimensions=(50, 160))
     try:
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         child.send("SELECT 41 + 1\r")  # no ';' yet: the statement goes on on the next line
         child.expect_exact("->")
         child.send("  AS answer;\r")
         child.expect(r"\|\s+answer\s+\|")
         child.expect(r"\|\s+42\s+\|")
         child.expect_exact("1 row in set")
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         child.send("SELECT no_such_column;\r")
         child.expect(r"error: input:1:8: .*no_such_column")
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         child.send("\x1b[A")  # arrow up: the history recalls the last statement
         child.expect_exact("no_such_column")
         child.send("\x15")  # ctrl-u: clear the line
@@ -650,11 +652,11 @@ def test_interactive_session_through_a_pty(client_env: dict[str, str], staged_ho
         child.expect_exact("ipt")
         child.send(";\r")
         child.expect(r"\|\s+sqlc_script\s+\|\s+first\s+\|")
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         # streaming: the rows there, then each appended file's rows as they arrive, until Ctrl-C
         child.send("SET 'execution.runtime-mode' = 'streaming';\r")
         child.expect_exact("execution.runtime-mode = streaming")
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         child.send(f"SELECT k, v FROM {table};\r")
         child.expect_exact("op | k | v")
         child.expect_exact("+I | a | 1")
@@ -665,11 +667,11 @@ def test_interactive_session_through_a_pty(client_env: dict[str, str], staged_ho
         child.sendintr()
         child.expect(r"Received a total of 3 changes in \d+ micro-batches; the streaming query stopped "
                      r"\(Ctrl-C\)")
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         child.send("SELECT 1 AS one;\r")  # the session goes on (a query of no table: a batch)
         child.expect(r"\|\s+one\s+\|")
         child.expect_exact("1 row in set")
-        child.expect_exact("staged-sql>")
+        child.expect_exact("staged:default>")
         child.send("exit;\r")
         child.expect(pexpect.EOF)
     finally:

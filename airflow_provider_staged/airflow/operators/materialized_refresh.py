@@ -69,8 +69,12 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         settings = StagedTableHook(self.staged_conn_id).get_settings()
         # The definition's 'engine' option, else [staged] refresh_engine; engine connect runs on
         # the spark_connect connection [staged] spark_connect_conn_id, else the gateway.
-        engine = self.definition.options.get("engine") or conf.get("staged", "refresh_engine",
-                                                                   fallback="embedded")
+        engine = self.definition.options.get("engine")
+        source = "the definition's 'engine' option"
+        if not engine:
+            engine = conf.get("staged", "refresh_engine", fallback="embedded")
+            source = "[staged] refresh_engine"
+        self.log.info("refresh engine %s (from %s)", engine, source)
         extra = {"spark_conn_id": conf.get("staged", "spark_connect_conn_id", fallback=None) or None}
         self._engine = make_engine(engine, settings, **(extra if engine == "connect" else {}))
         task = task_ref(context)
