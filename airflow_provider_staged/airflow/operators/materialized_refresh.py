@@ -17,8 +17,9 @@ from airflow_provider_staged.airflow.callbacks import task_ref
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.airflow.operators.staged_attempt import StagedAttemptOperator
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
-from airflow_provider_staged.materialized.params import parse_refresh_request
+from airflow_provider_staged.materialized.params import REFRESH_DOWNSTREAM, parse_refresh_request
 from airflow_provider_staged.materialized.partitions import PartitionNotEndedError
+from airflow_provider_staged.materialized.propagation import conf_for_key, event_keys
 from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
 
 
@@ -61,9 +62,15 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
         from airflow_provider_staged.materialized.workflow.auto_suspend import record_success
 
-        run_time = context.get("logical_date") or context["dag_run"].run_after
+        dag_run = context["dag_run"]
+        run_time = context.get("logical_date") or dag_run.run_after
+        params = context["params"]
+        # Airflow 3.3: a run that an upstream table's commit started carries that partition.
+        upstream_key = getattr(dag_run, "partition_key", None)
+        if upstream_key is not None:
+            params = conf_for_key(params, upstream_key, self.definition.partition_by)
         try:
-            request = parse_refresh_request(context["params"], self.definition, run_time, self.zone)
+            request = parse_refresh_request(params, self.definition, run_time, self.zone)
         except PartitionNotEndedError as err:  # the repeated hour of autumn: the next run has it
             raise AirflowSkipException(str(err)) from None
         settings = StagedTableHook(self.staged_conn_id).get_settings()
@@ -85,10 +92,26 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         except Exception:  # committed: a failed reset must not fail (and so count) the refresh
             self.log.exception("auto-suspend: cannot reset the failure count of %s",
                                self.definition.identifier)
+        keys = event_keys(self.definition.partition_by, request.partition_spec,
+                          periodic=request.is_periodic, refresh_downstream=request.refresh_downstream,
+                          triggered_by_inputs=upstream_key is not None)
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra = dict(result)
+                accessor = context["outlet_events"][outlet]
+                accessor.extra = dict(result)
+                self._tell_downstream(accessor, keys)
         return result
+
+    def _tell_downstream(self, accessor: Any, keys: list[str]) -> None:
+        """Put the committed partition on the asset event, as the key the FRESHNESS = DOWNSTREAM
+        tables reading this one are scheduled on (:mod:`...materialized.propagation`)."""
+        add_partitions = getattr(accessor, "add_partitions", None)  # Airflow 3.3
+        if keys and add_partitions is not None:
+            add_partitions(keys)
+            self.log.info("Tables downstream follow: the asset event carries partition key %s", keys[0])
+        else:
+            self.log.info("Tables downstream do not follow this refresh (a one-time refresh without "
+                          "%s, or an Airflow without partitioned asset events)", REFRESH_DOWNSTREAM)
 
     def lineage_sql(self) -> str | None:
         return self.definition.query
