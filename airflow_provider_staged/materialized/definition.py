@@ -75,6 +75,10 @@ class DefinitionError(ValueError):
 
 # The WITH options the project honours: the one place to add one (and, when it needs a typed
 # value, an accessor in ``_Options``). Anything else is rejected with this list.
+UPSTREAM_WAIT_OPTION = "upstream.wait-timeout"
+UPSTREAM_MISSING_OPTION = "upstream.missing-partition"
+DEFAULT_UPSTREAM_WAIT = timedelta(minutes=10)
+UPSTREAM_MISSING = ("fail", "skip")
 KNOWN_OPTIONS = (
     "format",
     "partition.fields.<col>.date-formatter",
@@ -87,6 +91,8 @@ KNOWN_OPTIONS = (
     "start-date",
     SUSPEND_OPTION,
     *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
+    UPSTREAM_WAIT_OPTION,  # a periodic refresh waits this long for its inputs' partition
+    UPSTREAM_MISSING_OPTION,  # then fails ('fail') or skips the period ('skip')
     "engine",  # where the refresh's Spark runs: REFRESH_ENGINES
     "connector",  # Flink's table factory: only this product's own kind, CONNECTORS
 )
@@ -156,6 +162,10 @@ class MaterializedTableDefinition:
     # FRESHNESS = DOWNSTREAM: refreshed on its upstream tables' commits, never on a schedule
     # (``schedule`` is None; ``freshness`` is FULL's default, what a periodic call falls back on).
     follows_inputs: bool = False
+    # A periodic refresh of a table with a schedule of its own waits this long for the upstream
+    # materialized tables' partition, then fails or (skip_missing_upstream) skips the period.
+    upstream_wait: timedelta = DEFAULT_UPSTREAM_WAIT
+    skip_missing_upstream: bool = False
     # Clause -> line number, for errors found after parsing (e.g. an unsupported mode).
     lines: Mapping[str, int] = field(default_factory=dict, hash=False, repr=False)
     # The optional column list and PRIMARY KEY ... NOT ENFORCED (informational, as in Flink).
@@ -380,6 +390,8 @@ class _Parser:
             start_date=settings.start_date(),
             suspend_after_failures=settings.suspend_after(),
             follows_inputs=follows_inputs,
+            upstream_wait=settings.upstream_wait(),
+            skip_missing_upstream=settings.upstream_missing() == "skip",
             lines=MappingProxyType(lines),
             columns=tuple(elements.columns),
             primary_key=tuple(elements.key),
@@ -706,6 +718,24 @@ class _Options:
         except ValueError:
             self.fail("start-date", f"option 'start-date' must be a date yyyy-MM-dd, not {value!r}")
 
+
+    def upstream_wait(self) -> timedelta:
+        value = self.get(UPSTREAM_WAIT_OPTION)
+        if value is None:
+            return DEFAULT_UPSTREAM_WAIT
+        try:
+            return parse_duration(value)
+        except FreshnessError as err:
+            self.fail(UPSTREAM_WAIT_OPTION, f"option {UPSTREAM_WAIT_OPTION!r}: {err}")
+
+    def upstream_missing(self) -> str:
+        value = self.get(UPSTREAM_MISSING_OPTION)
+        if value is None:
+            return UPSTREAM_MISSING[0]
+        if value.lower() not in UPSTREAM_MISSING:
+            self.fail(UPSTREAM_MISSING_OPTION,
+                      f"option {UPSTREAM_MISSING_OPTION!r} must be 'fail' or 'skip', not {value!r}")
+        return value.lower()
 
     def suspend_after(self) -> int:
         try:

@@ -20,7 +20,9 @@ from airflow_provider_staged.materialized.propagation import (
     downstream_spec,
     event_keys,
     key_spec,
+    not_committed,
     partition_key,
+    wait_for_inputs,
 )
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -180,3 +182,36 @@ def test_a_worker_builds_a_follower_without_reading_the_folder(
     monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "mt__m__d")
     dags = build_dags(folder, {})
     assert list(dags) == ["mt__m__d"] and dags["mt__m__d"].task_dict.keys() == {"refresh"}
+
+
+# -- a table with its own schedule waits for its inputs' partition ----------------------------
+
+def test_wait_for_inputs_polls_until_committed_or_the_timeout() -> None:
+    now = [0.0]
+    answers = [["m.a"], ["m.a"], []]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    assert wait_for_inputs(lambda: answers.pop(0), 60, sleep, lambda: now[0], poll=2) == []
+    assert slept == [2, 2]
+    # Never committed: bounded, and what is still missing is returned.
+    now[0], slept[:] = 0.0, []
+    assert wait_for_inputs(lambda: ["m.a"], 5, sleep, lambda: now[0], poll=2) == ["m.a"]
+    assert slept == [2, 2, 1]
+
+
+def test_upstream_wait_options() -> None:
+    default = parse_definition("CREATE MATERIALIZED TABLE m.o FRESHNESS = INTERVAL '1' DAY AS SELECT 1")
+    assert (default.upstream_wait.total_seconds(), default.skip_missing_upstream) == (600, False)
+    own = parse_definition("CREATE MATERIALIZED TABLE m.o WITH ('upstream.wait-timeout' = '30 s', "
+                           "'upstream.missing-partition' = 'skip') FRESHNESS = INTERVAL '1' DAY AS SELECT 1")
+    assert (own.upstream_wait.total_seconds(), own.skip_missing_upstream) == (30, True)
+    with pytest.raises(DefinitionError, match=r"'upstream\.missing-partition' must be 'fail' or 'skip'"):
+        parse_definition("CREATE MATERIALIZED TABLE m.o WITH ('upstream.missing-partition' = 'wait') "
+                         "AS SELECT 1")
+    assert "skipped" in not_committed("m.o", {"ds": "X"}, ["m.a"], 30, True)
+    failed = not_committed("m.o", {"ds": "X"}, ["m.a"], 30, False)
+    assert "m.a has not committed ds=X: not refreshed" in failed

@@ -8,6 +8,7 @@ kill), on the catalog of its own staged connection.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowSkipException, conf
@@ -19,8 +20,17 @@ from airflow_provider_staged.airflow.operators.staged_attempt import StagedAttem
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.params import REFRESH_DOWNSTREAM, parse_refresh_request
 from airflow_provider_staged.materialized.partitions import PartitionNotEndedError
-from airflow_provider_staged.materialized.propagation import conf_for_key, event_keys
+from airflow_provider_staged.materialized.propagation import (
+    conf_for_key,
+    event_keys,
+    not_committed,
+    wait_for_inputs,
+)
 from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
+
+
+class UpstreamNotCommittedError(RuntimeError):
+    """A periodic refresh's inputs did not commit its partition within 'upstream.wait-timeout'."""
 
 
 class MaterializedTableRefreshOperator(StagedAttemptOperator):
@@ -74,6 +84,8 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         except PartitionNotEndedError as err:  # the repeated hour of autumn: the next run has it
             raise AirflowSkipException(str(err)) from None
         settings = StagedTableHook(self.staged_conn_id).get_settings()
+        if request.is_periodic and request.partition_spec and upstream_key is None:
+            self._wait_for_inputs(request.partition_spec, settings.metastore_uri)
         # The definition's 'engine' option, else [staged] refresh_engine; engine connect runs on
         # the spark_connect connection [staged] spark_connect_conn_id, else the gateway.
         engine = self.definition.options.get("engine") or conf.get("staged", "refresh_engine",
@@ -101,6 +113,26 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
                 accessor.extra = dict(result)
                 self._tell_downstream(accessor, keys)
         return result
+
+    def _wait_for_inputs(self, spec: Mapping[str, str], metastore_uri: str) -> None:
+        """A table with a schedule of its own refreshes a period once the materialized tables it
+        reads have committed it: wait (bounded), then fail or skip the period, before any
+        attempt begins or Spark starts."""
+        from airflow_provider_staged.materialized.refresh import uncommitted_inputs
+
+        missing = uncommitted_inputs(self.definition, spec, metastore_uri)
+        if missing is None:
+            return
+        timeout = self.definition.upstream_wait.total_seconds()
+        self.log.info("Waiting up to %gs for the materialized tables %s reads to commit %s",
+                      timeout, self.definition.identifier, dict(spec))
+        left = wait_for_inputs(missing, timeout)
+        if left:
+            why = not_committed(self.definition.identifier.name, spec, left, timeout,
+                                self.definition.skip_missing_upstream)
+            if self.definition.skip_missing_upstream:
+                raise AirflowSkipException(why)
+            raise UpstreamNotCommittedError(why)
 
     def _tell_downstream(self, accessor: Any, keys: list[str]) -> None:
         """Put the committed partition on the asset event, as the key the FRESHNESS = DOWNSTREAM
