@@ -653,15 +653,18 @@ class _Options:
                 self.fail(key, f"option {key!r}: {err}")
         return formatters
 
-    def threshold(self) -> timedelta:
-        key = "refresh-mode.freshness-threshold"
+    def duration(self, key: str, default: timedelta) -> timedelta:
+        """A duration option (``'30 min'``), or ``default`` when it is not set."""
         value = self.get(key)
         if value is None:
-            return DEFAULT_FRESHNESS_THRESHOLD
+            return default
         try:
             return parse_duration(value)
         except FreshnessError as err:
             self.fail(key, f"option {key!r}: {err}")
+
+    def threshold(self) -> timedelta:
+        return self.duration("refresh-mode.freshness-threshold", DEFAULT_FRESHNESS_THRESHOLD)
 
     def cron(self) -> str | None:
         key = "schedule.cron"
@@ -720,13 +723,7 @@ class _Options:
 
 
     def upstream_wait(self) -> timedelta:
-        value = self.get(UPSTREAM_WAIT_OPTION)
-        if value is None:
-            return DEFAULT_UPSTREAM_WAIT
-        try:
-            return parse_duration(value)
-        except FreshnessError as err:
-            self.fail(UPSTREAM_WAIT_OPTION, f"option {UPSTREAM_WAIT_OPTION!r}: {err}")
+        return self.duration(UPSTREAM_WAIT_OPTION, DEFAULT_UPSTREAM_WAIT)
 
     def upstream_missing(self) -> str:
         value = self.get(UPSTREAM_MISSING_OPTION)

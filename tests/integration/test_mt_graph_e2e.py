@@ -68,6 +68,11 @@ PIPELINE = {  # source -> a -> (b, c) -> d: a three-layer chain whose last layer
     "d": f"CREATE MATERIALIZED TABLE e2e.chain_d {DAY}\nFRESHNESS = DOWNSTREAM\n"
          "AS SELECT b.ds, b.n + c.n AS n FROM e2e.chain_b AS b JOIN e2e.chain_c AS c ON b.ds = c.ds",
 }
+# Keeps a schedule of its own: a periodic refresh of a day that chain_a has not committed waits
+# 3 s for it, then skips the period.
+OWN = (f"CREATE MATERIALIZED TABLE e2e.chain_own {DAY[:-1]}, 'upstream.wait-timeout' = '3 s', "
+       "'upstream.missing-partition' = 'skip')\nFRESHNESS = INTERVAL '1' DAY\n"
+       "AS SELECT ds, n FROM e2e.chain_a")
 
 
 def runs(client: Rest, table: str) -> list[dict[str, Any]]:
@@ -102,12 +107,12 @@ def test_refreshes_run_down_the_pipeline_partition_by_partition(
     started = time.monotonic()
     spark.sql("CREATE DATABASE IF NOT EXISTS e2e")
     spark.sql(f"DROP TABLE IF EXISTS {SOURCE}")
-    for name, text in PIPELINE.items():
+    for name, text in {**PIPELINE, "own": OWN}.items():
         (definitions_dir / f"e2e__chain_{name}.sql").write_text(text)
     tables = MaterializedTables(scheduler, None)
     try:
-        wait_until(lambda: all(rest.dag(f"mt__e2e__chain_{t}").status_code == 200 for t in PIPELINE),
-                   "the four DAGs")
+        wait_until(lambda: all(rest.dag(f"mt__e2e__chain_{t}").status_code == 200
+                               for t in [*PIPELINE, "own"]), "the five DAGs")
         a, a_dag = TableIdentifier("e2e", "chain_a"), "mt__e2e__chain_a"
         # 1. The scheduled refresh of 2024-01-02 fails (its source is missing): no event.
         failed = tables.refresh(a, RefreshTrigger(is_periodic=True, schedule_time="2024-01-03 00:00:00"))
@@ -121,10 +126,15 @@ def test_refreshes_run_down_the_pipeline_partition_by_partition(
             "--metastore-uri", metastore.uri, "--username", user, "--password", password,
             "refresh", "e2e.chain_a", "--partition", "ds=2024-01-02", "--downstream", "--wait", "240"])
         assert result.exit_code == 0, result.output
-        # 3. While b and c run: a one-time refresh without --downstream, which stays in a.
+        # 3. While b and c run: a one-time refresh without --downstream, which stays in a; and
+        # the scheduled refresh of a day chain_a never committed, which waits, then skips it.
         alone = tables.refresh(a, RefreshTrigger(static_partitions={"ds": "2024-01-01"}))
+        own = tables.refresh(TableIdentifier("e2e", "chain_own"),
+                             RefreshTrigger(is_periodic=True, schedule_time="2024-01-04 00:00:00"))
         wait_until(lambda: [r["state"] for r in runs(rest, "d")] in (["success"], ["failed"]), "d's run")
         assert rest.wait_for_run(a_dag, alone)["state"] == "success"
+        rest.wait_for_run("mt__e2e__chain_own", own)
+        assert rest.task_states("mt__e2e__chain_own", own) == {"refresh": "skipped"}
         below = {t: runs(rest, t) for t in "bcd"}
         for table, found in below.items():  # exactly one run each, of that day, started by its inputs
             assert [(r["partition_key"], r["run_type"], r["state"]) for r in found] == [
