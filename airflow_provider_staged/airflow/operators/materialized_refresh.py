@@ -124,8 +124,8 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         if missing is None:
             return
         timeout = self.definition.upstream_wait.total_seconds()
-        self.log.info("Waiting up to %gs for the materialized tables %s reads to commit %s",
-                      timeout, self.definition.identifier, dict(spec))
+        self.log.info("Checking that the materialized tables %s reads have committed %s (waiting up "
+                      "to %gs)", self.definition.identifier, dict(spec), timeout)
         left = wait_for_inputs(missing, timeout)
         if left:
             why = not_committed(self.definition.identifier.name, spec, left, timeout,
