@@ -246,6 +246,10 @@ def refresh(
     execution_config: ExecutionConfig = None,
     wait: Annotated[float, typer.Option(
         min=0, max=MAX_WAIT_SECONDS, help="seconds to wait for the run; 0 returns at once")] = 0,
+    downstream: Annotated[bool, typer.Option(
+        "--downstream", help="the FRESHNESS = DOWNSTREAM tables that read it refresh the same "
+        "partition after it commits, and theirs after them (a periodic refresh always propagates)",
+    )] = False,
 ) -> None:
     """Trigger a refresh now (a DAG run with the FLIP-448 refresh conf); print the run id."""
     identifier = TableIdentifier.parse(table)
@@ -255,6 +259,7 @@ def refresh(
         dynamic_options=_dynamic_options(dynamic_option),
         static_partitions=parse_partition_pairs(partition),
         execution_config=_execution_config(execution_config),
+        refresh_downstream=downstream,
     )
     scheduler = configured_scheduler(ctx.obj)
     _check_refresh(scheduler, identifier, trigger)

@@ -12,8 +12,13 @@ Clauses, in Flink's order, all optional but ``AS``::
       [( column [type [NOT NULL] [PRIMARY KEY NOT ENFORCED] [COMMENT '...']], ...,
          [CONSTRAINT c] PRIMARY KEY (a, ...) NOT ENFORCED )]
       [COMMENT '...'] [PARTITIONED BY (a, ...)] [WITH ('key' = 'value', ...)]
-      [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK] [REFRESH_MODE = FULL|CONTINUOUS]
+      [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK | DOWNSTREAM]
+      [REFRESH_MODE = FULL|CONTINUOUS]
       AS query
+
+``FRESHNESS = DOWNSTREAM`` (Snowflake's ``TARGET_LAG = DOWNSTREAM``; Flink has no such form): no
+schedule of its own, a FULL refresh of each partition its upstream materialized tables commit
+(:mod:`airflow_provider_staged.materialized.propagation`).
 
 Flink forms the project cannot honour (``DISTRIBUTED BY``, ``START_MODE``, watermarks,
 computed and metadata columns, ``UNIQUE`` and enforced keys, unknown options) are errors that
@@ -52,6 +57,8 @@ from airflow_provider_staged.staging.identifiers import TableIdentifier, is_whol
 from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
 
 CREATE = "CREATE MATERIALIZED TABLE"
+# FRESHNESS = DOWNSTREAM: follow the inputs' commits (Snowflake's TARGET_LAG = DOWNSTREAM).
+DOWNSTREAM = "DOWNSTREAM"
 
 
 class DefinitionError(ValueError):
@@ -68,6 +75,10 @@ class DefinitionError(ValueError):
 
 # The WITH options the project honours: the one place to add one (and, when it needs a typed
 # value, an accessor in ``_Options``). Anything else is rejected with this list.
+UPSTREAM_WAIT_OPTION = "upstream.wait-timeout"
+UPSTREAM_MISSING_OPTION = "upstream.missing-partition"
+DEFAULT_UPSTREAM_WAIT = timedelta(minutes=10)
+UPSTREAM_MISSING = ("fail", "skip")
 KNOWN_OPTIONS = (
     "format",
     "partition.fields.<col>.date-formatter",
@@ -80,6 +91,8 @@ KNOWN_OPTIONS = (
     "start-date",
     SUSPEND_OPTION,
     *TTL_OPTIONS,  # partition TTL, Paimon's names: stored with the table by each refresh
+    UPSTREAM_WAIT_OPTION,  # a periodic refresh waits this long for its inputs' partition
+    UPSTREAM_MISSING_OPTION,  # then fails ('fail') or skips the period ('skip')
     "engine",  # where the refresh's Spark runs: REFRESH_ENGINES
     "connector",  # Flink's table factory: only this product's own kind, CONNECTORS
 )
@@ -146,6 +159,13 @@ class MaterializedTableDefinition:
     start_date: date | None = None
     # Auto-suspend after this many consecutive failed scheduled refreshes (0: never).
     suspend_after_failures: int = DEFAULT_SUSPEND_AFTER
+    # FRESHNESS = DOWNSTREAM: refreshed on its upstream tables' commits, never on a schedule
+    # (``schedule`` is None; ``freshness`` is FULL's default, what a periodic call falls back on).
+    follows_inputs: bool = False
+    # A periodic refresh of a table with a schedule of its own waits this long for the upstream
+    # materialized tables' partition, then fails or (skip_missing_upstream) skips the period.
+    upstream_wait: timedelta = DEFAULT_UPSTREAM_WAIT
+    skip_missing_upstream: bool = False
     # Clause -> line number, for errors found after parsing (e.g. an unsupported mode).
     lines: Mapping[str, int] = field(default_factory=dict, hash=False, repr=False)
     # The optional column list and PRIMARY KEY ... NOT ENFORCED (informational, as in Flink).
@@ -158,6 +178,11 @@ class MaterializedTableDefinition:
     positions: Mapping[tuple[str, str], tuple[int, int]] = field(
         default_factory=dict, hash=False, compare=False, repr=False)
 
+    @property
+    def freshness_text(self) -> str:
+        """The freshness as the DDL writes it: ``INTERVAL '1' DAY`` or ``DOWNSTREAM``."""
+        return DOWNSTREAM if self.follows_inputs else str(self.freshness)
+
     def position(self, clause: str, name: str) -> tuple[int, int]:
         """Where ``name`` of ``clause`` is written; the CREATE's line when it is not."""
         return self.positions.get((clause, name), (self.lines.get(CREATE, 1), 1))
@@ -168,12 +193,16 @@ class MaterializedTableDefinition:
         return self
 
 
-def read_freshness(c: Cursor) -> Freshness:
-    """``= INTERVAL 'n' unit`` after FRESHNESS, with Flink's errors at its positions."""
+def read_freshness(c: Cursor, downstream: bool = False) -> Freshness | None:
+    """``= INTERVAL 'n' unit`` after FRESHNESS, with Flink's errors at its positions; with
+    ``downstream``, ``= DOWNSTREAM`` too, read as None."""
     c.expect_punct("FRESHNESS", "=")
+    if downstream and c.at_keyword(DOWNSTREAM):
+        c.advance()
+        return None
     if not c.at_keyword("INTERVAL"):
         c.fail("FRESHNESS", f"{_INTERVAL_ONLY}: found {c.describe(c.current)}, expected "
-               "INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK")
+               f"INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK{' or DOWNSTREAM' if downstream else ''}")
     c.advance()
     sign = c.advance() if c.at_punct("-") else None
     value = c.current
@@ -280,6 +309,7 @@ class _Parser:
         option_tokens: dict[str, Token] = {}
         freshness_token: Token | None = None
         freshness = explicit_mode = None
+        follows_inputs = False
         remaining = _CLAUSES
         while not c.at_keyword("AS"):
             word = c.current.text.upper() if c.current.kind == "word" else None
@@ -296,7 +326,8 @@ class _Parser:
             elif word == "WITH":
                 options, option_tokens = c.string_options(word)
             elif word == "FRESHNESS":
-                freshness_token, freshness = token, read_freshness(c)
+                freshness_token, freshness = token, read_freshness(c, downstream=True)
+                follows_inputs = freshness is None
             elif word == "REFRESH_MODE":
                 explicit_mode = read_refresh_mode(c)
             elif word == "START_MODE":  # Flink's syntax first (its errors and positions), then refused
@@ -315,7 +346,14 @@ class _Parser:
         if self.deferred:
             self.fail(*self.deferred[0])
         partition_by = tuple(partitions)
-        if freshness is None:
+        if follows_inputs:
+            # Refreshes follow the inputs' commits: batch refreshes of their partitions.
+            if explicit_mode is RefreshMode.CONTINUOUS:
+                self.fail("REFRESH_MODE", "FRESHNESS = DOWNSTREAM refreshes on the commits of the tables "
+                          "it reads: REFRESH_MODE must be FULL (or left out)", freshness_token)
+            explicit_mode = RefreshMode.FULL
+            freshness = DEFAULT_FRESHNESS[RefreshMode.FULL]
+        elif freshness is None:
             freshness = DEFAULT_FRESHNESS[explicit_mode or RefreshMode.CONTINUOUS]
             lines["FRESHNESS"] = lines[CREATE]  # where the default applies, for later errors
 
@@ -323,7 +361,11 @@ class _Parser:
         threshold = settings.threshold()
         refresh_mode = derive_refresh_mode(freshness, explicit_mode, threshold)
         schedule = settings.cron()
-        if refresh_mode is RefreshMode.FULL:  # Flink's FULL limits hold with a cron override too
+        if follows_inputs:
+            if schedule is not None:
+                settings.fail("schedule.cron", "option 'schedule.cron': FRESHNESS = DOWNSTREAM refreshes on "
+                              "the commits of the tables it reads, never on a schedule")
+        elif refresh_mode is RefreshMode.FULL:  # Flink's FULL limits hold with a cron override too
             try:
                 derived = freshness.to_cron()
             except FreshnessError as err:
@@ -347,6 +389,9 @@ class _Parser:
             retries=settings.retries(),
             start_date=settings.start_date(),
             suspend_after_failures=settings.suspend_after(),
+            follows_inputs=follows_inputs,
+            upstream_wait=settings.upstream_wait(),
+            skip_missing_upstream=settings.upstream_missing() == "skip",
             lines=MappingProxyType(lines),
             columns=tuple(elements.columns),
             primary_key=tuple(elements.key),
@@ -608,15 +653,18 @@ class _Options:
                 self.fail(key, f"option {key!r}: {err}")
         return formatters
 
-    def threshold(self) -> timedelta:
-        key = "refresh-mode.freshness-threshold"
+    def duration(self, key: str, default: timedelta) -> timedelta:
+        """A duration option (``'30 min'``), or ``default`` when it is not set."""
         value = self.get(key)
         if value is None:
-            return DEFAULT_FRESHNESS_THRESHOLD
+            return default
         try:
             return parse_duration(value)
         except FreshnessError as err:
             self.fail(key, f"option {key!r}: {err}")
+
+    def threshold(self) -> timedelta:
+        return self.duration("refresh-mode.freshness-threshold", DEFAULT_FRESHNESS_THRESHOLD)
 
     def cron(self) -> str | None:
         key = "schedule.cron"
@@ -674,6 +722,18 @@ class _Options:
             self.fail("start-date", f"option 'start-date' must be a date yyyy-MM-dd, not {value!r}")
 
 
+    def upstream_wait(self) -> timedelta:
+        return self.duration(UPSTREAM_WAIT_OPTION, DEFAULT_UPSTREAM_WAIT)
+
+    def upstream_missing(self) -> str:
+        value = self.get(UPSTREAM_MISSING_OPTION)
+        if value is None:
+            return UPSTREAM_MISSING[0]
+        if value.lower() not in UPSTREAM_MISSING:
+            self.fail(UPSTREAM_MISSING_OPTION,
+                      f"option {UPSTREAM_MISSING_OPTION!r} must be 'fail' or 'skip', not {value!r}")
+        return value.lower()
+
     def suspend_after(self) -> int:
         try:
             return parse_suspend_after(self.get(SUSPEND_OPTION))
@@ -721,7 +781,8 @@ def render_definition(
         lines.append("WITH (\n" + ",\n".join(f"  {quote(k)} = {quote(v)}" for k, v in options.items())
                      + "\n)")
     freshness = definition.freshness
-    lines.append(f"FRESHNESS = INTERVAL '{freshness.value}' {freshness.unit.value}")
+    lines.append(f"FRESHNESS = {DOWNSTREAM}" if definition.follows_inputs
+                 else f"FRESHNESS = INTERVAL '{freshness.value}' {freshness.unit.value}")
     if explicit_mode is None:
         explicit_mode = "REFRESH_MODE" in definition.lines  # a file keeps a derived mode derived
     if enriched or explicit_mode:

@@ -12,7 +12,7 @@ data flows. Two kinds of input are never a dependency:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +67,7 @@ class TableGraph:
                 node = Node(node.identifier, known.paths + node.paths,
                             tuple(dict.fromkeys(known.reads + node.reads)))
             self.nodes[node.identifier] = node
-        self._upstream = {table: self._materialized_inputs(node) for table, node in self.nodes.items()}
+        self._upstream = {table: materialized_inputs(node, self.nodes) for table, node in self.nodes.items()}
         self._downstream: dict[TableIdentifier, list[TableIdentifier]] = {table: [] for table in self.nodes}
         for table in sorted(self.nodes, key=_key):
             for upstream in self._upstream[table]:
@@ -87,17 +87,6 @@ class TableGraph:
             except DefinitionError:
                 continue
         return cls.from_definitions(definitions)
-
-    def _materialized_inputs(self, node: Node) -> tuple[TableIdentifier, ...]:
-        found = []
-        for catalog, name in node.reads:
-            try:
-                table = TableIdentifier.parse(name)
-            except InvalidIdentifierError:  # a name no materialized table can have
-                continue
-            if catalog is None and table in self.nodes and table != node.identifier:
-                found.append(table)
-        return tuple(sorted(found, key=_key))
 
     def with_definition(self, definition: MaterializedTableDefinition) -> TableGraph:
         """The graph once ``definition`` replaces (or adds) its table's."""
@@ -222,6 +211,36 @@ class TableGraph:
             raise GraphError(f"{table} not dropped: materialized tables read it: "
                              f"{', '.join(t.name for t in dependents)} (DROP MATERIALIZED TABLE {table} "
                              "CASCADE drops them first)")
+
+
+def materialized_inputs(node: Node, tables: Collection[TableIdentifier]) -> tuple[TableIdentifier, ...]:
+    """The tables of ``tables`` (materialized) that ``node``'s query reads: its dependencies."""
+    found = []
+    for catalog, name in node.reads:
+        try:
+            table = TableIdentifier.parse(name)
+        except InvalidIdentifierError:  # a name no materialized table can have
+            continue
+        if catalog is None and table in tables and table != node.identifier:
+            found.append(table)
+    return tuple(sorted(found, key=_key))
+
+
+def followed_inputs(
+    definition: MaterializedTableDefinition, tables: Collection[TableIdentifier]
+) -> tuple[TableIdentifier, ...]:
+    """The materialized tables (of ``tables``) whose commits a ``FRESHNESS = DOWNSTREAM``
+    definition refreshes after; a :class:`GraphError` naming what it reads when there is none
+    (another catalog's table commits nothing this product sees)."""
+    node = Node.of(definition)
+    upstream = materialized_inputs(node, tables)
+    if upstream:
+        return upstream
+    other = next((f"{catalog}.{name}" for catalog, name in node.reads if catalog is not None), None)
+    why = (f"{other} is a table of catalog {other.split('.')[0]}, whose commits nothing here follows"
+           if other else "it reads no materialized table of its definitions folder")
+    raise GraphError(f"{definition.identifier}: FRESHNESS = DOWNSTREAM refreshes after the materialized "
+                     f"tables it reads commit, but {why}: give it a FRESHNESS interval")
 
 
 def unrefreshed(upstream: TableIdentifier, definition: MaterializedTableDefinition) -> str:

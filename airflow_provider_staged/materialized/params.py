@@ -40,7 +40,10 @@ SCHEDULE_TIME = "scheduleTime"
 STATIC_PARTITIONS = "staticPartitions"
 DYNAMIC_OPTIONS = "dynamicOptions"
 EXECUTION_CONFIG = "executionConfig"
-PARAM_NAMES = (IS_PERIODIC, SCHEDULE_TIME, STATIC_PARTITIONS, DYNAMIC_OPTIONS, EXECUTION_CONFIG)
+# Not FLIP-448's: a one-time refresh whose commit the tables downstream follow (.propagation).
+REFRESH_DOWNSTREAM = "refreshDownstream"
+PARAM_NAMES = (IS_PERIODIC, SCHEDULE_TIME, STATIC_PARTITIONS, DYNAMIC_OPTIONS, EXECUTION_CONFIG,
+               REFRESH_DOWNSTREAM)
 
 # Parquet writer options a refresh may set through dynamicOptions.
 WRITER_OPTIONS = frozenset(WRITER_OPTION_CHECKS)
@@ -76,6 +79,8 @@ class RefreshRequest:
     partition_spec: Mapping[str, str] = field(default_factory=dict, hash=False)
     dynamic_options: Mapping[str, str] = field(default_factory=dict, hash=False)
     execution_config: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # A one-time refresh that the tables downstream follow (a periodic one always is).
+    refresh_downstream: bool = False
 
     @property
     def schedule_time_text(self) -> str:
@@ -180,6 +185,17 @@ def param_schemas(definition: MaterializedTableDefinition) -> dict[str, dict[str
         # The one free-text value that reaches Spark's session as is: refused by its shape here.
         "properties": {TIME_ZONE_KEY: {"type": "string", "pattern": ZONE_ID_PATTERN}},
     }
+    schemas[REFRESH_DOWNSTREAM] = {
+        "default": False,
+        "type": ["null", "boolean"],
+        "title": "Refresh downstream too (refreshDownstream)",
+        "section": ADVANCED_SECTION,
+        "description": (
+            "A one-time refresh whose commit the FRESHNESS = DOWNSTREAM tables reading this one "
+            "follow (each refreshes the same partition, then its own dependents). A periodic "
+            "refresh always does."
+        ),
+    }
     return schemas
 
 
@@ -231,6 +247,11 @@ def parse_refresh_request(
         raise RefreshRequestError(
             f"invalid {IS_PERIODIC} {is_periodic!r}: expected true, false or null (automatic)"
         )
+    refresh_downstream = conf.get(REFRESH_DOWNSTREAM)
+    if refresh_downstream is not None and not isinstance(refresh_downstream, bool):
+        raise RefreshRequestError(
+            f"invalid {REFRESH_DOWNSTREAM} {refresh_downstream!r}: expected true or false"
+        )
     try:
         raw_time = conf.get(SCHEDULE_TIME)
         if raw_time in (None, ""):
@@ -278,6 +299,7 @@ def parse_refresh_request(
         partition_spec=MappingProxyType(spec),
         dynamic_options=MappingProxyType(writer_options(_object(conf, DYNAMIC_OPTIONS))),
         execution_config=MappingProxyType(execution_conf(_object(conf, EXECUTION_CONFIG))),
+        refresh_downstream=bool(refresh_downstream),
     )
 
 

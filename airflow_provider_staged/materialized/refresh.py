@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
@@ -21,7 +22,14 @@ from airflow_provider_staged.engine.runners import EmbeddedEngine
 from airflow_provider_staged.lineage.datasets import source_tables
 from airflow_provider_staged.materialized.catalog_status import workflow_options
 from airflow_provider_staged.materialized.continuous_run import one_time_staged, snapshot_query
-from airflow_provider_staged.materialized.definition import MaterializedTableDefinition, RefreshMode
+from airflow_provider_staged.materialized.definition import (
+    DefinitionError,
+    MaterializedTableDefinition,
+    RefreshMode,
+    read_identifier,
+)
+from airflow_provider_staged.materialized.graph import Node, materialized_inputs
+from airflow_provider_staged.materialized.naming import DEFINITION_GLOB
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.materialized.params import (
     RefreshRequest,
@@ -114,6 +122,37 @@ def check_sources(definition: MaterializedTableDefinition, metastore_uri: str) -
                 raise SourceTableNotFoundError(
                     f"[TABLE_OR_VIEW_NOT_FOUND] table {name}, read by {definition.identifier}, does not exist"
                 )
+
+
+def uncommitted_inputs(
+    definition: MaterializedTableDefinition, spec: Mapping[str, str], metastore_uri: str
+) -> Callable[[], list[str]] | None:
+    """A probe of the upstream materialized tables (defined beside ``definition``) that have not
+    committed ``spec`` yet; None when the query reads none. A table not in the catalog has
+    committed nothing; one partitioned by other columns cannot say, and is not waited for."""
+    folder = Path(definition.source_path).parent
+    defined = set()
+    for path in folder.glob(DEFINITION_GLOB):
+        try:
+            defined.add(read_identifier(path))  # the first tokens only
+        except DefinitionError:
+            continue
+    upstream = materialized_inputs(Node.of(definition), defined)
+    if not upstream:
+        return None
+
+    def missing() -> list[str]:
+        found = []
+        with MetastoreClient(metastore_uri) as client:
+            for table in upstream:
+                info = client.get_table(table.database, table.table)
+                columns = [key.name for key in (info.partitionKeys or [])] if info is not None else []
+                if info is None or (set(spec) <= set(columns) and not client.partitions_matching(
+                        table.database, table.table, columns, dict(spec))):
+                    found.append(table.name)
+        return found
+
+    return missing
 
 
 def table_query(definition: MaterializedTableDefinition, engine: Engine, query: str) -> str:

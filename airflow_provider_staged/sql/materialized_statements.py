@@ -156,7 +156,9 @@ class AlterMaterializedTableChange:
         key = (self.primary_key, self.primary_key_name) if self.primary_key else (
             old.primary_key, old.primary_key_name)
         changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query,
-                          primary_key=key[0], primary_key_name=key[1])
+                          primary_key=key[0], primary_key_name=key[1],
+                          # SET FRESHNESS = INTERVAL ... gives a DOWNSTREAM table a schedule of its own.
+                          follows_inputs=old.follows_inputs and self.freshness is None)
         try:
             threshold = options.get("refresh-mode.freshness-threshold")
             derived = derive_refresh_mode(changed.freshness, None, parse_duration(threshold) if threshold

@@ -103,7 +103,8 @@ def test_refresh_dag_shape(dags_dir: Path) -> None:
     assert "PARTITIONED BY (ds)" in orders.doc_md
     params = orders.params
     assert list(params.keys()) == [
-        "ds", "isPeriodic", "scheduleTime", "staticPartitions", "dynamicOptions", "executionConfig"
+        "ds", "isPeriodic", "scheduleTime", "staticPartitions", "dynamicOptions", "executionConfig",
+        "refreshDownstream",
     ]
     # Created active: the form's "Unpause on trigger" would also fire the latest slot's run.
     assert orders.is_paused_upon_creation is False

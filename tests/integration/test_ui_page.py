@@ -222,10 +222,13 @@ def test_refresh_of_a_partition_commits_it_and_the_page_shows_it(
     ui_tables: MaterializedTables, admin: httpx.Client, metastore
 ) -> None:
     assert rows(admin)[PARTITIONED.name]["table_exists"] is False  # cached: no table yet
-    response = post(admin, PARTITIONED, "refresh", {"partitions": {"ds": "2024-01-02"}})
+    # Ticked "downstream" (staged mt refresh --downstream): the run conf says so.
+    response = post(admin, PARTITIONED, "refresh", {"partitions": {"ds": "2024-01-02"}, "downstream": True})
     assert response.status_code == 200, response.text
     run_id = response.json()["run_id"]
     assert ui_tables.wait_for_refresh(PARTITIONED, run_id, 300) == "success"
+    run = admin.get(f"/api/v2/dags/mt__ui__orders_daily/dagRuns/{run_id}").raise_for_status().json()
+    assert run["conf"]["refreshDownstream"] is True
     with MetastoreClient(metastore.uri) as client:
         parts = client.partitions(PARTITIONED.database, PARTITIONED.table)
     assert [p.values for p in parts] == [["2024-01-02"]]

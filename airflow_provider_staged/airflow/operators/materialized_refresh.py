@@ -8,6 +8,7 @@ kill), on the catalog of its own staged connection.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowSkipException, conf
@@ -17,9 +18,19 @@ from airflow_provider_staged.airflow.callbacks import task_ref
 from airflow_provider_staged.airflow.hooks.staged_table import StagedTableHook
 from airflow_provider_staged.airflow.operators.staged_attempt import StagedAttemptOperator
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
-from airflow_provider_staged.materialized.params import parse_refresh_request
+from airflow_provider_staged.materialized.params import REFRESH_DOWNSTREAM, parse_refresh_request
 from airflow_provider_staged.materialized.partitions import PartitionNotEndedError
+from airflow_provider_staged.materialized.propagation import (
+    conf_for_key,
+    event_keys,
+    not_committed,
+    wait_for_inputs,
+)
 from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
+
+
+class UpstreamNotCommittedError(RuntimeError):
+    """A periodic refresh's inputs did not commit its partition within 'upstream.wait-timeout'."""
 
 
 class MaterializedTableRefreshOperator(StagedAttemptOperator):
@@ -61,12 +72,20 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
         from airflow_provider_staged.materialized.workflow.auto_suspend import record_success
 
-        run_time = context.get("logical_date") or context["dag_run"].run_after
+        dag_run = context["dag_run"]
+        run_time = context.get("logical_date") or dag_run.run_after
+        params = context["params"]
+        # Airflow 3.3: a run that an upstream table's commit started carries that partition.
+        upstream_key = getattr(dag_run, "partition_key", None)
+        if upstream_key is not None:
+            params = conf_for_key(params, upstream_key, self.definition.partition_by)
         try:
-            request = parse_refresh_request(context["params"], self.definition, run_time, self.zone)
+            request = parse_refresh_request(params, self.definition, run_time, self.zone)
         except PartitionNotEndedError as err:  # the repeated hour of autumn: the next run has it
             raise AirflowSkipException(str(err)) from None
         settings = StagedTableHook(self.staged_conn_id).get_settings()
+        if request.is_periodic and request.partition_spec and upstream_key is None:
+            self._wait_for_inputs(request.partition_spec, settings.metastore_uri)
         # The definition's 'engine' option, else [staged] refresh_engine; engine connect runs on
         # the spark_connect connection [staged] spark_connect_conn_id, else the gateway.
         engine = self.definition.options.get("engine")
@@ -89,10 +108,46 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         except Exception:  # committed: a failed reset must not fail (and so count) the refresh
             self.log.exception("auto-suspend: cannot reset the failure count of %s",
                                self.definition.identifier)
+        keys = event_keys(self.definition.partition_by, request.partition_spec,
+                          periodic=request.is_periodic, refresh_downstream=request.refresh_downstream,
+                          triggered_by_inputs=upstream_key is not None)
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra = dict(result)
+                accessor = context["outlet_events"][outlet]
+                accessor.extra = dict(result)
+                self._tell_downstream(accessor, keys)
         return result
+
+    def _wait_for_inputs(self, spec: Mapping[str, str], metastore_uri: str) -> None:
+        """A table with a schedule of its own refreshes a period once the materialized tables it
+        reads have committed it: wait (bounded), then fail or skip the period, before any
+        attempt begins or Spark starts."""
+        from airflow_provider_staged.materialized.refresh import uncommitted_inputs
+
+        missing = uncommitted_inputs(self.definition, spec, metastore_uri)
+        if missing is None:
+            return
+        timeout = self.definition.upstream_wait.total_seconds()
+        self.log.info("Checking that the materialized tables %s reads have committed %s (waiting up "
+                      "to %gs)", self.definition.identifier, dict(spec), timeout)
+        left = wait_for_inputs(missing, timeout)
+        if left:
+            why = not_committed(self.definition.identifier.name, spec, left, timeout,
+                                self.definition.skip_missing_upstream)
+            if self.definition.skip_missing_upstream:
+                raise AirflowSkipException(why)
+            raise UpstreamNotCommittedError(why)
+
+    def _tell_downstream(self, accessor: Any, keys: list[str]) -> None:
+        """Put the committed partition on the asset event, as the key the FRESHNESS = DOWNSTREAM
+        tables reading this one are scheduled on (:mod:`...materialized.propagation`)."""
+        add_partitions = getattr(accessor, "add_partitions", None)  # Airflow 3.3
+        if keys and add_partitions is not None:
+            add_partitions(keys)
+            self.log.info("Tables downstream follow: the asset event carries partition key %s", keys[0])
+        else:
+            self.log.info("Tables downstream do not follow this refresh (a one-time refresh without "
+                          "%s, or an Airflow without partitioned asset events)", REFRESH_DOWNSTREAM)
 
     def lineage_sql(self) -> str | None:
         return self.definition.query

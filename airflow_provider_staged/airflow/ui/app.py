@@ -199,9 +199,10 @@ class _Stages:
 
 
 class RefreshBody(BaseModel):
-    """Partition column -> value, as typed in the page."""
+    """Partition column -> value, as typed in the page; whether the tables downstream follow."""
 
     partitions: dict[str, str] = {}
+    downstream: bool = False
 
 
 def _json_only(request: Request) -> None:
@@ -275,7 +276,8 @@ def refresh(table: str, body: RefreshBody, request: Request, user: GetUserDep, _
             # The page refreshes partitions; the whole table is the Trigger form's or the CLI's.
             raise HTTPException(422, f"refresh of {identifier} not triggered: type a value for "
                                      f"{', '.join(definition.partition_by)}")
-        trigger = RefreshTrigger(is_periodic=False, static_partitions=partitions)
+        trigger = RefreshTrigger(is_periodic=False, static_partitions=partitions,
+                                 refresh_downstream=body.downstream)
         try:
             # The same check as `staged mt refresh`; the time only fills in scheduleTime.
             parse_refresh_request(trigger.as_conf(), definition, datetime.now(timezone.utc))

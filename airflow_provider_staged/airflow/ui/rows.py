@@ -125,7 +125,7 @@ def page_row(
         "table": entry.identifier.name,
         "dag_id": dag_id,
         "definition": entry.path.name,
-        "freshness": str(definition.freshness),
+        "freshness": definition.freshness_text,
         "freshness_seconds": freshness.total_seconds(),
         "refresh_mode": definition.refresh_mode.value,
         "schedule": dag.schedule if dag is not None else definition.schedule,

@@ -25,6 +25,11 @@ try:
 except ImportError:  # Airflow 3.0: the Task SDK has no timetables yet, core's is the one
     from airflow.timetables.trigger import CronTriggerTimetable
 
+try:  # Airflow 3.3's partition-aware asset scheduling: what FRESHNESS = DOWNSTREAM runs on
+    from airflow.sdk import AssetAll, IdentityMapper, PartitionedAssetTimetable
+except ImportError:  # older Airflow: such a definition is a broken DAG saying so
+    PartitionedAssetTimetable = None
+
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID, table_asset
 from airflow_provider_staged.airflow.callbacks import staged_settings
 from airflow_provider_staged.airflow.operators.materialized_continuous import (
@@ -34,6 +39,7 @@ from airflow_provider_staged.airflow.operators.materialized_refresh import Mater
 from airflow_provider_staged.materialized.catalog_status import suspension_of
 from airflow_provider_staged.materialized.continuous import NotStreamableError, query_shape
 from airflow_provider_staged.materialized.definition import (
+    CREATE,
     DefinitionError,
     MaterializedTableDefinition,
     check_query,
@@ -41,6 +47,7 @@ from airflow_provider_staged.materialized.definition import (
     read_identifier,
 )
 from airflow_provider_staged.materialized.freshness import RefreshMode
+from airflow_provider_staged.materialized.graph import GraphError, followed_inputs
 from airflow_provider_staged.materialized.naming import (
     BROKEN_DAG_ID_PREFIX,
     DAG_ID_PREFIX,
@@ -86,6 +93,9 @@ def build_dags(
         except DefinitionError as err:
             definitions[path] = err
     _reject_duplicates(definitions)
+    # A worker (parsing context) builds one DAG to run its task: it needs no schedule, and so
+    # does not read the other definitions a FRESHNESS = DOWNSTREAM table's schedule needs.
+    upstream = {} if wanted is not None else _followed_inputs(definitions)
     # Read only when there is a table to build: broken definitions need no connection.
     tables = any(isinstance(d, MaterializedTableDefinition) for d in definitions.values())
     metastore_uri = staged_settings(conn_id).metastore_uri if tables else ""
@@ -95,7 +105,7 @@ def build_dags(
             log.error("Broken materialized-table definition: %s", definition)
             dag = _broken_dag(path, definition)
         else:
-            dag = _refresh_dag(definition, zone, conn_id, metastore_uri)
+            dag = _refresh_dag(definition, zone, conn_id, metastore_uri, upstream.get(path))
         if wanted is None or dag.dag_id == wanted:
             dags[dag.dag_id] = dag
     globals_dict.update(dags)
@@ -161,6 +171,37 @@ def _reject_duplicates(
                 )
 
 
+def _followed_inputs(
+    definitions: dict[Path, MaterializedTableDefinition | DefinitionError],
+) -> dict[Path, tuple[TableIdentifier, ...]]:
+    """The upstream tables of each FRESHNESS = DOWNSTREAM definition (only those pay for reading
+    their query with sqlglot); one that follows nothing, or an Airflow without partition-aware
+    asset scheduling, makes its definition broken, saying why."""
+    tables = {d.identifier for d in definitions.values() if isinstance(d, MaterializedTableDefinition)}
+    found = {}
+    for path, definition in definitions.items():
+        if not isinstance(definition, MaterializedTableDefinition) or not definition.follows_inputs:
+            continue
+        try:
+            if PartitionedAssetTimetable is None:
+                raise GraphError(f"{definition.identifier}: FRESHNESS = DOWNSTREAM needs Airflow 3.3's "
+                                 "partition-aware asset scheduling (PartitionedAssetTimetable); this "
+                                 "Airflow has none: give it a FRESHNESS interval")
+            found[path] = followed_inputs(definition, tables)
+        except GraphError as err:
+            line = definition.lines.get("FRESHNESS", definition.lines[CREATE])
+            definitions[path] = DefinitionError(str(path), line, "FRESHNESS", str(err))
+    return found
+
+
+def _follow(upstream: tuple[TableIdentifier, ...], metastore_uri: str) -> PartitionedAssetTimetable:
+    """Run once each upstream table has committed a partition (same key from all: a diamond's
+    bottom waits for both sides), for that partition (identity mapping of the key)."""
+    assets = [table_asset(table, metastore_uri) for table in upstream]
+    return PartitionedAssetTimetable(assets=assets[0] if len(assets) == 1 else AssetAll(*assets),
+                                     default_partition_mapper=IdentityMapper())
+
+
 # Airflow 3.3's @continuous timetable without a start date gives the first run the empty interval
 # (now, now), and every next run the interval (last end, now): the same logical date as the first,
 # so the scheduler finds that run "already exists" and never makes another after it ends (a
@@ -176,8 +217,22 @@ def _cron(schedule: str, zone: str) -> CronTriggerTimetable:
     return CronTriggerTimetable(schedule, timezone=zone, run_immediately=datetime.timedelta(0))
 
 
+def _schedule(
+    definition: MaterializedTableDefinition, zone: str, metastore_uri: str,
+    upstream: tuple[TableIdentifier, ...] | None,
+) -> Any:
+    if definition.refresh_mode is RefreshMode.CONTINUOUS:
+        # One run at a time, a new one as soon as the last ends (a stopped or failed stream
+        # resumes from its checkpoint).
+        return "@continuous"
+    if definition.follows_inputs:
+        return _follow(upstream, metastore_uri) if upstream else None  # None: a worker's parse
+    return _cron(definition.schedule, zone)
+
+
 def _refresh_dag(
-    definition: MaterializedTableDefinition, zone: str, conn_id: str, metastore_uri: str
+    definition: MaterializedTableDefinition, zone: str, conn_id: str, metastore_uri: str,
+    upstream: tuple[TableIdentifier, ...] | None = None,
 ) -> DAG:
     default_args: dict[str, Any] = {}
     if definition.owner is not None:
@@ -190,9 +245,7 @@ def _refresh_dag(
         start = CONTINUOUS_START
     dag = DAG(
         dag_id_for(definition.identifier),
-        # CONTINUOUS: one run at a time, a new one as soon as the last ends (a stopped or
-        # failed stream resumes from its checkpoint).
-        schedule="@continuous" if continuous else _cron(definition.schedule, zone),
+        schedule=_schedule(definition, zone, metastore_uri, upstream),
         start_date=pendulum.datetime(start.year, start.month, start.day, tz=zone) if start else None,
         catchup=definition.catchup,
         # Active from the start, like a workflow that `staged mt create` made: a paused DAG
@@ -245,8 +298,8 @@ def _tags(tags: Iterable[str]) -> list[str]:
 def _doc(definition: MaterializedTableDefinition) -> str:
     return (
         f"# Materialized table `{definition.identifier}`\n\n"
-        f"Freshness {definition.freshness}, refresh mode {definition.refresh_mode.value}, "
-        f"schedule `{definition.schedule or '@continuous: a streaming query, a micro-batch per freshness'}`. "
+        f"Freshness {definition.freshness_text}, refresh mode {definition.refresh_mode.value}, "
+        f"schedule `{_schedule_text(definition)}`. "
         f"Defined in `{definition.source_path}`.\n\n"
         "**Trigger** refreshes what the form says: type a partition value to refresh that "
         "partition once, now; leave the form empty to refresh the partition of the current "
@@ -254,6 +307,12 @@ def _doc(definition: MaterializedTableDefinition) -> str:
         "to refresh once without resuming the schedule.\n\n"
         f"```sql\n{definition.text.strip()}\n```\n"
     )
+
+
+def _schedule_text(definition: MaterializedTableDefinition) -> str:
+    if definition.follows_inputs:
+        return "the commits of the materialized tables it reads, partition by partition"
+    return definition.schedule or "@continuous: a streaming query, a micro-batch per freshness"
 
 
 def _fail(message: str, **_context: Any) -> None:

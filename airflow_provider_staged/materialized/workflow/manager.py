@@ -36,7 +36,7 @@ from airflow_provider_staged.materialized.definition import (
 )
 from airflow_provider_staged.materialized.failure_streak import FailureStreak
 from airflow_provider_staged.materialized.freshness import RefreshMode
-from airflow_provider_staged.materialized.graph import GraphError, TableGraph
+from airflow_provider_staged.materialized.graph import GraphError, TableGraph, followed_inputs
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
 from airflow_provider_staged.materialized.query_change import (
@@ -158,9 +158,13 @@ class MaterializedTables:
 
     def check_graph(self, definition: MaterializedTableDefinition) -> None:
         """Refuse a definition with which its table would read itself through other materialized
-        tables (checked on the folder alone: before the catalog, Spark or Airflow)."""
+        tables, or a FRESHNESS = DOWNSTREAM one that reads none (checked on the folder alone:
+        before the catalog, Spark or Airflow)."""
         try:
-            self.graph().refuse_cycle(definition)
+            graph = self.graph()
+            graph.refuse_cycle(definition)
+            if definition.follows_inputs:
+                followed_inputs(definition, graph.nodes)
         except GraphError as err:
             raise WorkflowException(str(err)) from None
 
@@ -435,7 +439,7 @@ class MaterializedTables:
             dag_id=handler.dag_id,
             definition_path=path,
             definition=definition.text,
-            freshness=str(definition.freshness),
+            freshness=definition.freshness_text,
             schedule=dag.timetable_summary if dag is not None else None,
             paused=dag.is_paused if dag is not None else None,
             status=self.store.load(identifier, path),

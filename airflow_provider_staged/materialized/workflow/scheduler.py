@@ -18,6 +18,7 @@ from airflow_provider_staged.materialized.params import (
     DYNAMIC_OPTIONS,
     EXECUTION_CONFIG,
     IS_PERIODIC,
+    REFRESH_DOWNSTREAM,
     SCHEDULE_TIME,
     STATIC_PARTITIONS,
 )
@@ -143,15 +144,20 @@ class RefreshTrigger:
     dynamic_options: Mapping[str, str] = field(default_factory=dict)
     static_partitions: Mapping[str, str] = field(default_factory=dict)
     execution_config: Mapping[str, str] = field(default_factory=dict)
+    # Not FLIP-448's: the tables downstream follow this one-time refresh's commit.
+    refresh_downstream: bool = False
 
     def as_conf(self) -> dict[str, Any]:
-        return {
+        conf: dict[str, Any] = {
             IS_PERIODIC: self.is_periodic,
             SCHEDULE_TIME: self.schedule_time,
             DYNAMIC_OPTIONS: dict(self.dynamic_options),
             STATIC_PARTITIONS: dict(self.static_partitions),
             EXECUTION_CONFIG: dict(self.execution_config),
         }
+        if self.refresh_downstream:  # only when asked: the FLIP-448 body stays as it was
+            conf[REFRESH_DOWNSTREAM] = True
+        return conf
 
 
 class WorkflowScheduler(ABC, Generic[H]):
