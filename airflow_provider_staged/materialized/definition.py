@@ -589,9 +589,9 @@ class _Elements:
             name = token.text
             if c.at_keyword("EXPECT"):
                 if column is not None:
-                    self.parser.fail(EXPECT, f"constraint {name!r}: an EXPECT constraint is an element of the "
-                                     f"column list of its own (after a ','), not part of column {column!r}",
-                                     c.current)
+                    self.parser.fail(EXPECT, f"constraint {name!r}: an EXPECT constraint is an element of "
+                                     f"the column list of its own (after a ','), not part of column "
+                                     f"{column!r}", c.current)
                 self.expectation(token)
                 return
         if c.at_keyword("UNIQUE"):
@@ -646,7 +646,8 @@ class _Elements:
         if name.text.lower() in self.expect_tokens:
             self.parser.fail(EXPECT, f"duplicate constraint name {name.text!r}", name)
         self.expect_tokens[name.text.lower()] = first
-        self.constraints.append(ExpectConstraint(name.text, self.parser.text[first.pos:last.end], on_violation))
+        expression = self.parser.text[first.pos:last.end]
+        self.constraints.append(ExpectConstraint(name.text, expression, on_violation))
 
 
 class _Options:

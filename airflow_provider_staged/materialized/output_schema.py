@@ -221,7 +221,7 @@ def output_columns(
     table = _keyed(definition, table)
     _check_partitions(definition, table)
     # The text may not have told the columns (``SELECT *``): the EXPECT conditions meet them here.
-    problem = constraint_problem(definition, [column.name for column in table]) if definition.constraints else None
+    problem = constraint_problem(definition, [c.name for c in table]) if definition.constraints else None
     if problem is not None:
         raise _fail(definition, EXPECT, problem[2], problem[:2])
     return table
