@@ -262,3 +262,34 @@ def test_a_failed_audit_fails_the_refresh_for_good_and_counts_toward_auto_suspen
     auto_suspend.record_failure(definition, {"dag_run": run, "exception": failed.value}, None)
     assert suspended == ["shop.orders"]
     assert CatalogStatusStore(None).load(definition.identifier, path).failures.count == 2
+
+
+# -- the Materialized tables page ---------------------------------------------------------------
+
+
+def test_the_page_shows_the_last_audits_and_marks_a_quarantined_run() -> None:
+    from airflow_provider_staged.airflow.ui.history import RunHistoryFacts, audit_summary, history_rows
+    from airflow_provider_staged.airflow.ui.rows import refresh_from_event
+    from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
+
+    results = [
+        {"name": "positive", "kind": "row", "mode": "fail", "passed": False, "failing": 1},
+        {"name": "has_region", "kind": "row", "mode": "drop", "passed": True, "failing": 2},
+        {"name": "label", "kind": "row", "mode": "warn", "passed": False, "failing": 3},
+    ]
+    assert audit_summary(results) == "positive: 1 failing; has_region: dropped 2; label: 3 failing (warn)"
+    assert audit_summary(None) is None
+    # The last committed refresh (its asset event's extra is what run_refresh returned).
+    extra = {"rows": 2, "partitions": {"ds": "2024-01-02"}, "version": "v", "audits": results[1:2]}
+    assert refresh_from_event(extra, datetime(2024, 1, 3)).audits == "has_region: dropped 2"
+    assert refresh_from_event({"rows": 1}, datetime(2024, 1, 3)).audits is None
+    # A run whose version failed its audits: quarantined, with what failed.
+    dag = "mt__shop__orders"
+    record = AttemptRecord(
+        "a1", "hive_partitions", "shop.orders", "create_or_replace", "file:/wh/_v=a1",
+        state=AttemptState.WRITTEN, task=TaskRef(dag, "refresh", "manual__1", 1), manifest={"rows": 3},
+        audits={"declared": [], "results": results[:2], "verdict": "quarantined"}, created_at=1.0,
+    )
+    run = RunHistoryFacts("manual__1", "manual", "failed", {}, None, None)
+    [row] = history_rows(dag, [run], [record])
+    assert (row["outcome"], row["audits"]) == ("QUARANTINED", "positive: 1 failing; has_region: dropped 2")

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_staged.materialized.workflow.scheduler import STATIC_PARTITIONS
+from airflow_provider_staged.staging.attempts import is_quarantined
 from airflow_provider_staged.staging.journal import AttemptRecord
 from airflow_provider_staged.staging.partition_paths import spec_text
 
@@ -44,6 +45,23 @@ def first_line(message: str | None) -> str | None:
         if line.strip():
             return line.strip()
     return None
+
+
+def audit_summary(results: Iterable[Mapping[str, Any]] | None) -> str | None:
+    """An attempt's audit results in a few words each (``positive: 1 failing``, ``has_region:
+    dropped 2``); None without audits. From ``staging.audits.AuditResult`` dicts."""
+    parts = []
+    for result in results or ():
+        failing = result.get("failing") or 0
+        if result.get("mode") == "drop":
+            outcome = f"dropped {failing}"
+        elif result.get("passed"):
+            outcome = "passed"
+        else:
+            count = f"{failing} failing" if result.get("kind") == "row" else "failed"
+            outcome = count + (" (warn)" if result.get("mode") == "warn" else "")
+        parts.append(f"{result.get('name')}: {outcome}")
+    return "; ".join(parts) or None
 
 
 def _partition_text(run: RunHistoryFacts, attempt: AttemptRecord | None) -> str | None:
@@ -77,7 +95,10 @@ def history_rows(
             "state": run.state,
             "rows": manifest.get("rows"),
             "attempt": attempt.attempt_id if attempt is not None else None,
-            "outcome": attempt.state.value if attempt is not None else None,
+            # A version that failed its audits stays WRITTEN, unpublished: say so, not "written".
+            "outcome": None if attempt is None else "QUARANTINED" if is_quarantined(attempt)
+            else attempt.state.value,
             "error": first_line(attempt.error) if attempt is not None else None,
+            "audits": audit_summary((attempt.audits or {}).get("results")) if attempt is not None else None,
         })
     return rows
