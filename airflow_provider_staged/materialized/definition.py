@@ -612,41 +612,13 @@ class _Elements:
 
 
     def expectation(self, name: Token) -> None:
-        """``EXPECT (condition) [ON VIOLATION FAIL UPDATE | DROP ROW]`` after ``CONSTRAINT name``:
-        the condition is kept as written (checked once the whole statement parsed)."""
-        c = self.cursor
-        c.advance()  # EXPECT
-        c.expect_punct(EXPECT, "(")
-        first, last, depth = c.current, None, 0
-        while depth or not c.at_punct(")"):
-            if c.current.kind == "end":
-                self.parser.fail(EXPECT, f"constraint {name.text!r}: expected ')' closing its EXPECT "
-                                 f"condition, found {c.describe(c.current)}")
-            depth += 1 if c.at_punct("(") else -1 if c.at_punct(")") else 0
-            last = c.advance()
-        if last is None:
-            self.parser.fail(EXPECT, f"constraint {name.text!r}: expected a condition in EXPECT (...)")
-        c.advance()  # ')'
-        on_violation = None
-        if c.at_keyword("ON"):
-            c.advance()
-            c.expect_keyword(EXPECT, "VIOLATION")
-            if c.at_keyword("FAIL"):
-                c.advance()
-                c.expect_keyword(EXPECT, "UPDATE")
-                on_violation = "FAIL UPDATE"
-            elif c.at_keyword("DROP"):
-                c.advance()
-                c.expect_keyword(EXPECT, "ROW")
-                on_violation = "DROP ROW"
-            else:
-                self.parser.fail(EXPECT, f"constraint {name.text!r}: expected FAIL UPDATE or DROP ROW "
-                                 f"after ON VIOLATION, found {c.describe(c.current)}")
+        """``EXPECT (condition) [ON VIOLATION ...]`` after ``CONSTRAINT name``: the condition is
+        kept as written (checked once the whole statement parsed)."""
+        first, expression, on_violation = self.cursor.expectation(EXPECT, name)
         # Spark's names are case-insensitive: `Valid` and `valid` would be one audit in every report.
         if name.text.lower() in self.expect_tokens:
             self.parser.fail(EXPECT, f"duplicate constraint name {name.text!r}", name)
         self.expect_tokens[name.text.lower()] = first
-        expression = self.parser.text[first.pos:last.end]
         self.constraints.append(ExpectConstraint(name.text, expression, on_violation))
 
 
