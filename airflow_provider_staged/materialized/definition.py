@@ -867,19 +867,30 @@ def known_columns(definition: MaterializedTableDefinition) -> list[str] | None:
 def constraint_problem(
     definition: MaterializedTableDefinition, columns: Sequence[str] | None
 ) -> tuple[int, int, str] | None:
-    """The first EXPECT constraint that cannot run as a row audit (not one boolean row
-    expression, or naming a column outside ``columns`` when they are known): its line, column
-    and the message naming it; None when all can. The audit's own checks
-    (``staging.audits.check_expression``), placed in the definition."""
+    """The first EXPECT constraint of ``definition`` that cannot run as a row audit
+    (:func:`expectation_problem`), placed in the definition."""
+    return expectation_problem(definition.constraints, {
+        c.name: definition.position(EXPECT, c.name.lower()) for c in definition.constraints}, columns)
+
+
+def expectation_problem(
+    constraints: Sequence[ExpectConstraint],
+    places: Mapping[str, tuple[int, int]],
+    columns: Sequence[str] | None,
+) -> tuple[int, int, str] | None:
+    """The first constraint that cannot run as a row audit (not one boolean row expression, or
+    naming a column outside ``columns`` when they are known): its line and column (its condition
+    starts at ``places[name]``) and the message naming it; None when all can. The audit's own
+    checks (``staging.audits.check_expression``)."""
     from airflow_provider_staged.staging.audits import AuditError, AuditSuite, RowExpectation
 
-    for constraint in definition.constraints:
+    for constraint in constraints:
         try:
             suite = AuditSuite((RowExpectation(constraint.name, constraint.expression, constraint.mode),))
             if columns is not None:
                 suite.check_columns(columns)
         except AuditError as err:
-            line, column = definition.position(EXPECT, constraint.name.lower())
+            line, column = places[constraint.name]
             before = constraint.expression[:err.offset or 0]
             if "\n" in before:
                 line, column = line + before.count("\n"), len(before) - before.rfind("\n")

@@ -581,6 +581,23 @@ def change_results(
     return results
 
 
+def audit_summary(results: Iterable[Mapping[str, Any]] | None) -> str | None:
+    """An attempt's audit results in a few words each (``positive: 1 failing``, ``has_region:
+    dropped 2``); None without audits. From :class:`AuditResult` dicts."""
+    parts = []
+    for result in results or ():
+        failing = result.get("failing") or 0
+        if result.get("mode") == "drop":
+            outcome = f"dropped {failing}"
+        elif result.get("passed"):
+            outcome = "passed"
+        else:
+            count = f"{failing} failing" if result.get("kind") == "row" else "failed"
+            outcome = count + (" (warn)" if result.get("mode") == "warn" else "")
+        parts.append(f"{result.get('name')}: {outcome}")
+    return "; ".join(parts) or None
+
+
 def failure_message(target: str, attempt_id: str, results: Sequence[AuditResult]) -> str:
     """The task's error for audits that block: each named with its count and a few rows."""
     blocking = [r for r in results if r.blocks]

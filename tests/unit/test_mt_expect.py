@@ -268,8 +268,9 @@ def test_a_failed_audit_fails_the_refresh_for_good_and_counts_toward_auto_suspen
 
 
 def test_the_page_shows_the_last_audits_and_marks_a_quarantined_run() -> None:
-    from airflow_provider_staged.airflow.ui.history import RunHistoryFacts, audit_summary, history_rows
+    from airflow_provider_staged.airflow.ui.history import RunHistoryFacts, history_rows
     from airflow_provider_staged.airflow.ui.rows import refresh_from_event
+    from airflow_provider_staged.staging.audits import audit_summary
     from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 
     results = [
@@ -293,3 +294,47 @@ def test_the_page_shows_the_last_audits_and_marks_a_quarantined_run() -> None:
     run = RunHistoryFacts("manual__1", "manual", "failed", {}, None, None)
     [row] = history_rows(dag, [run], [record])
     assert (row["outcome"], row["audits"]) == ("QUARANTINED", "positive: 1 failing; has_region: dropped 2")
+
+
+# -- the SQL client's CTAS ------------------------------------------------------------------------
+
+
+def test_a_ctas_takes_the_same_expect_clauses_as_row_audits() -> None:
+    from airflow_provider_staged.sql.ctas import CtasError, plan_ctas
+    from airflow_provider_staged.sql.splitting import tokenize
+
+    sql = ("CREATE TABLE db.t (\n  CONSTRAINT positive EXPECT (amount >= 0) ON VIOLATION FAIL UPDATE,\n"
+           "  CONSTRAINT has_label EXPECT (label IS NOT NULL) ON VIOLATION DROP ROW\n)\n"
+           "USING parquet PARTITIONED BY (ds) COMMENT 'c' AS SELECT * FROM x")
+    plan = plan_ctas(sql, tokenize(sql), "cur")
+    assert (plan.target.name, plan.partition_by, plan.properties) == ("db.t", ("ds",), {"comment": "c"})
+    assert [(e.name, e.mode.value) for e in plan.audit_suite().expectations] == [("positive", "fail"),
+                                                                                ("has_label", "drop")]
+    assert plan.query == "SELECT * FROM x"
+    # A second statement inside EXPECT (the client's splitter already cuts at the ';': plan alone).
+    sql = "CREATE TABLE t (CONSTRAINT p EXPECT (amount > 0; DROP TABLE x)) AS SELECT 1 AS amount"
+    with pytest.raises(CtasError, match=r"^EXPECT: constraint 'p': one expression expected") as caught:
+        plan_ctas(sql, tokenize(sql), "cur")
+    assert (caught.value.line, caught.value.column) == (1, 48)
+
+
+@pytest.mark.parametrize(("columns", "position", "message"), [
+    ("(CONSTRAINT pos EXPECT (amount + 1))", (1, 40), "EXPECT: constraint 'pos': not a boolean expression"),
+    ("(CONSTRAINT p EXPECT (amount > 0), CONSTRAINT P EXPECT (amount > 1))", (1, 62),
+     "EXPECT: duplicate constraint name 'P'"),
+    ("(CONSTRAINT p EXPECT (amount > 0), b INT)", (1, 51), "EXPECT: the column list of an atomic CTAS holds "
+     "EXPECT constraints only"),
+    # The query's columns are known once Spark analysed it (SchemaSpark: shop_id, user_id).
+    ("(CONSTRAINT p EXPECT (shop_id > 0),\n CONSTRAINT q EXPECT (user_id > 0 AND amount > 0))", (2, 39),
+     "EXPECT: constraint 'q': unknown column 'amount' (the output has ['shop_id', 'user_id'])"),
+])
+def test_a_bad_expect_of_a_ctas_is_refused_before_anything_runs(
+    columns: str, position: tuple[int, int], message: str
+) -> None:
+    s, _, spark = creating_session()
+    with pytest.raises(StatementError) as caught:
+        run(s, f"CREATE TABLE t {columns} AS SELECT 1 AS shop_id, 2 AS user_id")
+    assert caught.value.message.startswith(message), caught.value.message
+    assert (caught.value.line, caught.value.column) == position
+    # Refused before the settings were read (creating_session fails the test if they are).
+    assert spark.queries in ([], ["SELECT 1 AS shop_id, 2 AS user_id"])

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_staged.materialized.workflow.scheduler import STATIC_PARTITIONS
 from airflow_provider_staged.staging.attempts import is_quarantined
+from airflow_provider_staged.staging.audits import audit_summary
 from airflow_provider_staged.staging.journal import AttemptRecord
 from airflow_provider_staged.staging.partition_paths import spec_text
 
@@ -45,23 +46,6 @@ def first_line(message: str | None) -> str | None:
         if line.strip():
             return line.strip()
     return None
-
-
-def audit_summary(results: Iterable[Mapping[str, Any]] | None) -> str | None:
-    """An attempt's audit results in a few words each (``positive: 1 failing``, ``has_region:
-    dropped 2``); None without audits. From ``staging.audits.AuditResult`` dicts."""
-    parts = []
-    for result in results or ():
-        failing = result.get("failing") or 0
-        if result.get("mode") == "drop":
-            outcome = f"dropped {failing}"
-        elif result.get("passed"):
-            outcome = "passed"
-        else:
-            count = f"{failing} failing" if result.get("kind") == "row" else "failed"
-            outcome = count + (" (warn)" if result.get("mode") == "warn" else "")
-        parts.append(f"{result.get('name')}: {outcome}")
-    return "; ".join(parts) or None
 
 
 def _partition_text(run: RunHistoryFacts, attempt: AttemptRecord | None) -> str | None:

@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_staged.airflow.ui.history import audit_summary
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.failure_streak import suspension_note
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
+from airflow_provider_staged.staging.audits import audit_summary
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 # A date-formatter rendered on this instant shows the user the shape a value must have.
