@@ -16,16 +16,16 @@ Clauses, in Flink's order, all optional but ``AS``::
       [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK] [REFRESH_MODE = FULL|CONTINUOUS]
       AS query
 
+Flink forms the project cannot honour (``DISTRIBUTED BY``, ``START_MODE``, watermarks,
+computed and metadata columns, ``UNIQUE`` and enforced keys, unknown options) are errors that
+say so, never silently ignored.
+
 ``EXPECT`` is Databricks' expectation: a boolean condition each row of every refresh must meet,
 checked on the staged version before its commit (``staging.audits``: FAIL UPDATE keeps the old
 data and fails the refresh, DROP ROW leaves the row out, without ON VIOLATION the row is kept
 and the violation reported). Its expression is checked when the definition is parsed (sqlglot,
 imported only for a definition that has one): one boolean expression per row, of the query's
 output columns where the text tells them, naming the constraint and the position.
-
-Flink forms the project cannot honour (``DISTRIBUTED BY``, ``START_MODE``, watermarks,
-computed and metadata columns, ``UNIQUE`` and enforced keys, unknown options) are errors that
-say so, never silently ignored.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ from airflow_provider_staged.staging.identifiers import TableIdentifier, is_whol
 from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
 
 CREATE = "CREATE MATERIALIZED TABLE"
+
+
 EXPECT = "EXPECT"  # the clause an EXPECT constraint's errors name
 
 
