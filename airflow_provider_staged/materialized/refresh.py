@@ -224,10 +224,12 @@ def commit_summary(
         if len(written) > _LISTED_PARTITIONS:
             shown += f", ... ({len(written)} partitions)"
         what = f"partitions {spec}: {shown}"
-    dropped = manifest.dropped_rows and f" ({_rows(manifest.dropped_rows)} dropped by DROP ROW constraints)"
+    dropped = ""
+    if manifest.dropped_rows:
+        dropped = f" ({_rows(manifest.dropped_rows)} dropped by DROP ROW constraints)"
     return (
         f"Refresh committed ({kind}, schedule time {request.schedule_time_text}): table "
-        f"{definition.identifier.name}, {what}; version {version}, {_rows(manifest.rows)}{dropped or ''}"
+        f"{definition.identifier.name}, {what}; version {version}, {_rows(manifest.rows)}{dropped}"
     )
 
 
