@@ -248,14 +248,15 @@ def test_a_failed_audit_fails_the_refresh_for_good_and_counts_toward_auto_suspen
     operator = materialized_refresh.MaterializedTableRefreshOperator(task_id="refresh", definition=definition)
     assert any(getattr(callback, "func", None) is materialized_refresh._count_failure
                for callback in operator.on_failure_callback)  # type: ignore[union-attr]
-    context = {"params": {"ds": "2024-01-03"}, "logical_date": datetime(2024, 1, 4)}
+    run = SimpleNamespace(run_id="scheduled__2024-01-04T00:00:00+00:00", run_type="scheduled",
+                          run_after=datetime(2024, 1, 4), partition_key=None)
+    context = {"params": {"ds": "2024-01-03"}, "logical_date": datetime(2024, 1, 4), "dag_run": run}
     with pytest.raises(AirflowFailException, match=r"audit.*positive") as failed:
         operator.execute(context)  # type: ignore[arg-type]
 
     suspended: list[str] = []
     monkeypatch.setattr(auto_suspend, "_suspend", lambda definition, *args: suspended.append(
         definition.identifier.name))
-    run = SimpleNamespace(run_id="scheduled__2024-01-04T00:00:00+00:00", run_type="scheduled")
     status = auto_suspend.record_failure(definition, {"dag_run": run, "exception": failed.value}, None)
     assert status is not None and status.failures.count == 1 and suspended == []
     assert "positive (3 failing row(s))" in (status.failures.last_failure or "")
