@@ -334,6 +334,7 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
         ("partitions", ", ".join(info.partitions) or "-"),
         ("inputs", ", ".join(info.inputs) or "-"),
         ("dependents", ", ".join(table.name for table in info.dependents) or "-"),
+        ("expectations", "; ".join(info.expectations) or "-"),
     ])
     if info.refresh_mode == "CONTINUOUS":
         facts.update(_streaming_facts(info.progress))

@@ -45,16 +45,27 @@ class Observed:
     tables: Observation | None
 
 
-def _holds(condition: str) -> Column:
-    """TRUE where the row satisfies ``condition``; a NULL result is a violation."""
-    from pyspark.sql import functions as F
+def _api(df: DataFrame) -> tuple[Any, type[Observation]]:
+    """The functions and Observation of ``df``'s kind: a Spark Connect DataFrame needs Connect's
+    (pyspark picks by the environment, which says nothing of a Connect session built directly:
+    the SQL client's gateway, the connect refresh engine, beside a classic session)."""
+    if type(df).__module__.startswith("pyspark.sql.connect."):
+        from pyspark.sql.connect import functions
+        from pyspark.sql.connect.observation import Observation as ConnectObservation
 
+        return functions, ConnectObservation  # type: ignore[return-value]
+    from pyspark.sql import Observation as ClassicObservation
+    from pyspark.sql import functions
+
+    return functions, ClassicObservation
+
+
+def _holds(F: Any, condition: str) -> Column:
+    """TRUE where the row satisfies ``condition``; a NULL result is a violation."""
     return F.coalesce(F.expr(condition), F.lit(False))
 
 
-def _table_columns(tables: Sequence[Expectation]) -> list[Column]:
-    from pyspark.sql import functions as F
-
+def _table_columns(F: Any, tables: Sequence[Expectation]) -> list[Column]:
     columns = []
     for index, e in enumerate(tables):
         columns.append(F.expr(e.condition).alias(f"c{index}"))
@@ -74,8 +85,7 @@ def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observe
     The audits' columns are checked against ``df`` first: an unknown one fails before any write,
     naming the audit and the position."""
     suite.check_columns(df.columns)
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
+    F, Observation = _api(df)
 
     def violations(holds: Column, name: str) -> Column:
         # COUNT_IF: 0 over no rows, and cheaper per row than a SUM of a CASE (~0.1 s per 1M rows).
@@ -85,7 +95,7 @@ def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observe
     rows = suite.of_kind("row")
     row_observation = Observation() if rows else None
     if row_observation is not None:
-        holds = [_holds(e.condition) for e in rows]
+        holds = [_holds(F, e.condition) for e in rows]
         metrics = [violations(held, f"r{index}") for index, held in enumerate(holds)]
         drops = [held for held, e in zip(holds, rows, strict=True) if e.mode is Mode.DROP]
         kept = reduce(lambda a, b: a & b, drops) if drops else None
@@ -97,7 +107,7 @@ def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observe
     observable = [e for e in suite.of_kind("table") if e.observable]
     table_observation = Observation() if observable else None
     if table_observation is not None:
-        df = df.observe(table_observation, *_table_columns(observable))
+        df = df.observe(table_observation, *_table_columns(F, observable))
     return df, Observed(row_observation, table_observation)
 
 
@@ -116,13 +126,14 @@ def audit_staged(
     scanned = [e for e in tables if not e.observable]
     failed = [e for e in rows if e.mode is not Mode.DROP and counts[e.name]]
     samples = {}
+    F, _ = _api(df)
     if scanned or failed:
         staged = df.sparkSession.read.schema(schema).parquet(location)
         for e in failed:
-            found = staged.where(~_holds(e.condition)).limit(SAMPLE_ROWS).collect()
+            found = staged.where(~_holds(F, e.condition)).limit(SAMPLE_ROWS).collect()
             samples[e.name] = [sample_row(row.asDict()) for row in found]
         if scanned:
-            values.update(_table_values(scanned, staged.agg(*_table_columns(scanned)).first().asDict()))
+            values.update(_table_values(scanned, staged.agg(*_table_columns(F, scanned)).first().asDict()))
     results = row_results(rows, counts, samples)
     results += table_results(tables, values)
     return [result.to_dict() for result in results], dropped

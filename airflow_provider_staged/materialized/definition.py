@@ -10,7 +10,8 @@ Clauses, in Flink's order, all optional but ``AS``::
 
     CREATE [OR ALTER] MATERIALIZED TABLE [spark_catalog.][db.]name
       [( column [type [NOT NULL] [PRIMARY KEY NOT ENFORCED] [COMMENT '...']], ...,
-         [CONSTRAINT c] PRIMARY KEY (a, ...) NOT ENFORCED )]
+         [CONSTRAINT c] PRIMARY KEY (a, ...) NOT ENFORCED,
+         CONSTRAINT e EXPECT (condition) [ON VIOLATION {FAIL UPDATE | DROP ROW}], ... )]
       [COMMENT '...'] [PARTITIONED BY (a, ...)] [WITH ('key' = 'value', ...)]
       [FRESHNESS = INTERVAL 'n' SECOND|MINUTE|HOUR|DAY|WEEK | DOWNSTREAM]
       [REFRESH_MODE = FULL|CONTINUOUS]
@@ -23,12 +24,19 @@ schedule of its own, a FULL refresh of each partition its upstream materialized 
 Flink forms the project cannot honour (``DISTRIBUTED BY``, ``START_MODE``, watermarks,
 computed and metadata columns, ``UNIQUE`` and enforced keys, unknown options) are errors that
 say so, never silently ignored.
+
+``EXPECT`` is Databricks' expectation: a boolean condition each row of every refresh must meet,
+checked on the staged version before its commit (``staging.audits``: FAIL UPDATE keeps the old
+data and fails the refresh, DROP ROW leaves the row out, without ON VIOLATION the row is kept
+and the violation reported). Its expression is checked when the definition is parsed (sqlglot,
+imported only for a definition that has one): one boolean expression per row, of the query's
+output columns where the text tells them, naming the constraint and the position.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -59,6 +67,9 @@ from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, TtlError,
 CREATE = "CREATE MATERIALIZED TABLE"
 # FRESHNESS = DOWNSTREAM: follow the inputs' commits (Snowflake's TARGET_LAG = DOWNSTREAM).
 DOWNSTREAM = "DOWNSTREAM"
+
+
+EXPECT = "EXPECT"  # the clause an EXPECT constraint's errors name
 
 
 class DefinitionError(ValueError):
@@ -136,6 +147,29 @@ class Column:
     comment: str | None = None
 
 
+# ON VIOLATION as written -> the audit's mode (``staging.audits.Mode``); none: keep and report.
+ON_VIOLATION = {"FAIL UPDATE": "fail", "DROP ROW": "drop", None: "warn"}
+
+
+@dataclass(frozen=True)
+class ExpectConstraint:
+    """``CONSTRAINT name EXPECT (expression) [ON VIOLATION FAIL UPDATE | DROP ROW]``."""
+
+    name: str
+    expression: str  # as written between the parentheses (Spark SQL over the table's columns)
+    on_violation: str | None = None  # "FAIL UPDATE", "DROP ROW", or None (warn)
+
+    @property
+    def mode(self) -> str:
+        """The audit's mode: ``fail``, ``drop`` or ``warn``."""
+        return ON_VIOLATION[self.on_violation]
+
+    def __str__(self) -> str:
+        name = "`" + self.name.replace("`", "``") + "`"
+        action = f" ON VIOLATION {self.on_violation}" if self.on_violation else ""
+        return f"CONSTRAINT {name} EXPECT ({self.expression}){action}"
+
+
 @dataclass(frozen=True)
 class MaterializedTableDefinition:
     """One parsed definition file. ``options`` keeps the WITH clause as written."""
@@ -172,8 +206,11 @@ class MaterializedTableDefinition:
     columns: tuple[Column, ...] = ()
     primary_key: tuple[str, ...] = ()
     primary_key_name: str | None = None
+    # EXPECT constraints, checked by every refresh before its commit (``staging.audits``).
+    constraints: tuple[ExpectConstraint, ...] = ()
     # (clause, name) -> (line, column) of the name as written: the column list's columns
-    # ("columns"), the key's ("PRIMARY KEY"), the partition columns, the WITH keys. For errors
+    # ("columns"), the key's ("PRIMARY KEY"), the partition columns, the WITH keys, where each
+    # constraint's expression starts ("EXPECT"). For errors
     # found once the query's schema is known (:mod:`.output_schema`).
     positions: Mapping[tuple[str, str], tuple[int, int]] = field(
         default_factory=dict, hash=False, compare=False, repr=False)
@@ -396,12 +433,33 @@ class _Parser:
             columns=tuple(elements.columns),
             primary_key=tuple(elements.key),
             primary_key_name=elements.key_name,
+            constraints=tuple(elements.constraints),
             positions=MappingProxyType({**self.positions({
                 "columns": elements.tokens, "PRIMARY KEY": elements.key,
-                "PARTITIONED BY": partitions, "WITH": option_tokens,
+                "PARTITIONED BY": partitions, "WITH": option_tokens, EXPECT: elements.expect_tokens,
             }), ("AS", "query"): (c.line_of(query_start), c.column_of(query_start))}),
         )
+        if definition.constraints:
+            self.check_constraints(definition)
         return definition, or_alter
+
+    def check_constraints(self, definition: MaterializedTableDefinition) -> None:
+        """The EXPECT conditions checked before anything runs, each error at its place."""
+        problem = constraint_problem(definition, known_columns(definition))
+        if problem is None and definition.refresh_mode is RefreshMode.CONTINUOUS:
+            first = definition.constraints[0]
+            why = "" if "REFRESH_MODE" in definition.lines else (
+                f" (CONTINUOUS because freshness {definition.freshness} is below the "
+                "'refresh-mode.freshness-threshold')")
+            problem = (*definition.position(EXPECT, first.name.lower()), (
+                f"constraint {first.name!r}: EXPECT constraints are checked by FULL refreshes, before "
+                f"their commit; a CONTINUOUS table's stream commits without them{why}; use "
+                "REFRESH_MODE = FULL"))
+        if problem is not None:
+            line, column, message = problem
+            if self.cursor.unit == "file":  # a file's errors name the line only: say the column
+                message += f" (line {line}, column {column})"
+            raise self.cursor.error(line, column, EXPECT, message)
 
     def positions(self, named: dict[str, dict[str, Token]]) -> dict[tuple[str, str], tuple[int, int]]:
         c = self.cursor
@@ -479,6 +537,8 @@ class _Elements:
         self.key: dict[str, Token] = {}
         self.key_name: str | None = None
         self.tokens: dict[str, Token] = {}  # column -> its name as written
+        self.constraints: list[ExpectConstraint] = []
+        self.expect_tokens: dict[str, Token] = {}  # constraint name, lower case -> its condition's start
 
     def parse(self) -> None:
         self.cursor.parenthesized(self.clause, self.element)
@@ -565,13 +625,22 @@ class _Elements:
         return self.parser.text[first.pos:last.end]
 
     def constraint(self, column: str | None) -> None:
-        """``[CONSTRAINT c] PRIMARY KEY [(a, ...)] NOT ENFORCED``; UNIQUE and ENFORCED rejected."""
+        """``[CONSTRAINT c] PRIMARY KEY [(a, ...)] NOT ENFORCED`` or ``CONSTRAINT c EXPECT (...)``;
+        UNIQUE and ENFORCED rejected."""
         c = self.cursor
         start = c.current
         name = None
         if c.at_keyword("CONSTRAINT"):
             c.advance()
-            name = c.name(self.clause, "a constraint name").text
+            token = c.name(self.clause, "a constraint name")
+            name = token.text
+            if c.at_keyword("EXPECT"):
+                if column is not None:
+                    self.parser.fail(EXPECT, f"constraint {name!r}: an EXPECT constraint is an element of "
+                                     f"the column list of its own (after a ','), not part of column "
+                                     f"{column!r}", c.current)
+                self.expectation(token)
+                return
         if c.at_keyword("UNIQUE"):
             self.unsupported("UNIQUE constraint is not supported yet (as in Flink): use PRIMARY KEY "
                              "(...) NOT ENFORCED", start)
@@ -587,6 +656,17 @@ class _Elements:
         if self.key:
             self.parser.fail(self.clause, "duplicate primary key definition", start)
         self.key, self.key_name = columns, name
+
+
+    def expectation(self, name: Token) -> None:
+        """``EXPECT (condition) [ON VIOLATION ...]`` after ``CONSTRAINT name``: the condition is
+        kept as written (checked once the whole statement parsed)."""
+        first, expression, on_violation = self.cursor.expectation(EXPECT, name)
+        # Spark's names are case-insensitive: `Valid` and `valid` would be one audit in every report.
+        if name.text.lower() in self.expect_tokens:
+            self.parser.fail(EXPECT, f"duplicate constraint name {name.text!r}", name)
+        self.expect_tokens[name.text.lower()] = first
+        self.constraints.append(ExpectConstraint(name.text, expression, on_violation))
 
 
 class _Options:
@@ -771,6 +851,7 @@ def render_definition(
         constraint = f"CONSTRAINT {name(definition.primary_key_name)} " if definition.primary_key_name else ""
         key = ", ".join(map(name, definition.primary_key))
         elements.append(f"{constraint}PRIMARY KEY ({key}) NOT ENFORCED")
+    elements += [str(expectation) for expectation in definition.constraints]
     if elements:
         lines.append("(\n" + ",\n".join(f"  {element}" for element in elements) + "\n)")
     if definition.comment is not None:
@@ -818,6 +899,70 @@ def read_identifier(path: str | Path) -> TableIdentifier:
     """Only the table name of a definition file: cheap, for finding one file among many."""
     path = Path(path)
     return _Parser(_read(path), str(path)).identifier()
+
+
+def known_columns(definition: MaterializedTableDefinition) -> list[str] | None:
+    """The table's columns as far as the text tells them without Spark: a column list of names
+    alone, else the names of the query's outermost SELECT (None when one is ``*`` or an
+    unnamed expression: Spark's analysis decides, :func:`constraint_problem` again)."""
+    if definition.columns and all(column.data_type is None for column in definition.columns):
+        return [column.name for column in definition.columns]
+    import sqlglot  # deferred: only a definition with constraints pays the import
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        tree = sqlglot.parse_one(definition.query, read="spark")
+    except (ParseError, TokenError):
+        return None  # check_query says why, at the query's line
+    while isinstance(tree, exp.SetOperation):  # UNION ...: the first query names the columns
+        tree = tree.left
+    if not isinstance(tree, exp.Select):
+        return None
+    names = []
+    for item in tree.expressions:
+        if not isinstance(item, (exp.Alias, exp.Column)) or isinstance(item.this, exp.Star):
+            return None
+        names.append(item.alias_or_name)
+    return names
+
+
+def constraint_problem(
+    definition: MaterializedTableDefinition, columns: Sequence[str] | None
+) -> tuple[int, int, str] | None:
+    """The first EXPECT constraint of ``definition`` that cannot run as a row audit
+    (:func:`expectation_problem`), placed in the definition."""
+    return expectation_problem(definition.constraints, {
+        c.name: definition.position(EXPECT, c.name.lower()) for c in definition.constraints}, columns)
+
+
+def expectation_problem(
+    constraints: Sequence[ExpectConstraint],
+    places: Mapping[str, tuple[int, int]],
+    columns: Sequence[str] | None,
+) -> tuple[int, int, str] | None:
+    """The first constraint that cannot run as a row audit (not one boolean row expression, or
+    naming a column outside ``columns`` when they are known): its line and column (its condition
+    starts at ``places[name]``) and the message naming it; None when all can. The audit's own
+    checks (``staging.audits.check_expression``)."""
+    from airflow_provider_staged.staging.audits import AuditError, AuditSuite, RowExpectation
+
+    for constraint in constraints:
+        try:
+            suite = AuditSuite((RowExpectation(constraint.name, constraint.expression, constraint.mode),))
+            if columns is not None:
+                suite.check_columns(columns)
+        except AuditError as err:
+            line, column = places[constraint.name]
+            before = constraint.expression[:err.offset or 0]
+            if "\n" in before:
+                line, column = line + before.count("\n"), len(before) - before.rfind("\n")
+            else:
+                column += len(before)
+            # The DDL has row expectations only: the audit's hint to make it a table one does not apply.
+            reason = err.reason.replace(" (make it a table expectation)", "")
+            return line, column, f"constraint {constraint.name!r}: {reason}"
+    return None
 
 
 def check_query(definition: MaterializedTableDefinition) -> None:

@@ -188,6 +188,35 @@ class Cursor:
         return columns
 
     # -- shared grammar ---------------------------------------------------------------------
+    def expectation(self, clause: str, name: Token) -> tuple[Token, str, str | None]:
+        """``EXPECT (condition) [ON VIOLATION FAIL UPDATE | DROP ROW]`` (Databricks'), after
+        ``CONSTRAINT name``: the condition's first token, its text as written (parentheses
+        balanced; checked by the caller) and the action (None: keep the row, report)."""
+        self.expect_keyword(clause, "EXPECT")
+        self.expect_punct(clause, "(")
+        first, last, depth = self.current, None, 0
+        while depth or not self.at_punct(")"):
+            if self.current.kind == "end":
+                self.fail(clause, f"constraint {name.text!r}: expected ')' closing its EXPECT condition, "
+                          f"found {self.describe(self.current)}")
+            depth += 1 if self.at_punct("(") else -1 if self.at_punct(")") else 0
+            last = self.advance()
+        if last is None:
+            self.fail(clause, f"constraint {name.text!r}: expected a condition in EXPECT (...)")
+        self.advance()  # ')'
+        action = None
+        if self.at_keyword("ON"):
+            self.advance()
+            self.expect_keyword(clause, "VIOLATION")
+            if self.at_keyword("FAIL", "DROP"):
+                verb = self.advance().text.upper()
+                action = f"{verb} {'UPDATE' if verb == 'FAIL' else 'ROW'}"
+                self.expect_keyword(clause, action.split()[1])
+            else:
+                self.fail(clause, f"constraint {name.text!r}: expected FAIL UPDATE or DROP ROW after ON "
+                          f"VIOLATION, found {self.describe(self.current)}")
+        return first, self.text[first.pos:last.end], action
+
     def qualified_name(self, clause: str, expected: str, shape: str) -> tuple[list[str], Token]:
         """``a[.b...]`` with at most ``shape``'s parts after an optional ``spark_catalog.``."""
         start = self.current

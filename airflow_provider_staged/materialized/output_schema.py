@@ -27,10 +27,12 @@ from typing import Any, NamedTuple
 
 from airflow_provider_staged.materialized.definition import (
     CREATE,
+    EXPECT,
     FORMATTER_KEY,
     Column,
     DefinitionError,
     MaterializedTableDefinition,
+    constraint_problem,
 )
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError, quote_name
 
@@ -218,6 +220,10 @@ def output_columns(
         table = _merged(definition, declared, columns, by_name)
     table = _keyed(definition, table)
     _check_partitions(definition, table)
+    # The text may not have told the columns (``SELECT *``): the EXPECT conditions meet them here.
+    problem = constraint_problem(definition, [c.name for c in table]) if definition.constraints else None
+    if problem is not None:
+        raise _fail(definition, EXPECT, problem[2], problem[:2])
     return table
 
 

@@ -3,7 +3,9 @@
 Partitioned tables refresh exactly the partitions of the request (the periodic partition of
 the schedule time, or the static partitions of a one-time refresh) through
 :class:`HivePartitionStagedTable`; unpartitioned tables are replaced whole through
-:class:`HiveStagedTable`. Both use the same journaled commit/abort as the staged operator.
+:class:`HiveStagedTable`. Both use the same journaled commit/abort as the staged operator, and
+the same audits: the definition's EXPECT constraints are row expectations of the staged write
+(:func:`definition_audits`), judged before the commit.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from airflow_provider_staged.materialized.params import (
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
+from airflow_provider_staged.staging.audits import AuditSuite, RowExpectation
 from airflow_provider_staged.staging.identifiers import quote_name
 from airflow_provider_staged.staging.journal import TaskRef
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
@@ -68,6 +71,11 @@ def partition_query(query: str, partition_spec: Mapping[str, str]) -> str:
     return f"SELECT * FROM (\n{query}\n) AS _materialized_source WHERE {condition}"
 
 
+def definition_audits(definition: MaterializedTableDefinition) -> AuditSuite:
+    """The EXPECT constraints as the row expectations every refresh checks (checked at parse)."""
+    return AuditSuite(tuple(RowExpectation(c.name, c.expression, c.mode) for c in definition.constraints))
+
+
 def staged_refresh(
     definition: MaterializedTableDefinition,
     request: RefreshRequest,
@@ -77,6 +85,18 @@ def staged_refresh(
 ) -> JournaledStagedTable:
     if definition.refresh_mode is RefreshMode.CONTINUOUS:  # a one-time overwrite beside the stream
         return one_time_staged(definition, request.partition_spec, settings, task, conn_id)
+    staged = _staged_build(definition, request, settings, task, conn_id)
+    staged.audits = definition_audits(definition)
+    return staged
+
+
+def _staged_build(
+    definition: MaterializedTableDefinition,
+    request: RefreshRequest,
+    settings: StagedSettings,
+    task: TaskRef | None,
+    conn_id: str | None,
+) -> JournaledStagedTable:
     if definition.partition_by:
         return HivePartitionStagedTable(
             definition.identifier,
@@ -210,6 +230,12 @@ def run_refresh(
         "rows": manifest.rows,
         "bytes": manifest.bytes,
     }
+    record = staged.journal.get(staged.attempt_id) if staged.audits else None
+    if record is not None and (record.audits or {}).get("results"):
+        # Outcomes only (the asset event, the page): sample rows stay in the journal.
+        shown = ("name", "kind", "mode", "passed", "failing")
+        result["audits"] = [{key: item[key] for key in shown} for item in record.audits["results"]]
+        result["dropped_rows"] = manifest.dropped_rows
     log.info("%s", commit_summary(definition, request, staged.attempt_id, manifest))
     return result
 
@@ -237,9 +263,12 @@ def commit_summary(
         if len(written) > _LISTED_PARTITIONS:
             shown += f", ... ({len(written)} partitions)"
         what = f"partitions {spec}: {shown}"
+    dropped = ""
+    if manifest.dropped_rows:
+        dropped = f" ({_rows(manifest.dropped_rows)} dropped by DROP ROW constraints)"
     return (
         f"Refresh committed ({kind}, schedule time {request.schedule_time_text}): table "
-        f"{definition.identifier.name}, {what}; version {version}, {_rows(manifest.rows)}"
+        f"{definition.identifier.name}, {what}; version {version}, {_rows(manifest.rows)}{dropped}"
     )
 
 

@@ -1,8 +1,10 @@
 """Recognise CTAS / RTAS statements that the client runs atomically through the staged tables.
 
 ``CREATE TABLE [IF NOT EXISTS] t``, ``REPLACE TABLE t`` and ``CREATE OR REPLACE TABLE t``
-followed by ``[USING parquet] [PARTITIONED BY (cols)] [COMMENT '...'] [OPTIONS (...)]
-[TBLPROPERTIES (...)] AS query`` (Spark's clauses, in any order) become a :class:`CtasPlan`;
+followed by ``[(CONSTRAINT c EXPECT (condition) [ON VIOLATION FAIL UPDATE | DROP ROW], ...)]``
+(the expectations of materialized tables: row audits of the build) and ``[USING parquet]
+[PARTITIONED BY (cols)] [COMMENT '...'] [OPTIONS (...)] [TBLPROPERTIES (...)] AS query``
+(Spark's clauses, in any order) become a :class:`CtasPlan`;
 the query keeps its original text (sqlglot only checks the structure, its regenerated SQL is
 never run). Other clauses are refused with the list of supported ones. ``TBLPROPERTIES`` and
 ``COMMENT`` become table parameters set by the commit's one metastore call (data, never SQL);
@@ -20,7 +22,10 @@ from sqlglot import expressions as exp
 from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
+from airflow_provider_staged.materialized.definition import EXPECT, ExpectConstraint, expectation_problem
+from airflow_provider_staged.materialized.grammar import Cursor
 from airflow_provider_staged.staging.api import StagingPurpose
+from airflow_provider_staged.staging.audits import AuditSuite, RowExpectation
 from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.staging.partition_ttl import TtlError, parse_ttl
 
@@ -65,6 +70,20 @@ class CtasPlan:
     options: dict[str, str] = field(default_factory=dict)
     # Table parameters from TBLPROPERTIES, and COMMENT as ``comment``; empty: none given.
     properties: dict[str, str] = field(default_factory=dict)
+    # EXPECT constraints, checked on the staged version before its commit, and where each
+    # condition starts in the statement (line, column) for errors found once Spark knows the columns.
+    expectations: tuple[ExpectConstraint, ...] = ()
+    places: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def audit_suite(self) -> AuditSuite:
+        """The expectations as the build's row audits."""
+        return AuditSuite(tuple(RowExpectation(e.name, e.expression, e.mode) for e in self.expectations))
+
+    def check_columns(self, columns: Sequence[str]) -> None:
+        """Refuse an expectation naming a column the query does not give, at its place."""
+        problem = expectation_problem(self.expectations, self.places, columns)
+        if problem is not None:
+            raise CtasError(f"EXPECT: {problem[2]}", problem[0], problem[1])
 
 
 def _words(tokens: Sequence[Token], count: int) -> list[str]:
@@ -97,6 +116,7 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
     as_token = _top_level_as(tokens)
     assert as_token is not None
     query = text[as_token.end + 1:].strip()
+    text, expectations, places = _expectations(text, tokens, as_token)
     replace_only = _words(tokens, 1) == ["REPLACE"]
     # sqlglot's Spark dialect has no bare REPLACE TABLE: check its structure as CREATE OR REPLACE.
     checked = f"CREATE OR {text[tokens[0].start:]}" if replace_only else text[tokens[0].start:]
@@ -151,7 +171,54 @@ def plan_ctas(text: str, tokens: Sequence[Token], current_database: str) -> Ctas
         purpose = StagingPurpose.CREATE_TABLE_AS_IF_NOT_EXISTS
     else:
         purpose = StagingPurpose.CREATE_TABLE_AS
-    return CtasPlan(target, purpose, query, partition_by, options, properties)
+    return CtasPlan(target, purpose, query, partition_by, options, properties, expectations, places)
+
+
+def _expectations(
+    text: str, tokens: Sequence[Token], as_token: Token
+) -> tuple[str, tuple[ExpectConstraint, ...], dict[str, tuple[int, int]]]:
+    """The column list after the table's name, which may hold EXPECT constraints only (Spark
+    takes the columns from the query), read by the materialized tables' grammar; the text
+    without it (blanked, positions kept) for sqlglot, the constraints checked as row audits
+    (the query's columns are checked once Spark analysed it), and where each condition starts."""
+    index = next((i for i, t in enumerate(tokens) if t.token_type == TokenType.TABLE), len(tokens)) + 1
+    if _words(tokens[index:], 3) == ["IF", "NOT", "EXISTS"]:
+        index += 3
+    while index + 2 < len(tokens) and tokens[index + 1].token_type == TokenType.DOT:
+        index += 2  # db.name, catalog.db.name
+    start = tokens[index + 1] if index + 1 < len(tokens) else as_token
+    if start.token_type != TokenType.L_PAREN or start.start > as_token.start \
+            or _words(tokens[index + 2:], 1) != ["CONSTRAINT"]:
+        return text, (), {}  # no list, or one of columns: refused as before (Spark takes the query's)
+
+    def error(line: int, column: int, clause: str, message: str) -> CtasError:
+        return CtasError(f"{clause}: {message}", line, column)
+
+    # The cursor reads from the list on: what comes before it is blanked (lines kept for positions).
+    cursor = Cursor(re.sub(r"[^\n]", " ", text[:start.start]) + text[start.start:], error)
+    found: list[ExpectConstraint] = []
+    places: dict[str, tuple[int, int]] = {}
+
+    def item() -> None:
+        if not cursor.at_keyword("CONSTRAINT"):
+            cursor.fail(EXPECT, "the column list of an atomic CTAS holds EXPECT constraints only "
+                        "(CONSTRAINT name EXPECT (condition)): the table's columns are the query's; "
+                        f"found {cursor.describe(cursor.current)}; {_FALLBACK}")
+        cursor.advance()
+        name = cursor.name(EXPECT, "a constraint name")
+        first, expression, action = cursor.expectation(EXPECT, name)
+        if name.text.lower() in {known.lower() for known in places}:
+            cursor.fail(EXPECT, f"duplicate constraint name {name.text!r}", name)
+        found.append(ExpectConstraint(name.text, expression, action))
+        places[name.text] = (cursor.line_of(first.pos), cursor.column_of(first.pos))
+
+    cursor.parenthesized(EXPECT, item)
+    end = cursor.current.pos  # the token after the list's ')'
+    problem = expectation_problem(found, places, None)
+    if problem is not None:
+        raise CtasError(f"EXPECT: {problem[2]}", problem[0], problem[1])
+    blanked = text[:start.start] + re.sub(r"[^\n]", " ", text[start.start:end]) + text[end:]
+    return blanked, tuple(found), places
 
 
 def _partition_columns(

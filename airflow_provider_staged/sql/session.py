@@ -231,9 +231,12 @@ class SqlSession:
         from airflow_provider_staged.sql.session_engine import SessionEngine
         from airflow_provider_staged.staging.kinds.hive_partitions import staged_hive_table
 
+        if plan.expectations:  # an unknown column at its EXPECT, before anything begins
+            plan.check_columns([name for name, _ in self._query_columns(plan.query)])
         settings = self.settings
         staged = staged_hive_table(plan.target, plan.purpose, settings, None, plan.partition_by,
                                    plan.properties or None)
+        staged.audits = plan.audit_suite()
         spec = {"partition_by": list(plan.partition_by), "options": plan.options}
         manifest = execute_staged(staged, SessionEngine(settings, self.spark), plan.query, spec,
                                   settings.attempt_ttl_seconds)
@@ -241,8 +244,16 @@ class SqlSession:
             return ResultSet.info(f"Table {plan.target} exists: nothing done (IF NOT EXISTS).")
         # The commit changed the metastore behind Spark's back: drop its cached relation.
         self.spark.catalog.refreshTable(plan.target.quoted)
-        return ResultSet(["table", "version", "rows", "files", "atomic"],
-                         [(plan.target.name, staged.attempt_id, manifest.rows, len(manifest.files), True)])
+        columns = ["table", "version", "rows", "files", "atomic"]
+        row: tuple[Any, ...] = (plan.target.name, staged.attempt_id, manifest.rows, len(manifest.files), True)
+        if plan.expectations:
+            from airflow_provider_staged.staging.audits import audit_summary
+
+            record = staged.journal.get(staged.attempt_id)
+            results = (record.audits or {}).get("results") if record is not None else None
+            columns += ["dropped rows", "audits"]
+            row += (manifest.dropped_rows, audit_summary(results))
+        return ResultSet(columns, [row])
 
     # -- statement sets -------------------------------------------------------------------
 
@@ -534,6 +545,7 @@ def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTab
         ("partitions", ", ".join(info.partitions) or "-"),
         ("inputs", ", ".join(info.inputs) or "-"),
         ("dependents", ", ".join(table.name for table in info.dependents) or "-"),
+        ("expectations", "; ".join(info.expectations) or "-"),
         ("query", info.definition),
     ]
     return ResultSet(["property", "value"], facts)

@@ -41,7 +41,16 @@ SAMPLE_VALUE_CHARS = 120
 
 
 class AuditError(ValueError):
-    """An audit that cannot run: a bad expression, an unknown column, a bad option."""
+    """An audit that cannot run: a bad expression, an unknown column, a bad option.
+
+    ``offset`` (0-based, in the expression's text) and ``reason`` are set when the error is at a
+    place of the expression, so that a caller that knows where the text is written (a
+    definition file's ``EXPECT``) can point there."""
+
+    def __init__(self, message: str, offset: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.reason = reason or message
 
 
 class AuditFailedError(StagingError):
@@ -168,7 +177,8 @@ def _position(text: str, offset: int) -> str:
 
 
 def _refuse(name: str, text: str, offset: int, why: str) -> AuditError:
-    return AuditError(f"audit {name!r}: {why} at {_position(text, offset)}: {' '.join(text.split())!r}")
+    return AuditError(f"audit {name!r}: {why} at {_position(text, offset)}: {' '.join(text.split())!r}",
+                      offset, why)
 
 
 def _offset(node: exp.Expression, default: int = 0) -> int:
@@ -191,7 +201,7 @@ def _statement_offset(text: str, node: exp.Expression) -> int:
 
 def _parse(name: str, text: str) -> exp.Expression:
     if not text or not text.strip():
-        raise AuditError(f"audit {name!r}: an empty expression")
+        raise AuditError(f"audit {name!r}: an empty expression", 0, "an empty expression")
     try:
         statements = sqlglot.parse(text, read="spark")
     except (ParseError, TokenError) as error:
@@ -200,7 +210,14 @@ def _parse(name: str, text: str) -> exp.Expression:
         where = f"line {line}, column {col}" if line else "its start"
         message = errors[0].get("description") or str(error).splitlines()[0]
         shown = " ".join(text.split())
-        raise AuditError(f"audit {name!r}: does not parse at {where} ({message}): {shown!r}") from None
+        offset = None
+        if line and col:  # sqlglot's column is the offending token's last character
+            start = 0
+            for _ in range(int(line) - 1):
+                start = text.index("\n", start) + 1
+            offset = max(start + int(col) - len(errors[0].get("highlight") or " "), 0)
+        raise AuditError(f"audit {name!r}: does not parse at {where} ({message}): {shown!r}", offset,
+                         f"does not parse ({message})") from None
     found = [statement for statement in statements if statement is not None]
     if len(found) != 1:
         raise _refuse(name, text, max(text.find(";"), 0), "one expression expected, not several statements")
@@ -562,6 +579,23 @@ def change_results(
         results.append(AuditResult(e.name, e.kind, e.mode.value, passed=not shrunk, failing=len(shrunk),
                                    detail="; ".join(notes)))
     return results
+
+
+def audit_summary(results: Iterable[Mapping[str, Any]] | None) -> str | None:
+    """An attempt's audit results in a few words each (``positive: 1 failing``, ``has_region:
+    dropped 2``); None without audits. From :class:`AuditResult` dicts."""
+    parts = []
+    for result in results or ():
+        failing = result.get("failing") or 0
+        if result.get("mode") == "drop":
+            outcome = f"dropped {failing}"
+        elif result.get("passed"):
+            outcome = "passed"
+        else:
+            count = f"{failing} failing" if result.get("kind") == "row" else "failed"
+            outcome = count + (" (warn)" if result.get("mode") == "warn" else "")
+        parts.append(f"{result.get('name')}: {outcome}")
+    return "; ".join(parts) or None
 
 
 def failure_message(target: str, attempt_id: str, results: Sequence[AuditResult]) -> str:

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from airflow_provider_staged.materialized.catalog_status import (
     CatalogStatusStore,
     workflow_options,
 )
+from airflow_provider_staged.materialized.definition import load_definition
 from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
@@ -311,3 +313,98 @@ def test_cli_commands(
     mt("drop", "e2e.orders_cli")
     assert rest.dag("mt__e2e__orders_cli").status_code == 404
     assert "no materialized table e2e.orders_cli" in mt("describe", "e2e.orders_cli", code=1)
+
+
+def expect_definition(table: str) -> str:
+    """Two EXPECT constraints; the schedule's slot 12 hours ago, so Airflow starts no run of its own."""
+    slot = datetime.now(timezone.utc) - timedelta(hours=12)
+    return f"""CREATE MATERIALIZED TABLE e2e.{table} (
+  CONSTRAINT positive EXPECT (amount >= 0) ON VIOLATION FAIL UPDATE,
+  CONSTRAINT has_region EXPECT (region IS NOT NULL) ON VIOLATION DROP ROW
+)
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd',
+      'schedule.cron' = '{slot.minute} {slot.hour} * * *')
+FRESHNESS = INTERVAL '1' DAY
+REFRESH_MODE = FULL
+AS SELECT ds, region, amount FROM e2e.expect_src;
+"""
+
+
+def test_expect_constraints_keep_a_failing_partition_and_drop_rows_of_a_passing_one(
+    scheduler: AirflowWorkflowScheduler, rest: Rest, spark, metastore, staged_home: Path
+) -> None:
+    """Refreshes triggered through the REST API as the Trigger form posts them, after ds=2024-01-01
+    was refreshed (in this process, through the task's own code: one Spark start less) and its
+    source gained a negative amount: its refresh fails FAIL UPDATE and the partition keeps its
+    rows; ds=2024-01-02's refresh passes, DROP ROW leaving out exactly its row without a region,
+    counted in the task log."""
+    from airflow_provider_staged.engine.runners import EmbeddedEngine
+    from airflow_provider_staged.materialized.params import parse_refresh_request
+    from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
+    from airflow_provider_staged.staging.settings import StagedSettings
+
+    source = "ds string, region string, amount double"
+    spark.sql("CREATE DATABASE IF NOT EXISTS e2e")
+    spark.createDataFrame([("2024-01-01", "eu", 10.0), ("2024-01-01", "us", 5.0)], source) \
+        .write.mode("overwrite").saveAsTable("e2e.expect_src")
+    identifier = TableIdentifier("e2e", "expect_orders")
+    handler = scheduler.create_refresh_workflow(
+        CreatePeriodicRefreshWorkflow(identifier, expect_definition(identifier.table)))
+    dag_id = handler.dag_id
+
+    class TestSpark(EmbeddedEngine):  # the task's engine on this test's session
+        def session(self) -> Any:
+            return spark
+
+    definition = load_definition(scheduler.definition_file(dag_id))
+    settings = StagedSettings.from_fields(metastore.host, metastore.port, {"warehouse": metastore.warehouse},
+                                          staged_home)
+    request = parse_refresh_request({"ds": "2024-01-01"}, definition, datetime.now(timezone.utc))
+    run_refresh(definition, request, settings, staged_refresh(definition, request, settings, None),
+                TestSpark(settings))
+
+    def refresh(ds: str) -> str:
+        response = rest.http.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {"ds": ds}})
+        assert response.status_code == 200, response.text
+        return response.json()["dag_run_id"]
+
+    def log(run_id: str) -> list[str]:
+        response = rest.http.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/refresh/logs/1",
+                                 params={"full_content": "true"}, headers={"Accept": "application/json"})
+        records = response.raise_for_status().json()["content"]
+        return [str(r.get("event")) for r in records if isinstance(r, dict)]
+
+    def table() -> dict[str, list[tuple[str, float]]]:
+        spark.catalog.refreshTable("e2e.expect_orders")
+        found: dict[str, list[tuple[str, float]]] = {}
+        for row in spark.table("e2e.expect_orders").collect():
+            found.setdefault(row.ds, []).append((row.region, row.amount))
+        return {ds: sorted(rows) for ds, rows in found.items()}
+
+    try:
+        before = {"2024-01-01": [("eu", 10.0), ("us", 5.0)]}
+        assert table() == before
+        spark.createDataFrame([
+            ("2024-01-01", "eu", 10.0), ("2024-01-01", "us", 5.0), ("2024-01-01", "eu", -3.0),
+            ("2024-01-02", "eu", 7.0), ("2024-01-02", None, 2.0), ("2024-01-02", "us", 1.0),
+        ], source).write.mode("overwrite").saveAsTable("e2e.expect_src")
+        failing, passing = refresh("2024-01-01"), refresh("2024-01-02")  # one at a time (max_active_runs)
+
+        assert rest.wait_for_run(dag_id, failing)["state"] == "failed"
+        lines = log(failing)
+        assert "audit positive [row, fail]: FAILED, 1 failing" in lines, lines
+        assert any("audit(s) failed on e2e.expect_orders: positive (1 failing row(s)" in line
+                   for line in lines), lines
+        assert not any(line.startswith("Refresh committed") for line in lines)
+        assert rest.wait_for_run(dag_id, passing)["state"] == "success", rest.task_states(dag_id, passing)
+        lines = log(passing)
+        assert "audit has_region [row, drop]: dropped 1 row(s)" in lines, lines
+        assert "audit positive [row, fail]: passed, 0 failing" in lines, lines
+        (committed,) = [line for line in lines if line.startswith("Refresh committed")]
+        assert committed.endswith("2 rows (1 row dropped by DROP ROW constraints)"), committed
+        # The failed partition keeps its rows; the passing one lacks exactly the dropped row.
+        assert table() == {**before, "2024-01-02": [("eu", 7.0), ("us", 1.0)]}
+        assert rest.task_states(dag_id, failing) == {"refresh": "failed"}  # no retry of the same data
+    finally:
+        scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))

@@ -119,6 +119,16 @@ def corpus(db: str) -> list[Case]:
         Case("REPLACE TABLE src AS SELECT id, raise_error('no replace') AS y FROM range(2)",
              error="no replace"),
         Case("SELECT count(*) FROM src", rows([(3,)])),
+        # EXPECT constraints (as in CREATE MATERIALIZED TABLE): row audits of the staged version
+        Case("CREATE TABLE audited (CONSTRAINT positive EXPECT (id >= 0) ON VIOLATION FAIL UPDATE, "
+             "CONSTRAINT small EXPECT (id < 8) ON VIOLATION DROP ROW) AS SELECT id FROM range(10)",
+             lambda r: r.rows[0][2] == 8 and r.rows[0][5:] == (2, "positive: passed; small: dropped 2")),
+        Case("REPLACE TABLE audited (CONSTRAINT positive EXPECT (id >= 0) ON VIOLATION FAIL UPDATE) AS "
+             "SELECT id - 1 AS id FROM range(3)",
+             error=f"audit(s) failed on {db}.audited: positive (1 failing"),
+        Case("SELECT count(*) FROM audited", rows([(8,)])),
+        Case("CREATE TABLE audited_bad (CONSTRAINT c EXPECT (nope > 0)) AS SELECT 1 AS id",
+             error="EXPECT: constraint 'c': unknown column 'nope'"),
         Case("CREATE TABLE orc_t STORED AS ORC AS SELECT 1 AS a", error="unsupported clause 'STORED AS ORC'"),
         Case("CREATE TABLE `bad-name` AS SELECT 1 AS a", error="invalid table name 'bad-name'"),
         # the plain path, as in Flink

@@ -49,7 +49,7 @@ def test_each_run_shows_its_newest_attempt_and_what_it_did() -> None:
     assert newest == {
         "run_id": "manual__2", "trigger": "manual", "partition": "ds=2024-01-03",
         "started": START.isoformat(), "duration_seconds": 42.0, "state": "failed", "rows": 7,
-        "attempt": "a-try2", "outcome": "COMMITTED", "error": None,
+        "attempt": "a-try2", "outcome": "COMMITTED", "error": None, "audits": None,
     }
     assert (running["trigger"], running["partition"], running["duration_seconds"], running["outcome"]) == (
         "schedule", "whole table", None, "BEGUN"

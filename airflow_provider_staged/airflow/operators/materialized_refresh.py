@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowSkipException, conf
+from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException, conf
 from airflow.sdk import Asset, Context
 
 from airflow_provider_staged.airflow.callbacks import task_ref
@@ -27,6 +27,7 @@ from airflow_provider_staged.materialized.propagation import (
     wait_for_inputs,
 )
 from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
+from airflow_provider_staged.staging.audits import AuditFailedError
 
 
 class UpstreamNotCommittedError(RuntimeError):
@@ -101,6 +102,10 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         try:
             result = run_refresh(self.definition, request, settings, self._staged, self._engine,
                                  self._killed)
+        except AuditFailedError as failed:
+            # The same data fails the same EXPECT again: a retry would only quarantine another copy.
+            # Failed for good, the failure callback counts it toward auto-suspend as any failure.
+            raise AirflowFailException(str(failed)) from failed
         finally:
             self._engine.close()
         try:

@@ -171,7 +171,7 @@ def table_history(
         records = [record for record in journal.records() if record.target == identifier.name]
     except Exception as err:  # the runs still show; say why their attempts do not
         journal_error = f"journal not read: {err}"
-    return {"table": identifier.name, "runs": history_rows(dag_id, runs, records),
+    return {"table": identifier.name, "dag_id": dag_id, "runs": history_rows(dag_id, runs, records),
             "journal_error": journal_error}
 
 

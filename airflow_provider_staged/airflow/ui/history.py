@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_staged.materialized.workflow.scheduler import STATIC_PARTITIONS
+from airflow_provider_staged.staging.attempts import is_quarantined
+from airflow_provider_staged.staging.audits import audit_summary
 from airflow_provider_staged.staging.journal import AttemptRecord
 from airflow_provider_staged.staging.partition_paths import spec_text
 
@@ -77,7 +79,10 @@ def history_rows(
             "state": run.state,
             "rows": manifest.get("rows"),
             "attempt": attempt.attempt_id if attempt is not None else None,
-            "outcome": attempt.state.value if attempt is not None else None,
+            # A version that failed its audits stays WRITTEN, unpublished: say so, not "written".
+            "outcome": None if attempt is None else "QUARANTINED" if is_quarantined(attempt)
+            else attempt.state.value,
             "error": first_line(attempt.error) if attempt is not None else None,
+            "audits": audit_summary((attempt.audits or {}).get("results")) if attempt is not None else None,
         })
     return rows

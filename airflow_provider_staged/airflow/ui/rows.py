@@ -17,6 +17,7 @@ from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.failure_streak import suspension_note
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
+from airflow_provider_staged.staging.audits import audit_summary
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 # A date-formatter rendered on this instant shows the user the shape a value must have.
@@ -51,6 +52,7 @@ class RefreshFacts:
     partitions: Mapping[str, str]
     rows: int | None
     version: str | None
+    audits: str | None = None  # the refresh's audits in a few words (``history.audit_summary``)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ def refresh_from_event(extra: Mapping[str, Any], timestamp: datetime) -> Refresh
         partitions=dict(extra.get("partitions") or {}),
         rows=rows if isinstance(rows, int) else None,
         version=extra.get("version"),
+        audits=audit_summary(extra.get("audits")),
     )
 
 
@@ -137,6 +140,7 @@ def page_row(
             "partitions": dict(last_refresh.partitions),
             "rows": last_refresh.rows,
             "version": last_refresh.version,
+            "audits": last_refresh.audits,
         },
         "last_run": None if last_run is None else {
             "run_id": last_run.run_id, "state": last_run.state, "run_after": _iso(last_run.run_after),

@@ -95,6 +95,8 @@ class TableDescription:
     # materialized tables that read this one.
     inputs: tuple[str, ...] = ()
     dependents: tuple[TableIdentifier, ...] = ()
+    # The EXPECT constraints as written (``CONSTRAINT c EXPECT (...) [ON VIOLATION ...]``).
+    expectations: tuple[str, ...] = ()
 
 
 class MaterializedTables:
@@ -451,6 +453,7 @@ class MaterializedTables:
             if continuous and self.metastore_uri is not None else None,
             inputs=graph.described_inputs(identifier),
             dependents=graph.downstream(identifier),
+            expectations=tuple(map(str, definition.constraints)),
         )
 
     def list(self) -> list[tuple[TableIdentifier, Path]]:
