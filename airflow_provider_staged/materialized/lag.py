@@ -36,10 +36,10 @@ def table_lag(
     column = time_column(definition)
     if column is not None:
         pattern = definition.partition_formatters[column]
-        starts = {_start(spec.get(column), pattern): spec[column] for spec in partitions}
-        starts.pop(None, None)
+        values = {spec[column] for spec in partitions if spec.get(column)}
+        starts = {start: value for value in values if (start := _start(value, pattern)) is not None}
         if starts:  # the newest period is due last: one schedule look-up, not one per partition
-            newest = starts[max(moment for moment in starts if moment is not None)]
+            newest = starts[max(starts)]
             due = partition_due(newest, pattern, definition.freshness, zone, definition.schedule)
             if due is not None:
                 return max(now - due, timedelta(0))
@@ -48,10 +48,10 @@ def table_lag(
     return max(now - last_commit, timedelta(0))
 
 
-def _start(value: str | None, pattern: str) -> datetime | None:
+def _start(value: str, pattern: str) -> datetime | None:
     """The wall-clock time ``value`` names, if the formatter writes it exactly so."""
     try:
-        start = datetime.strptime(value or "", pattern)
+        start = datetime.strptime(value, pattern)
     except ValueError:
         return None
     return start if start.strftime(pattern) == value else None

@@ -112,3 +112,8 @@ def test_nothing_committed_is_no_lag() -> None:
     now = datetime(2024, 1, 2, 12, tzinfo=UTC)
     assert table_lag(HOURLY, now) is None
     assert table_lag(table(None, "INTERVAL '1' HOUR", partitioned=False), now) is None
+
+
+def test_a_whole_table_refresh_of_a_partitioned_table_falls_back_to_its_commit_time() -> None:
+    now = datetime(2024, 1, 2, 12, tzinfo=UTC)
+    assert table_lag(HOURLY, now, [{}], last_commit=now - timedelta(minutes=5)) == timedelta(minutes=5)
