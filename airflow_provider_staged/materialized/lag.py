@@ -55,3 +55,16 @@ def _start(value: str, pattern: str) -> datetime | None:
     except ValueError:
         return None
     return start if start.strftime(pattern) == value else None
+
+
+def lag_text(lag: timedelta | None, freshness: timedelta) -> str:
+    """The lag for a person: ``'12 h 5 min (late: more than its freshness)'``, ``-`` if none."""
+    if lag is None:
+        return "-"
+    seconds = int(lag.total_seconds())
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{n} {unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "min"), (seconds, "s")) if n]
+    text = " ".join(parts[:2]) or "0 s"  # the two largest units say enough
+    return f"{text} (late: more than its freshness)" if lag > freshness else text

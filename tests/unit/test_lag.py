@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from airflow_provider_staged.materialized.definition import parse_definition
-from airflow_provider_staged.materialized.lag import table_lag
+from airflow_provider_staged.materialized.lag import lag_text, table_lag
 from airflow_provider_staged.materialized.partitions import partition_due, periodic_partition
+from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
+from airflow_provider_staged.staging.identifiers import TableIdentifier
+from tests.unit.test_mt_cascade import _Workflows
 
 UTC = timezone.utc
 LA = ZoneInfo("America/Los_Angeles")
@@ -117,3 +121,36 @@ def test_nothing_committed_is_no_lag() -> None:
 def test_a_whole_table_refresh_of_a_partitioned_table_falls_back_to_its_commit_time() -> None:
     now = datetime(2024, 1, 2, 12, tzinfo=UTC)
     assert table_lag(HOURLY, now, [{}], last_commit=now - timedelta(minutes=5)) == timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    ("lag", "text"),
+    [
+        (None, "-"),
+        (timedelta(0), "0 s"),
+        (timedelta(minutes=30, seconds=4), "30 min 4 s"),
+        (timedelta(hours=12, minutes=5, seconds=9), "12 h 5 min (late: more than its freshness)"),
+        (timedelta(days=2, hours=3), "2 d 3 h (late: more than its freshness)"),
+    ],
+)
+def test_lag_text(lag: timedelta | None, text: str) -> None:
+    assert lag_text(lag, timedelta(hours=1)) == text
+
+
+def test_describe_says_the_lag_of_the_newest_committed_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workflows = _Workflows(tmp_path)
+    identifier = TableIdentifier.parse("m.h")
+    workflows.definition_path_for(identifier).write_text(HOURLY.text.replace("db.t", "m.h"))
+    workflows.paused["mt__m__h"] = False
+    tables = MaterializedTables(workflows, None)  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    newest, older = ((now - timedelta(hours=hours)).strftime("%Y-%m-%d %H") for hours in (3, 9))
+    specs = [{"ds": older}, {"ds": newest}]  # committed just now: the commit time does not count
+    names = [f"ds={older}", f"ds={newest}"]
+    monkeypatch.setattr(tables, "_table_partitions", lambda _: (True, names, specs, now))
+    info = tables.describe(identifier)
+    ended = datetime.strptime(newest, "%Y-%m-%d %H").replace(tzinfo=UTC) + timedelta(hours=1)
+    assert info.lag is not None and abs(info.lag - (now - ended)) < timedelta(minutes=1)
+    assert info.lag_text.endswith("(late: more than its freshness)")
