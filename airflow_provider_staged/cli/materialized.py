@@ -322,6 +322,7 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
         ("table", f"{info.identifier} ({'exists' if info.table_exists else 'not refreshed yet'})"),
         ("definition", str(info.definition_path)),
         ("freshness", info.freshness),
+        ("lag", info.lag_text),
         ("schedule", info.schedule or "DAG not found in Airflow"),
         ("refresh status", f"{status.status_text()} (stored in {status.stored_in})"),
         ("failed scheduled refreshes", f"{status.failures.count} in a row"

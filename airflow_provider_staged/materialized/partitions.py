@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -175,6 +175,66 @@ def periodic_partition(
             "next run refreshes it"
         )
     return {column: start.strftime(pattern) for column, pattern in formatters.items()}
+
+
+# The finest field a date-formatter writes, finest first, and the wall-clock step to its next value.
+_FORMATTER_STEPS = (("%S", timedelta(seconds=1)), ("%M", timedelta(minutes=1)),
+                    ("%H", timedelta(hours=1)), ("%d", timedelta(days=1)), ("%m", None), ("%Y", None))
+
+
+def _next_value(start: datetime, pattern: str) -> datetime | None:
+    """The wall-clock start of the value after ``start``'s: its finest field plus one."""
+    for field, step in _FORMATTER_STEPS:
+        if field not in pattern:
+            continue
+        if step is not None:
+            return start + step
+        if field == "%m":
+            return start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+        return start.replace(year=start.year + 1)
+    return None
+
+
+@lru_cache(maxsize=4096)  # pure; the page asks again for every table on every poll (~0.4 ms each)
+def partition_due(
+    value: str,
+    pattern: str,
+    freshness: Freshness,
+    zone: str | tzinfo = "UTC",
+    schedule: str | None = None,
+) -> datetime | None:
+    """When partition ``value`` of a date-formatted column is complete: the schedule time of the
+    last periodic run that refreshes it (:func:`periodic_partition` in reverse), aware in ``zone``.
+
+    The partition covers the formatter's finest field from the wall-clock time it names ('yyyy-MM-dd
+    HH': an hour, 'yyyy-MM-dd': a calendar day, 23 or 25 hours across daylight saving; a repeated
+    hour is both of its occurrences); it is due at the first fire time of ``schedule`` at or after
+    that period's end (an hourly value of a daily table: the next midnight), or for a table without
+    a cron at that end or one ``freshness`` after its start, whichever is later. None: ``value`` is
+    not one the formatter writes (e.g. Hive's null partition).
+    """
+    try:
+        start = datetime.strptime(value, pattern)
+    except ValueError:
+        return None
+    if start.strftime(pattern) != value:
+        return None
+    zone_info = time_zone(zone)
+    try:
+        following = _next_value(start, pattern)
+        if following is None:  # a formatter of no date field names no period
+            return None
+        end = _aware(following, zone_info)
+    except (OverflowError, ValueError):  # past year 9999
+        return None
+    if schedule is None:
+        after_start = _aware(start, zone_info).astimezone(timezone.utc) + freshness.as_timedelta()
+        if freshness.unit in (TimeUnit.DAY, TimeUnit.WEEK):  # calendar days, as _freshness_before
+            after_start = _aware(start + freshness.as_timedelta(), zone_info)
+        return max(end, after_start.astimezone(zone_info))
+    fire = _cron_step(schedule, end, zone_info, forward=True)
+    before = _cron_step(schedule, fire, zone_info, forward=False)
+    return before if before >= end else fire
 
 
 def _freshness_before(local: datetime, freshness: Freshness, zone: tzinfo) -> datetime:

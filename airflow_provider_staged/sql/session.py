@@ -537,6 +537,7 @@ def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTab
         ("table", f"{info.identifier} ({'exists' if info.table_exists else 'not refreshed yet'})"),
         ("definition", str(info.definition_path)),
         ("freshness", info.freshness),
+        ("lag", info.lag_text),
         ("schedule", info.schedule or "DAG not found in Airflow"),
         ("refresh status", info.status.status_text()),
         ("paused", str(info.paused)),

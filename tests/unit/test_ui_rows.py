@@ -76,6 +76,17 @@ def test_lag_against_freshness_and_next_run_only_when_active() -> None:
     assert paused["next_run"] is None and paused["lag_seconds"] is None and paused["late"] is False
 
 
+def test_lag_of_a_partition_refresh_is_since_the_end_of_its_period() -> None:
+    # Daily partitions refreshed hourly: today's is the current period (lag 0, however old the
+    # commit); yesterday's ended at midnight, 12 hours ago, longer than the hour promised.
+    today = row(status(RefreshStatus.ACTIVATED),
+                refresh=RefreshFacts(NOW - timedelta(hours=2), {"ds": "2024-01-03", "hh": "9"}, 5, "v1"))
+    assert (today["lag_seconds"], today["late"]) == (0, False)
+    yesterday = row(status(RefreshStatus.ACTIVATED),
+                    refresh=RefreshFacts(NOW - timedelta(minutes=1), {"ds": "2024-01-02"}, 5, "v1"))
+    assert (yesterday["lag_seconds"], yesterday["late"]) == (12 * 3600, True)
+
+
 def test_partition_inputs_show_the_formatter_example_and_edit_needs_a_dag() -> None:
     result = row(status(RefreshStatus.ACTIVATED))
     assert result["partition_columns"] == [{"name": "ds", "example": "2024-01-02"},

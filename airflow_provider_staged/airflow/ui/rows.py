@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.failure_streak import suspension_note
+from airflow_provider_staged.materialized.lag import table_lag
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
 from airflow_provider_staged.staging.audits import audit_summary
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -122,7 +123,14 @@ def page_row(
     definition = entry.definition
     freshness = definition.freshness.as_timedelta()
     shown, reason = _status(status, dag)
-    lag = (now - last_refresh.at).total_seconds() if last_refresh is not None else None
+    # Flink's freshness: the newest committed period against the current one. The page's batched
+    # reads carry one partition, the last refresh's (its asset event; partition commits leave the
+    # table's parameters alone, and listing partitions is a metastore call per table), so after a
+    # backfill of an older partition the lag reads long until the next periodic commit. The DAGs'
+    # zone is build_dags' default, UTC, as the page's refresh validation assumes.
+    lag_delta = None if last_refresh is None else table_lag(
+        definition, now, [last_refresh.partitions], last_commit=last_refresh.at)
+    lag = lag_delta.total_seconds() if lag_delta is not None else None
     dag_id = dag.dag_id if dag is not None else None
     return {
         "table": entry.identifier.name,
@@ -147,7 +155,7 @@ def page_row(
         },
         "next_run": _iso(dag.next_run) if dag is not None and not dag.is_paused else None,
         "lag_seconds": lag,
-        # Within freshness: the data is no older than the table promises.
+        # Within freshness: the newest committed period ended no longer ago than the table promises.
         "late": lag is not None and lag > freshness.total_seconds(),
         "partition_columns": [
             {"name": column,

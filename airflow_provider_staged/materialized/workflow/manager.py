@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from airflow_provider_staged.materialized.definition import (
 from airflow_provider_staged.materialized.failure_streak import FailureStreak
 from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.graph import GraphError, TableGraph, followed_inputs
+from airflow_provider_staged.materialized.lag import lag_text, table_lag
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
 from airflow_provider_staged.materialized.query_change import (
@@ -97,6 +98,9 @@ class TableDescription:
     dependents: tuple[TableIdentifier, ...] = ()
     # The EXPECT constraints as written (``CONSTRAINT c EXPECT (...) [ON VIOLATION ...]``).
     expectations: tuple[str, ...] = ()
+    # Per Flink's freshness (``materialized.lag.table_lag``): None when nothing is committed.
+    lag: timedelta | None = None
+    lag_text: str = "-"  # the lag for a person, late when more than the freshness
 
 
 class MaterializedTables:
@@ -433,7 +437,12 @@ class MaterializedTables:
              "end_date": run.end_date, "conf": run.conf}
             for run in (self.scheduler.last_runs(handler, runs) if dag is not None and runs else [])
         ]
-        exists, partitions = self._table_partitions(identifier)
+        exists, partitions, specs, committed_at = self._table_partitions(identifier)
+        # A partition commit leaves the table's committed_at alone: a successful run's end counts too.
+        ended = [_aware(run["end_date"]) for run in last_runs
+                 if run["state"] == "success" and run["end_date"] is not None]
+        last_commit = max([*ended, *([committed_at] if committed_at else [])], default=None)
+        lag = table_lag(definition, datetime.now(timezone.utc), specs, last_commit) if exists else None
         continuous = definition.refresh_mode is RefreshMode.CONTINUOUS
         graph = self.graph()
         return TableDescription(
@@ -454,6 +463,8 @@ class MaterializedTables:
             inputs=graph.described_inputs(identifier),
             dependents=graph.downstream(identifier),
             expectations=tuple(map(str, definition.constraints)),
+            lag=lag,
+            lag_text=lag_text(lag, definition.freshness.as_timedelta()),
         )
 
     def list(self) -> list[tuple[TableIdentifier, Path]]:
@@ -531,15 +542,26 @@ class MaterializedTables:
     def _serialize(self, handler: AirflowRefreshHandler) -> str:
         return self.scheduler.get_refresh_handler_serializer().serialize(handler).decode("utf-8")
 
-    def _table_partitions(self, identifier: TableIdentifier) -> tuple[bool, list[str]]:
+    def _table_partitions(
+        self, identifier: TableIdentifier
+    ) -> tuple[bool, list[str], list[dict[str, str]], datetime | None]:
+        """Whether the table exists, its partitions (``k=v/k=v`` and as column -> value) and
+        when its last whole-table commit was (``staged.committed_at``)."""
         if self.metastore_uri is None:
-            return False, []
+            return False, [], [], None
         with MetastoreClient(self.metastore_uri) as client:
             table = client.get_table(identifier.database, identifier.table)
             if table is None:
-                return False, []
+                return False, [], [], None
             parts = client.partitions(identifier.database, identifier.table)
         keys = [column.name for column in table.partitionKeys or []]
-        return True, sorted(
-            "/".join(f"{k}={v}" for k, v in zip(keys, part.values, strict=False)) for part in parts
-        )
+        specs = [dict(zip(keys, part.values, strict=False)) for part in parts]
+        committed = (table.parameters or {}).get("staged.committed_at", "")
+        committed_at = datetime.fromtimestamp(int(committed), timezone.utc) if committed.isdigit() else None
+        names = sorted("/".join(f"{k}={v}" for k, v in spec.items()) for spec in specs)
+        return True, names, specs, committed_at
+
+
+def _aware(moment: datetime) -> datetime:
+    """A run's time from the REST API (aware), or as UTC when a client gives it naive."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
