@@ -51,7 +51,7 @@ def spark_session() -> Any:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
-        **jars_conf(),
+        **jars_conf(on_this_host=True),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)

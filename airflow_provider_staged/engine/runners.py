@@ -11,7 +11,6 @@ import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from airflow_provider_staged.engine import spark_job
 from airflow_provider_staged.engine.base import Engine, job_env
@@ -19,6 +18,7 @@ from airflow_provider_staged.engine.session import (
     build_session,
     hive_conf,
     jars_conf,
+    master_on_this_host,
     s3_conf,
     spark_submit_env,
 )
@@ -30,7 +30,6 @@ from airflow_provider_staged.storage.files import warehouse_s3_env
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class EmbeddedEngine(Engine):
@@ -102,7 +101,6 @@ class SparkSubmitEngine(Engine):
         files.write_text(spec_location, json.dumps({**spec, "sql": sql, "manifest_path": manifest_location}))
         try:
             conf = {
-                **jars_conf(),
                 **s3_conf(),
                 **hive_conf(self.settings.metastore_uri, self.settings.warehouse),
                 **self.spark_conf,
@@ -115,7 +113,7 @@ class SparkSubmitEngine(Engine):
                 **self.submit_kwargs,
             )
             target = SubmitTarget.of(self._hook)
-            self._hook._conf = {**target.python_conf(), **conf}
+            self._hook._conf = {**target.python_conf(), **jars_conf(target.on_this_host), **conf}
             # The warehouse bucket's S3 keys go in the environment of a spark-submit process here;
             # on YARN and Kubernetes the hook would put the environment on the command line, and
             # the cluster's own S3 credentials apply.
@@ -156,8 +154,7 @@ class SubmitTarget:
         """Driver and executors on this host: this interpreter and loopback are theirs too."""
         if self.deploy_mode == "cluster":
             return False
-        host = urlparse(self.master).hostname if "://" in self.master else None
-        return self.master.startswith("local") or host in LOOPBACK_HOSTS
+        return master_on_this_host(self.master)
 
     def python_conf(self) -> dict[str, str]:
         conf = {

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from airflow_provider_staged.staging.errors import ServiceError
 
@@ -49,13 +50,32 @@ def s3_jars() -> list[Path]:
     return jars if any(jar.name == f"hadoop-aws-{version}.jar" for jar in jars) else []
 
 
-def jars_conf() -> dict[str, str]:
-    """``spark.jars``: the PostgreSQL JDBC driver (JDBC staged tables) and S3A with its AWS SDK
-    (``s3a://`` warehouses), each when installed."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def master_on_this_host(master: str) -> bool:
+    """A ``local`` master, or a cluster manager on loopback: its executors run on this host."""
+    host = urlparse(master).hostname if "://" in master else None
+    return master.startswith("local") or host in LOOPBACK_HOSTS
+
+
+def jars_conf(on_this_host: bool) -> dict[str, str]:
+    """The PostgreSQL JDBC driver (JDBC staged tables) and S3A with its AWS SDK (``s3a://``
+    warehouses), each when installed.
+
+    JVMs on this host put them on their class path: ``spark.jars`` would copy them (700 MB with
+    the AWS SDK) into each application's temporary directory, and a killed driver leaves that
+    behind. Executors elsewhere get them shipped by ``spark.jars``.
+    """
     jdbc = Path(os.environ.get("STAGED_JDBC_JAR", DEFAULT_JDBC_JAR))
     jars = [jdbc] if jdbc.is_file() else []
     jars += s3_jars()
-    return {"spark.jars": ",".join(map(str, jars))} if jars else {}
+    if not jars:
+        return {}
+    if on_this_host:
+        class_path = os.pathsep.join(map(str, jars))
+        return {"spark.driver.extraClassPath": class_path, "spark.executor.extraClassPath": class_path}
+    return {"spark.jars": ",".join(map(str, jars))}
 
 
 def s3_conf() -> dict[str, str]:
@@ -72,8 +92,6 @@ def apply_s3_secrets(session: SparkSession, location: str) -> None:
     """Give the running session's S3A the options (with their keys) of ``location``'s bucket,
     e.g. from an Airflow ``aws`` connection: set in its Hadoop configuration, never in a conf
     that Spark prints. A no-op for other locations and over Spark Connect."""
-    from urllib.parse import urlparse
-
     from airflow_provider_staged.storage.files import s3_options
     from airflow_provider_staged.storage.s3 import S3_SCHEMES
 
@@ -152,7 +170,7 @@ def build_session(
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "4",
-        **jars_conf(),
+        **jars_conf(master_on_this_host(master)),
         **s3_conf(),
         **hive_conf(metastore_uri, warehouse),
         **(conf or {}),

@@ -30,7 +30,12 @@ from airflow_provider_staged.discovery.embedded import (
     staged_home,
     token_file,
 )
-from airflow_provider_staged.engine.session import hive_conf, jars_conf, spark_submit_env
+from airflow_provider_staged.engine.session import (
+    hive_conf,
+    jars_conf,
+    master_on_this_host,
+    spark_submit_env,
+)
 from airflow_provider_staged.local.metastore import spark_home
 from airflow_provider_staged.local.processes import (
     free_port,
@@ -61,7 +66,7 @@ def _new_token(home: Path) -> str:
     return token
 
 
-def server_conf(port: int, metastore_uri: str, warehouse: str) -> dict[str, str]:
+def server_conf(port: int, metastore_uri: str, warehouse: str, master: str) -> dict[str, str]:
     """The server's Spark conf: loopback only, the metastore, and this interpreter for Python."""
     return {
         "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -73,7 +78,7 @@ def server_conf(port: int, metastore_uri: str, warehouse: str) -> dict[str, str]
         "spark.sql.shuffle.partitions": "4",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-        **jars_conf(),
+        **jars_conf(master_on_this_host(master)),
         **hive_conf(metastore_uri, warehouse),
     }
 
@@ -81,7 +86,7 @@ def server_conf(port: int, metastore_uri: str, warehouse: str) -> dict[str, str]
 def gateway_command(port: int, metastore_uri: str, warehouse: str, master: str,
                     spark_conf: dict[str, str] | None = None) -> list[str]:
     """``spark-submit`` of the Connect server class (the 4.2 wheel has no start script)."""
-    conf = {**server_conf(port, metastore_uri, warehouse), **(spark_conf or {})}
+    conf = {**server_conf(port, metastore_uri, warehouse, master), **(spark_conf or {})}
     return [
         str(spark_home() / "bin" / "spark-submit"),
         "--class", SERVER_CLASS,

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from airflow_provider_staged.engine.runners import SubmitTarget
+from airflow_provider_staged.engine.session import jars_conf
 
 
 @pytest.mark.parametrize(
@@ -37,3 +38,16 @@ def test_only_a_local_or_loopback_client_driver_is_on_this_host():
     assert SubmitTarget("spark://localhost:7077", "client", {}).on_this_host
     assert not SubmitTarget("spark://127.0.0.1:7077", "cluster", {}).on_this_host
     assert not SubmitTarget("spark://10.0.0.5:7077", "client", {}).on_this_host
+
+
+def test_jars_go_on_the_class_path_on_this_host_and_are_shipped_elsewhere(tmp_path, monkeypatch):
+    jdbc = tmp_path / "postgresql.jar"
+    jdbc.write_bytes(b"")
+    monkeypatch.setenv("STAGED_JDBC_JAR", str(jdbc))
+    monkeypatch.setenv("STAGED_JVM_DIR", str(tmp_path / "no-jvm"))
+    # Copied per application (and left behind by a killed driver) when given as spark.jars.
+    assert jars_conf(on_this_host=True) == {
+        "spark.driver.extraClassPath": str(jdbc), "spark.executor.extraClassPath": str(jdbc)}
+    assert jars_conf(on_this_host=False) == {"spark.jars": str(jdbc)}
+    monkeypatch.setenv("STAGED_JDBC_JAR", str(tmp_path / "missing.jar"))
+    assert jars_conf(on_this_host=True) == {}
