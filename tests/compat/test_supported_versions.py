@@ -1,8 +1,8 @@
 """The core at both ends of the supported versions (README, "Supported versions").
 
-The whole suite runs this module at the newest versions (the main environment);
-``scripts/compat.sh`` runs it alone in an environment of the lowest ones
-(``scripts/lowest-versions.txt``). It therefore uses only what every supported Airflow and
+``scripts/compat.sh`` runs it in an environment of the lowest versions
+(``scripts/lowest-versions.txt``); at the newest ones, ``tests/integration`` covers each of its
+steps (``scripts/test.sh`` leaves it out of the main run, for the suite's time budget). It therefore uses only what every supported Airflow and
 pyspark has: Airflow's CLI, a DagBag, the staged CLI, the fixtures' metastore and Spark.
 """
 
