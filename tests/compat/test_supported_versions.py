@@ -2,8 +2,9 @@
 
 ``scripts/compat.sh`` runs it in an environment of the lowest versions
 (``scripts/lowest-versions.txt``); at the newest ones, ``tests/integration`` covers each of its
-steps (``scripts/test.sh`` leaves it out of the main run, for the suite's time budget). It therefore uses only what every supported Airflow and
-pyspark has: Airflow's CLI, a DagBag, the staged CLI, the fixtures' metastore and Spark.
+steps (``scripts/test.sh`` leaves it out of the main run, for the suite's time budget). It
+therefore uses only what every supported Airflow and pyspark has: Airflow's CLI, a DagBag, the
+staged CLI, the fixtures' metastore and Spark.
 """
 
 from __future__ import annotations
