@@ -10,7 +10,7 @@ hands it to Spark) and otherwise one of:
 ``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
 ``ALTER MATERIALIZED TABLE t SET ('k' = 'v', ...)``            :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t RESET ('k', ...)``                :class:`AlterMaterializedTableChange`
-``ALTER MATERIALIZED TABLE t SET FRESHNESS = INTERVAL ...``    :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t SET FRESHNESS = INTERVAL ...|DOWNSTREAM``  :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t SET REFRESH_MODE = FULL|...``     :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t AS query``                        :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t ADD (column | PRIMARY KEY ...)``  :class:`AlterMaterializedTableChange`
@@ -124,6 +124,7 @@ class AlterMaterializedTableChange:
     options: Mapping[str, str] = field(default_factory=dict, hash=False)  # SET (...)
     reset: tuple[str, ...] = ()  # RESET (...)
     freshness: Freshness | None = None
+    follows_inputs: bool = False  # SET FRESHNESS = DOWNSTREAM
     refresh_mode: RefreshMode | None = None
     query: str | None = None  # AS query, as written
     columns: tuple[str, ...] = ()  # ADD: physical columns (the session refuses each, as Flink)
@@ -141,11 +142,13 @@ class AlterMaterializedTableChange:
         of mode is refused with Flink's message (its CREATE OR ALTER rule): the data and the
         workflow were made for the old one.
         """
-        if self.refresh_mode is not None and self.refresh_mode is not old.refresh_mode:
+        # FRESHNESS = DOWNSTREAM refreshes in FULL mode: from CONTINUOUS, a change of mode too.
+        mode = RefreshMode.FULL if self.follows_inputs else self.refresh_mode
+        if mode is not None and mode is not old.refresh_mode:
+            wanted = "FRESHNESS = DOWNSTREAM" if self.follows_inputs else f"REFRESH_MODE = {mode.value}"
             raise MaterializedStatementError(*self.at, (
                 f"{self.clause}: Changing of REFRESH MODE is unsupported: {self.table} refreshes in "
-                f"{old.refresh_mode.value} mode; DROP MATERIALIZED TABLE it, then CREATE it with "
-                f"REFRESH_MODE = {self.refresh_mode.value}"))
+                f"{old.refresh_mode.value} mode; DROP MATERIALIZED TABLE it, then CREATE it with {wanted}"))
         if self.primary_key and old.primary_key:
             key = ", ".join(f"`{name}`" for name in old.primary_key)
             raise MaterializedStatementError(*self.at, (  # Flink's SchemaAddConverter
@@ -155,10 +158,10 @@ class AlterMaterializedTableChange:
         options.update(self.options)
         key = (self.primary_key, self.primary_key_name) if self.primary_key else (
             old.primary_key, old.primary_key_name)
+        # SET FRESHNESS = INTERVAL ... gives a DOWNSTREAM table a schedule of its own.
+        follows_inputs = self.follows_inputs or (old.follows_inputs and self.freshness is None)
         changed = replace(old, freshness=self.freshness or old.freshness, query=self.query or old.query,
-                          primary_key=key[0], primary_key_name=key[1],
-                          # SET FRESHNESS = INTERVAL ... gives a DOWNSTREAM table a schedule of its own.
-                          follows_inputs=old.follows_inputs and self.freshness is None)
+                          primary_key=key[0], primary_key_name=key[1], follows_inputs=follows_inputs)
         try:
             threshold = options.get("refresh-mode.freshness-threshold")
             derived = derive_refresh_mode(changed.freshness, None, parse_duration(threshold) if threshold
@@ -450,7 +453,9 @@ class _Statements:
             at = self.place(word)
             clause = f"{clause} {word.text.upper()}"
             if word.text.upper() == "FRESHNESS":
-                return AlterMaterializedTableChange(table, clause, at, freshness=read_freshness(c))
+                freshness = read_freshness(c, downstream=True)
+                return AlterMaterializedTableChange(table, clause, at, freshness=freshness,
+                                                    follows_inputs=freshness is None)
             return AlterMaterializedTableChange(table, clause, at, refresh_mode=read_refresh_mode(c))
         if not c.at_punct("("):
             self.fail(clause, f"expected FRESHNESS, REFRESH_MODE or '(', found {c.describe(c.current)}")

@@ -253,6 +253,40 @@ def test_alter_materialized_table_freshness_keeps_the_refresh_mode() -> None:
     assert raised.refresh_mode is RefreshMode.FULL and "REFRESH_MODE = FULL" in raised.text
 
 
+def test_alter_materialized_table_freshness_downstream_and_back() -> None:
+    """SET FRESHNESS = DOWNSTREAM (beyond Flink): no schedule of its own, refreshed after its
+    inputs' commits; SET FRESHNESS = INTERVAL gives it one again. Options stay."""
+    statement = change("ALTER MATERIALIZED TABLE base_mtbl SET FRESHNESS = DOWNSTREAM")
+    assert statement.follows_inputs and statement.freshness is None
+    follower = statement.apply(parse_definition(BASE))
+    assert (follower.follows_inputs, follower.schedule, follower.refresh_mode, follower.owner) == (
+        True, None, RefreshMode.FULL, "me")
+    assert "FRESHNESS = DOWNSTREAM" in follower.text
+    daily = change("ALTER MATERIALIZED TABLE base_mtbl SET FRESHNESS = INTERVAL '1' DAY").apply(follower)
+    assert (daily.follows_inputs, daily.schedule) == (False, "0 0 * * *")
+    # Changing another option keeps it DOWNSTREAM.
+    assert change("ALTER MATERIALIZED TABLE base_mtbl SET ('owner' = 'you')").apply(follower).follows_inputs
+
+
+@pytest.mark.parametrize(("definition", "position", "message"), [
+    # DOWNSTREAM refreshes in FULL mode: from CONTINUOUS that is a change of mode (Flink's rule).
+    ("CREATE MATERIALIZED TABLE base_mtbl FRESHNESS = INTERVAL '10' SECOND AS SELECT a FROM t3",
+     (1, 40), "Changing of REFRESH MODE is unsupported: default.base_mtbl refreshes in CONTINUOUS mode; "
+     "DROP MATERIALIZED TABLE it, then CREATE it with FRESHNESS = DOWNSTREAM"),
+    ("CREATE MATERIALIZED TABLE base_mtbl WITH ('schedule.cron' = '0 1 * * *') FRESHNESS = INTERVAL '1' DAY "
+     "AS SELECT a FROM t3", (1, 40), "option 'schedule.cron': FRESHNESS = DOWNSTREAM refreshes on the "
+     "commits of the tables it reads, never on a schedule"),
+])
+def test_alter_materialized_table_freshness_downstream_refused(
+    definition: str, position: tuple[int, int], message: str
+) -> None:
+    statement = change("ALTER MATERIALIZED TABLE base_mtbl SET FRESHNESS = DOWNSTREAM")
+    with pytest.raises(MaterializedStatementError) as info:
+        statement.apply(parse_definition(definition))
+    assert (info.value.line, info.value.column) == position, info.value.message
+    assert info.value.message == f"ALTER MATERIALIZED TABLE SET FRESHNESS: {message}"
+
+
 # -- execution in the SQL client ---------------------------------------------------------------
 class ColumnsSpark:
     """Spark that analyses every query to ``columns``; every table and database exists."""
@@ -323,6 +357,14 @@ def test_set_freshness_runs_as_create_or_alter_of_the_changed_definition() -> No
     new = parse_definition(text)
     assert (new.freshness, new.schedule, dict(new.options)) == (Freshness(30, "MINUTE"), "*/30 * * * *",
                                                                 {"owner": "me", "retries": "2"})
+
+
+def test_set_freshness_downstream_runs_as_create_or_alter_without_a_schedule() -> None:
+    result, tables, _ = execute("ALTER MATERIALIZED TABLE base_mtbl SET FRESHNESS = DOWNSTREAM")
+    assert result.message.startswith("Materialized table default.base_mtbl altered")
+    (text,) = tables.altered
+    new = parse_definition(text)
+    assert (new.follows_inputs, new.schedule, new.freshness_text) == (True, None, "DOWNSTREAM")
 
 
 def test_set_freshness_of_a_continuous_table_says_when_the_stream_takes_it() -> None:
