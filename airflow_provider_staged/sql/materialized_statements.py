@@ -3,22 +3,22 @@
 ``parse_materialized_statement(text)`` returns ``None`` for any other statement (the client
 hands it to Spark) and otherwise one of:
 
-=============================================================  ================================
-``CREATE [OR ALTER] MATERIALIZED TABLE ...``                   :class:`CreateMaterializedTable`
-``ALTER MATERIALIZED TABLE t SUSPEND [CASCADE]``               :class:`SuspendMaterializedTable`
-``ALTER MATERIALIZED TABLE t RESUME [CASCADE] [WITH (...)]``   :class:`ResumeMaterializedTable`
-``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (k = 'v')]``   :class:`RefreshMaterializedTable`
-``ALTER MATERIALIZED TABLE t SET ('k' = 'v', ...)``            :class:`AlterMaterializedTableChange`
-``ALTER MATERIALIZED TABLE t RESET ('k', ...)``                :class:`AlterMaterializedTableChange`
+======================================================================  =====================================
+``CREATE [OR ALTER] MATERIALIZED TABLE ...``                            :class:`CreateMaterializedTable`
+``ALTER MATERIALIZED TABLE t SUSPEND [CASCADE]``                        :class:`SuspendMaterializedTable`
+``ALTER MATERIALIZED TABLE t RESUME [CASCADE] [WITH (...)]``            :class:`ResumeMaterializedTable`
+``ALTER MATERIALIZED TABLE t REFRESH [PARTITION (...)] [CASCADE]``      :class:`RefreshMaterializedTable`
+``ALTER MATERIALIZED TABLE t SET ('k' = 'v', ...)``                     :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t RESET ('k', ...)``                         :class:`AlterMaterializedTableChange`
 ``ALTER MATERIALIZED TABLE t SET FRESHNESS = INTERVAL ...|DOWNSTREAM``  :class:`AlterMaterializedTableChange`
-``ALTER MATERIALIZED TABLE t SET REFRESH_MODE = FULL|...``     :class:`AlterMaterializedTableChange`
-``ALTER MATERIALIZED TABLE t AS query``                        :class:`AlterMaterializedTableChange`
-``ALTER MATERIALIZED TABLE t ADD (column | PRIMARY KEY ...)``  :class:`AlterMaterializedTableChange`
-``DROP MATERIALIZED TABLE [IF EXISTS] t``                      :class:`DropMaterializedTable`
-``DESCRIBE MATERIALIZED TABLE t``                              :class:`DescribeMaterializedTable`
-``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``        :class:`ShowMaterializedTables`
-``SHOW CREATE [OR ALTER] MATERIALIZED TABLE t``                :class:`ShowCreateMaterializedTable`
-=============================================================  ================================
+``ALTER MATERIALIZED TABLE t SET REFRESH_MODE = FULL|...``              :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t AS query``                                 :class:`AlterMaterializedTableChange`
+``ALTER MATERIALIZED TABLE t ADD (column | PRIMARY KEY ...)``           :class:`AlterMaterializedTableChange`
+``DROP MATERIALIZED TABLE [IF EXISTS] t``                               :class:`DropMaterializedTable`
+``DESCRIBE MATERIALIZED TABLE t``                                       :class:`DescribeMaterializedTable`
+``SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'p']``                 :class:`ShowMaterializedTables`
+``SHOW CREATE [OR ALTER] MATERIALIZED TABLE t``                         :class:`ShowCreateMaterializedTable`
+======================================================================  =====================================
 
 A malformed statement raises :class:`MaterializedStatementError` with the 1-based line and
 column of the offending token. ``CREATE`` uses the definition files' parser
@@ -111,6 +111,8 @@ class RefreshMaterializedTable:
     # Static partition to refresh: validated column name -> decoded string value.
     partition: Mapping[str, str] = field(default_factory=dict, hash=False)
     positions: _Positions = field(default_factory=dict, hash=False, compare=False, repr=False)
+    # CASCADE (not Flink's): the FRESHNESS = DOWNSTREAM tables that read it follow its commit.
+    cascade: bool = False
 
 
 @dataclass(frozen=True)
@@ -415,7 +417,8 @@ class _Statements:
             if c.at_keyword("PARTITION"):
                 c.advance()
                 partition, values = self.partition_spec()
-            return RefreshMaterializedTable(table, MappingProxyType(partition), self.positions(values))
+            return RefreshMaterializedTable(table, MappingProxyType(partition), self.positions(values),
+                                            self.cascade())
         if c.at_keyword("SET", "RESET"):
             return self.set_or_reset(table)
         if c.at_keyword("AS"):

@@ -509,7 +509,8 @@ def _refresh(tables: MaterializedTables, statement: mts.RefreshMaterializedTable
     from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 
     trigger = RefreshTrigger(is_periodic=False, schedule_time=None, dynamic_options={},
-                             static_partitions=dict(statement.partition), execution_config={})
+                             static_partitions=dict(statement.partition), execution_config={},
+                             refresh_downstream=statement.cascade)
     run_id = tables.refresh(statement.table, trigger)
     row = (statement.table.name, dag_id_for(statement.table), run_id)
     return ResultSet(["table", "dag_id", "run_id"], [row])

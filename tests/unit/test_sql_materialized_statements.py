@@ -80,6 +80,11 @@ def create(text: str) -> CreateMaterializedTable:
          RefreshMaterializedTable(T("default", "mtbl1"), {"ds1": "1", "ds2": "2"})),
         ("ALTER MATERIALIZED TABLE mtbl1 RESUME WITH ('k1' = 'v1')",
          ResumeMaterializedTable(T("default", "mtbl1"), {"k1": "v1"})),
+        # Not Flink's: CASCADE, the FRESHNESS = DOWNSTREAM tables that read it follow the commit.
+        ("ALTER MATERIALIZED TABLE mtbl1 REFRESH PARTITION (ds1 = '1') CASCADE",
+         RefreshMaterializedTable(T("default", "mtbl1"), {"ds1": "1"}, cascade=True)),
+        ("ALTER MATERIALIZED TABLE mtbl1 REFRESH CASCADE", RefreshMaterializedTable(T("default", "mtbl1"),
+                                                                                    cascade=True)),
         ("DROP MATERIALIZED TABLE tbl1", DropMaterializedTable(T("default", "tbl1"), False)),
         ("DROP MATERIALIZED TABLE IF EXISTS tbl1", DropMaterializedTable(T("default", "tbl1"), True)),
         ("DESCRIBE MATERIALIZED TABLE db.t", DescribeMaterializedTable(T("db", "t"))),

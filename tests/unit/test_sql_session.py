@@ -552,6 +552,33 @@ def test_drop_materialized_table_if_exists_names_an_ordinary_table(text: str, me
     assert run(s, text).message == message
 
 
+class _RecordedRefreshes:
+    """MaterializedTables that record each refresh's trigger."""
+
+    def __init__(self) -> None:
+        self.triggers: list[Any] = []
+
+    def refresh(self, identifier: Any, trigger: Any) -> str:
+        self.triggers.append((identifier.name, trigger))
+        return "manual__1"
+
+
+@pytest.mark.parametrize(("text", "downstream"), [
+    ("ALTER MATERIALIZED TABLE mt.t REFRESH PARTITION (ds = '2024-01-03') CASCADE", True),
+    ("ALTER MATERIALIZED TABLE mt.t REFRESH PARTITION (ds = '2024-01-03')", False),
+])
+def test_refresh_cascade_asks_the_downstream_tables_to_follow(text: str, downstream: bool) -> None:
+    """CASCADE is `staged mt refresh --downstream` (run conf refreshDownstream)."""
+    tables = _RecordedRefreshes()
+    s = SqlSession(FakeSpark(), SessionProperties(), lambda: pytest.fail("no settings needed"),
+                   lambda options: contextlib.nullcontext(tables))
+    assert run(s, text).rows == [("mt.t", "mt__mt__t", "manual__1")]
+    ((name, trigger),) = tables.triggers
+    assert (name, dict(trigger.static_partitions), trigger.refresh_downstream) == (
+        "mt.t", {"ds": "2024-01-03"}, downstream)
+    assert ("refreshDownstream" in trigger.as_conf()) is downstream
+
+
 @pytest.mark.parametrize(
     ("text", "column", "message"),
     [
