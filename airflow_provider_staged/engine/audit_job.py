@@ -12,7 +12,7 @@ catalog.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,6 @@ from airflow_provider_staged.staging.audits import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
-    from pyspark.sql.types import StructType
 
 # Observed metrics are named by position (an audit's name may hold anything): ``r<i>`` for the
 # i-th row expectation, ``c<i>``/``m<i>`` for a table one's condition and measure, and the rows
@@ -112,10 +111,11 @@ def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observe
 
 
 def audit_staged(
-    df: DataFrame, schema: StructType, location: str, suite: AuditSuite, observed: Observed
+    df: DataFrame, read_staged: Callable[[], DataFrame], suite: AuditSuite, observed: Observed
 ) -> tuple[list[dict[str, Any]], int]:
     """The job's audit results (row and table expectations) and the rows dropped, once ``df``
-    was written at ``location`` with ``schema``."""
+    was written; ``read_staged`` reads the staged data back (for the table expectations that a
+    write cannot observe, and the sample rows of a failed row expectation)."""
     counted = dict(observed.rows.get) if observed.rows is not None else {}
     dropped = int(counted.pop(_DROPPED, 0) or 0)
     rows = suite.of_kind("row")
@@ -128,7 +128,7 @@ def audit_staged(
     samples = {}
     F, _ = _api(df)
     if scanned or failed:
-        staged = df.sparkSession.read.schema(schema).parquet(location)
+        staged = read_staged()
         for e in failed:
             found = staged.where(~_holds(F, e.condition)).limit(SAMPLE_ROWS).collect()
             samples[e.name] = [sample_row(row.asDict()) for row in found]

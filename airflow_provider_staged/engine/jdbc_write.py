@@ -35,7 +35,16 @@ def _quiet_py4j() -> Iterator[None]:
 
 
 def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
-    """The Spark job's JDBC writer: type the staged table from ``df``'s schema, write, describe it."""
+    """The Spark job's JDBC writer: type the staged table from ``df``'s schema, write, describe
+    it; with audits, count the row expectations during the write, then audit the staged table."""
+    audited = None
+    if spec.get("audits"):
+        from airflow_provider_staged.engine.audit_job import observed_frame
+        from airflow_provider_staged.staging.audits import AuditSuite
+
+        suite = AuditSuite.from_list(spec["audits"])
+        df, observation = observed_frame(df, suite)
+        audited = (suite, observation)
     columns = postgres_columns(df.schema.jsonValue())
     names = [column.name for column in columns]
     if names != df.columns:  # toDF costs a round of analysis: only when a name changes
@@ -64,12 +73,14 @@ def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
             writer = df.write.format("jdbc").options(**options)
         writer.mode("append").save()
         count = sql.SQL("(SELECT count(*) FROM {})").format(sql.Identifier(schema, staged))
+        # A row-count change audit compares counts: an audited build records its rows.
+        counted = spec.get("count_rows") or audited is not None
         rows, size = conn.execute(
             sql.SQL("SELECT {}, pg_total_relation_size({})").format(
-                count if spec.get("count_rows") else sql.NULL, sql.Literal(oid)
+                count if counted else sql.NULL, sql.Literal(oid)
             )
         ).fetchone()
-    return {
+    manifest = {
         "format": "jdbc",
         "location": f"{schema}.{staged}",
         "table_oid": oid,
@@ -77,3 +88,13 @@ def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
         "rows": None if rows is None else int(rows),
         "bytes": int(size),
     }
+    if audited is not None:
+        from airflow_provider_staged.engine.audit_job import audit_staged
+
+        def read_staged() -> DataFrame:
+            with _quiet_py4j():
+                reader = df.sparkSession.read.format("jdbc").options(**options)
+            return reader.load()
+
+        manifest["audits"], manifest["dropped_rows"] = audit_staged(df, read_staged, *audited)
+    return manifest

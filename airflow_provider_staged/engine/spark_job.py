@@ -8,6 +8,7 @@ catalog: it returns (and, when submitted, writes) the manifest that the Airflow 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -74,7 +75,8 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
         "files": data_files(location),
     }
     if audited is not None:
-        manifest["audits"], manifest["dropped_rows"] = audit_staged(df, ordered, location, *audited)
+        read_staged = functools.partial(df.sparkSession.read.schema(ordered).parquet, location)
+        manifest["audits"], manifest["dropped_rows"] = audit_staged(df, read_staged, *audited)
     return manifest
 
 

@@ -28,8 +28,21 @@ from airflow_provider_staged.catalogs.postgres_types import UnsupportedColumnTyp
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.staging.api import StagingContext, StagingPurpose
-from airflow_provider_staged.staging.attempts import abort_attempt
-from airflow_provider_staged.staging.errors import StagingError, TableAlreadyExistsError, TableNotFoundError
+from airflow_provider_staged.staging.attempts import abort_attempt, is_quarantined, run_attempt
+from airflow_provider_staged.staging.audits import (
+    AuditFailedError,
+    RowCountChange,
+    RowExpectation,
+    TableExpectation,
+    coerce_audits,
+    unique,
+)
+from airflow_provider_staged.staging.errors import (
+    CommitConflictError,
+    StagingError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+)
 from airflow_provider_staged.staging.identifiers import InvalidIdentifierError
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.journal_files import FileJournal
@@ -40,7 +53,10 @@ from airflow_provider_staged.staging.kinds.jdbc_table import (
     jdbc_sink_for_target,
 )
 from airflow_provider_staged.staging.maintenance import sweep_all_versions
+from airflow_provider_staged.staging.quarantine import publish_anyway
+from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.staging.versions import RetentionPolicy
 from tests.fixtures.airflow_cli import AirflowCli
 from tests.fixtures.postgres_server import PostgresServer
 from tests.integration.staged_helpers import wait_for_open_attempt
@@ -611,3 +627,86 @@ def test_reconcile_rebuilds_attempts_from_the_journal(
     assert sorted(states(journal)) == ["ABORTED", "COMMITTED"]
     with pytest.raises(StagingError, match="aborted"):
         write(spark, dead, NEW_QUERY)
+
+
+# Audits (issue 34) on a PostgreSQL target: 30,000 new rows, 10 of which (ids 1-10) have v < 0.
+AUDITED_QUERY = f"SELECT id, IF(id <= 10, -id, id * 3) AS v FROM range(1, {NEW_ROWS + 1})"
+
+
+def audited(staged: JdbcStagedTable, *audits: Any) -> JdbcStagedTable:
+    staged.audits = coerce_audits(audits)
+    return staged
+
+
+def run_audited(spark: Any, staged: JdbcStagedTable, query: str) -> Any:
+    """The operator's path (begin, write, written, audit, commit; a failed audit quarantines)."""
+    def job(spec: dict[str, Any]) -> dict[str, Any]:
+        os.environ.update(staged.job_env())
+        return run_staged_write(spark, query, spec)
+
+    return run_attempt(staged, job, ttl_seconds=600)
+
+
+def test_failing_audit_keeps_the_old_table_and_quarantines_the_staged_one(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
+) -> None:
+    make_table(db, schema)
+    staged = audited(staged_table(postgres_conn_id, schema, "replace", journal),
+                     RowExpectation("non_negative", "v >= 0"), TableExpectation("some", "COUNT(*) > 0"))
+    with pytest.raises(AuditFailedError, match=r"audit\(s\) failed on .*: non_negative \(10 failing row"):
+        run_audited(spark, staged, AUDITED_QUERY)
+    assert count_sum(db, schema) == OLD  # exactly the old content
+    record = journal.require(staged.attempt_id)
+    found = {item["name"]: item for item in record.audits["results"]}
+    assert (found["non_negative"]["failing"], found["some"]["passed"]) == (10, True)
+    assert len(found["non_negative"]["samples"]) == 5
+    assert is_quarantined(record) and tables(db, schema) == {"t", staged.staged_name}  # kept
+    settings = StagedSettings("thrift://127.0.0.1:9", "/unused", str(journal.root),
+                              retention=RetentionPolicy(quarantine_seconds=3600))
+    assert [a.action for a in reconcile(settings)] == ["quarantined"]
+    assert [a.action for a in reconcile(settings, now=time.time() + 3601)] == ["swept"]
+    assert tables(db, schema) == {"t"} and count_sum(db, schema) == OLD
+
+
+def test_drop_and_warn_audits_publish_and_report(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
+) -> None:
+    make_table(db, schema)
+    staged = audited(staged_table(postgres_conn_id, schema, "replace", journal),
+                     RowExpectation("non_negative", "v >= 0", "drop"),
+                     RowExpectation("small", "v < 30", "warn"), unique("id"))
+    manifest = run_audited(spark, staged, AUDITED_QUERY)
+    kept = range(11, NEW_ROWS + 1)
+    assert count_sum(db, schema) == (len(kept), 3 * sum(kept))  # exactly the rows v >= 0 kept
+    assert (manifest.rows, manifest.dropped_rows) == (len(kept), 10)
+    found = {item["name"]: item for item in journal.require(staged.attempt_id).audits["results"]}
+    assert (found["non_negative"]["passed"], found["non_negative"]["failing"]) == (True, 10)
+    assert (found["small"]["passed"], found["small"]["failing"]) == (False, len(kept))  # every v >= 33
+    assert (found["id_unique"]["passed"], found["id_unique"]["value"]) == (True, 0)
+    assert tables(db, schema) == {"t"}
+
+
+def test_row_count_change_audit_against_the_recorded_previous_table(
+    spark: Any, db: psycopg.Connection[Any], schema: str, journal: FileJournal, postgres_conn_id: str
+) -> None:
+    def shrinking() -> JdbcStagedTable:
+        staged = staged_table(postgres_conn_id, schema, "create_or_replace", journal)
+        return audited(staged, RowCountChange("no_shrink", 0.5))
+
+    run_audited(spark, shrinking(), NEW_QUERY)
+    assert count_sum(db, schema) == NEW
+    moved_on = shrinking()
+    with pytest.raises(AuditFailedError, match=rf"no_shrink .*table: {NEW_ROWS} -> 100 rows"):
+        run_audited(spark, moved_on, "SELECT id, id AS v FROM range(100)")
+    assert count_sum(db, schema) == NEW
+    run_audited(spark, shrinking(), NEW_QUERY)  # the table moves on: another table (oid) now
+    settings = StagedSettings("thrift://127.0.0.1:9", "/unused", str(journal.root))
+    with pytest.raises(CommitConflictError, match=r"moved on since attempt .* publishing it would undo"):
+        publish_anyway(settings, moved_on.attempt_id)
+    assert count_sum(db, schema) == NEW
+    # `staged publish` after a person looked: the same commit path.
+    looked_at = shrinking()
+    with pytest.raises(AuditFailedError):
+        run_audited(spark, looked_at, "SELECT id, id AS v FROM range(100)")
+    publish_anyway(settings, looked_at.attempt_id)
+    assert count_sum(db, schema) == (100, sum(range(100)))

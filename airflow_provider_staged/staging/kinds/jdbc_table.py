@@ -321,6 +321,27 @@ class JdbcStagedTable(JournaledStagedTable):
     def load_current(self, txn: psycopg.Connection[Any]) -> tuple[int, str] | None:
         return self._describe_target(txn)
 
+    def supports_audits(self) -> bool:
+        return True  # the Spark job audits the staged table (``engine.jdbc_write``)
+
+    def replaced_parts(self) -> dict[str, str]:
+        """The target table as its oid: a commit swaps in another table (another oid), so a
+        changed oid tells ``staged publish`` that the table moved on."""
+        with self.connection.reused() as conn:
+            found = _relation(conn, self.table.schema, self.table.table)
+        return {} if found is None else {"": str(found[0])}
+
+    def recorded_rows(self, location: str) -> int | None:
+        """The rows the attempt that wrote the table of oid ``location`` counted (its staged table
+        became the target by rename, which keeps the oid)."""
+        for record in self.journal.records():
+            if record.target != self.target or not record.manifest:
+                continue
+            manifest = Manifest.from_dict(record.manifest)
+            if str(manifest.table_oid) == location:
+                return manifest.rows
+        return None
+
     def publish(self, record: AttemptRecord) -> str | list[str] | None:
         """The shared commit in one transaction; retried when a lock wait times out."""
         for attempt in range(1, self.options.commit_attempts + 1):
