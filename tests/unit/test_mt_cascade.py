@@ -186,7 +186,7 @@ def test_cascade_parses(text: str, expected: object) -> None:
     ("DROP MATERIALIZED TABLE m.a CASCADE RESTRICT", 37, "expected the end of the statement, found 'RESTRI"),
     ("DROP MATERIALIZED TABLE CASCADE m.a", 33, "expected the end of the statement, found 'm'"),
     ("ALTER MATERIALIZED TABLE m.a RESUME WITH ('k' = 'v') CASCADE", 54, "found 'CASCADE'"),
-    ("ALTER MATERIALIZED TABLE m.a REFRESH CASCADE", 38, "found 'CASCADE'"),
+    ("ALTER MATERIALIZED TABLE m.a REFRESH CASCADE PARTITION (ds = '1')", 46, "found 'PARTITION'"),
 ])
 def test_cascade_anywhere_else_is_an_error_at_it(text: str, column: int, match: str) -> None:
     with pytest.raises(MaterializedStatementError, match=match) as raised:
