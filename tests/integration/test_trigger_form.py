@@ -46,13 +46,14 @@ DATABASE = "form"
 SOURCE_ROWS = {"2024-01-01": 1, "2024-01-03": 2, "2024-01-04": 3}
 
 
-def definition(table: str) -> str:
+def definition(table: str, engine: str) -> str:
     slot = datetime.now(timezone.utc) - timedelta(hours=12)
     cron = f"{slot.minute} {slot.hour} * * *"
     values = ", ".join(f"('{ds}')" for ds, n in SOURCE_ROWS.items() for _ in range(n))
     return f"""CREATE MATERIALIZED TABLE {DATABASE}.{table}
 PARTITIONED BY (ds)
-WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd', 'schedule.cron' = '{cron}')
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd', 'schedule.cron' = '{cron}',
+      'engine' = '{engine}')
 FRESHNESS = INTERVAL '1' DAY
 REFRESH_MODE = FULL
 AS SELECT ds, count(*) AS orders FROM VALUES {values} AS src(ds) GROUP BY ds;
@@ -107,7 +108,7 @@ def dropped_table(airflow: Airflow, definitions_dir: Path, metastore) -> Iterato
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(DATABASE, metastore.warehouse)
     path = definitions_dir / f"{DATABASE}__typed.sql"
-    path.write_text(definition("typed"))
+    path.write_text(definition("typed", "connect"))  # the local stack's engine
     try:
         yield airflow.wait_for_dag(f"mt__{DATABASE}__typed")["dag_id"]
     finally:
@@ -127,7 +128,9 @@ def committed(metastore, table: str) -> dict[str, list[int]]:
     }
 
 
-def check_started_at_once_and_committed(airflow: Airflow, metastore, dag_id: str, run_id: str) -> None:
+def check_started_at_once_and_committed(
+    airflow: Airflow, metastore, dag_id: str, run_id: str, engine: str
+) -> None:
     run = airflow.wait_for_run(dag_id, run_id)
     assert run["state"] == "success", run
     # Nothing ran before it or beside it: no scheduled run, no unpause-on-trigger run.
@@ -142,10 +145,12 @@ def check_started_at_once_and_committed(airflow: Airflow, metastore, dag_id: str
         f"table {DATABASE}.{dag_id.split('__')[-1]}, partitions ds=2024-01-03: ds=2024-01-03 (1 row); "
         "version " in commit_lines[0]
     ), commit_lines
-    # Spark's own output (its JVM's stderr) is logged at Spark's level, not as errors.
     errors = [r for r in records if r.get("level") in ("error", "critical")]
     assert errors == [], errors[:5]
-    assert any(r.get("logger") == "airflow_provider_staged.engine.spark_jvm" for r in records)
+    events = [str(r.get("event", "")) for r in records]
+    assert f"refresh engine {engine} (from the definition's 'engine' option)" in events, events[:20]
+    if engine == "embedded":  # Spark's own output (its JVM's stderr), logged at Spark's level
+        assert any(r.get("logger") == "airflow_provider_staged.engine.spark_jvm" for r in records)
 
 
 def test_rest_trigger_refuses_bad_values_before_a_run_and_starts_a_good_one_at_once(
@@ -158,7 +163,7 @@ def test_rest_trigger_refuses_bad_values_before_a_run_and_starts_a_good_one_at_o
         client.ensure_database(DATABASE, metastore.warehouse)
     with scheduler:
         handler = scheduler.create_refresh_workflow(
-            CreatePeriodicRefreshWorkflow(TableIdentifier(DATABASE, "rest"), definition("rest"))
+            CreatePeriodicRefreshWorkflow(TableIdentifier(DATABASE, "rest"), definition("rest", "embedded"))
         )
         try:
             dag_id = handler.dag_id
@@ -182,7 +187,8 @@ def test_rest_trigger_refuses_bad_values_before_a_run_and_starts_a_good_one_at_o
             response = airflow.http.post(f"/dags/{dag_id}/dagRuns",
                                          json={"logical_date": None, "conf": {"ds": "2024-01-03"}})
             assert response.status_code == 200, response.text
-            check_started_at_once_and_committed(airflow, metastore, dag_id, response.json()["dag_run_id"])
+            run_id = response.json()["dag_run_id"]
+            check_started_at_once_and_committed(airflow, metastore, dag_id, run_id, "embedded")
         finally:
             scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
 
@@ -234,7 +240,7 @@ def test_typing_a_partition_in_the_form_refreshes_exactly_it_at_once(
         time.sleep(0.5)
     (run,) = runs
     assert run["conf"]["ds"] == "2024-01-03" and run["run_type"] == "manual"
-    check_started_at_once_and_committed(airflow, metastore, dropped_table, run["dag_run_id"])
+    check_started_at_once_and_committed(airflow, metastore, dropped_table, run["dag_run_id"], "connect")
     browser.get(f"{airflow_server.endpoint}/dags/{dropped_table}/runs/{run['dag_run_id']}")
     time.sleep(2)
     screenshot(browser, "trigger_form_run_succeeded")
