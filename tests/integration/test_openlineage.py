@@ -44,7 +44,10 @@ def events(path: Path, job: str = JOB) -> list[dict[str, Any]]:
 def openlineage_env(events_file: Path) -> dict[str, str]:
     """The OpenLineage provider's settings: the file transport into ``events_file``."""
     transport = json.dumps({"type": "file", "log_file_path": str(events_file), "append": True})
-    return {"AIRFLOW__OPENLINEAGE__TRANSPORT": transport, "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE}
+    # The listener kills its emitting process after execution_timeout (10 s by default): on a
+    # loaded 2-core machine a failed task's FAIL event once took longer and was never written.
+    return {"AIRFLOW__OPENLINEAGE__TRANSPORT": transport, "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE,
+            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120"}
 
 
 def run_build(airflow_cli, metastore, journal_dir: Path, target: str, sql: str, events_file: Path):
