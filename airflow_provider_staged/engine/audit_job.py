@@ -110,6 +110,16 @@ def observed_frame(df: DataFrame, suite: AuditSuite) -> tuple[DataFrame, Observe
     return df, Observed(row_observation, table_observation)
 
 
+def observe_audits(
+    df: DataFrame, declared: list[dict[str, Any]]
+) -> tuple[DataFrame, tuple[AuditSuite, Observed]]:
+    """``df`` observed for a write spec's ``audits``, and the suite and observations that
+    :func:`audit_staged` takes once it was written."""
+    suite = AuditSuite.from_list(declared)
+    df, observation = observed_frame(df, suite)
+    return df, (suite, observation)
+
+
 def audit_staged(
     df: DataFrame, read_staged: Callable[[], DataFrame], suite: AuditSuite, observed: Observed
 ) -> tuple[list[dict[str, Any]], int]:

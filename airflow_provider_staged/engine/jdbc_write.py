@@ -39,12 +39,9 @@ def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     it; with audits, count the row expectations during the write, then audit the staged table."""
     audited = None
     if spec.get("audits"):
-        from airflow_provider_staged.engine.audit_job import observed_frame
-        from airflow_provider_staged.staging.audits import AuditSuite
+        from airflow_provider_staged.engine.audit_job import audit_staged, observe_audits
 
-        suite = AuditSuite.from_list(spec["audits"])
-        df, observation = observed_frame(df, suite)
-        audited = (suite, observation)
+        df, audited = observe_audits(df, spec["audits"])
     columns = postgres_columns(df.schema.jsonValue())
     names = [column.name for column in columns]
     if names != df.columns:  # toDF costs a round of analysis: only when a name changes
@@ -89,8 +86,6 @@ def write_staged_jdbc(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
         "bytes": int(size),
     }
     if audited is not None:
-        from airflow_provider_staged.engine.audit_job import audit_staged
-
         def read_staged() -> DataFrame:
             with _quiet_py4j():
                 reader = df.sparkSession.read.format("jdbc").options(**options)

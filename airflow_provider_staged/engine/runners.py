@@ -31,7 +31,6 @@ from airflow_provider_staged.storage.files import warehouse_s3_env
 log = logging.getLogger(__name__)
 
 
-
 class EmbeddedEngine(Engine):
     """An in-process SparkSession (``local[*]`` by default), reused across tasks of a process."""
 

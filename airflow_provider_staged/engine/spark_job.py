@@ -47,12 +47,9 @@ def write_parquet(df: DataFrame, spec: dict[str, Any]) -> dict[str, Any]:
     location = spec["location"]
     audited = None
     if spec.get("audits"):
-        from airflow_provider_staged.engine.audit_job import audit_staged, observed_frame
-        from airflow_provider_staged.staging.audits import AuditSuite
+        from airflow_provider_staged.engine.audit_job import audit_staged, observe_audits
 
-        suite = AuditSuite.from_list(spec["audits"])
-        df, observation = observed_frame(df, suite)
-        audited = (suite, observation)
+        df, audited = observe_audits(df, spec["audits"])
     df, partition_by = _hive_partition_columns(df, list(spec.get("partition_by") or []))
     # "error" (= errorifexists): the Spark Connect client (4.2) knows only this spelling.
     writer = df.write.format("parquet").mode("error")
