@@ -3,7 +3,7 @@ and as the Materialized tables page trigger it, until its attempt is COMMITTED.
 
 The stack is README command 1's: ``staged up`` in the repository (its ``dags/``, the default
 engine: the stack's gateway), ``staged create-database``, ``staged mt create`` of the demo's
-``revenue_daily`` over a seeded ``raw.orders``; all through the real CLI under a temp
+``dags/materialized/orders_daily.sql`` over a seeded ``raw.orders``; all through the real CLI under a temp
 ``STAGED_HOME``. Two arms, alternating (``_common.arm_order``) after one uncounted warm-up round:
 
 * ``form``: the request the Trigger form sends, ``POST /api/v2/dags/{dag}/dagRuns`` with
@@ -47,16 +47,11 @@ from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState
 from airflow_provider_staged.staging.journal_files import FileJournal
 
 TARGET_SECONDS = 5.0
-TABLE = "analytics.revenue_daily"
-DAG_ID = "mt__analytics__revenue_daily"
+TABLE = "analytics.orders_daily"
+DAG_ID = "mt__analytics__orders_daily"
 PARTITION = "2024-01-02"
 # The demo's definition (scripts/demo.sh), over a small raw.orders seeded through the gateway.
-DEFINITION = """CREATE MATERIALIZED TABLE analytics.revenue_daily
-PARTITIONED BY (ds)
-WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd')
-FRESHNESS = INTERVAL '1' DAY
-AS SELECT ds, count(*) AS orders, sum(amount) AS revenue FROM raw.orders GROUP BY ds;
-"""
+DEFINITION = Path(__file__).resolve().parents[1] / "dags" / "materialized" / "orders_daily.sql"
 SEED = ("CREATE TABLE raw.orders USING parquet AS SELECT date_format(date_add(DATE'2024-01-01', "
         "CAST(id % 3 AS INT)), 'yyyy-MM-dd') AS ds, CAST(id AS DOUBLE) AS amount FROM range(300)")
 RUN_TIMEOUT = 600.0
@@ -77,9 +72,7 @@ class ReadmeStack:
               f"load average {load()}", flush=True)
         staged(self.home, "create-database", "raw", "analytics")
         self.seed()
-        definition = self.home / "revenue_daily.sql"
-        definition.write_text(DEFINITION)
-        staged(self.home, "mt", "create", str(definition))
+        staged(self.home, "mt", "create", str(DEFINITION))
         headers = {"Authorization": f"Bearer {api_token(self.airflow)}"}
         self.http = httpx.Client(base_url=self.airflow.endpoint, timeout=120, headers=headers)
         self.journal = FileJournal(self.home / "journal")

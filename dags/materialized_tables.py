@@ -1,12 +1,11 @@
-"""Refresh DAGs for the materialized tables defined in ``dags/materialized/*.sql`` (airflow DAG)
-and, when ``STAGED_MT_DEFINITIONS_DIR`` is set (``staged up`` sets it), in that folder, where
-``staged mt create`` writes definitions (so that they stay out of this repository)."""
+"""Refresh DAGs for the materialized tables defined in one folder (airflow DAG): ``dags/materialized/``,
+or ``STAGED_MT_DEFINITIONS_DIR`` when set (``staged up`` sets it to ``$STAGED_HOME/materialized``,
+where ``staged mt create`` writes, outside this repository). The CLI, the SQL client and the
+Materialized tables page read the same folder, so every table with a DAG is in their views."""
 
-import os
 from pathlib import Path
 
+from airflow_provider_staged.discovery.embedded import definitions_folder
 from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
-build_dags(Path(__file__).with_name("materialized"), globals())
-if os.environ.get("STAGED_MT_DEFINITIONS_DIR"):
-    build_dags(os.environ["STAGED_MT_DEFINITIONS_DIR"], globals())
+build_dags(definitions_folder(Path(__file__).parent), globals())

@@ -21,6 +21,14 @@ from airflow_provider_staged.staging.owner import pid_alive
 DEFINITIONS_ENV = "STAGED_MT_DEFINITIONS_DIR"
 
 
+def definitions_folder(dags_folder: str | Path) -> Path:
+    """The one folder of materialized-table definitions that Airflow serves and every view reads:
+    ``STAGED_MT_DEFINITIONS_DIR`` when set (``staged up`` sets it), else the DAGs folder's
+    ``materialized/``. One folder, so no table has a DAG that ``staged mt list`` or the page
+    cannot see."""
+    return Path(os.environ.get(DEFINITIONS_ENV) or Path(dags_folder) / "materialized")
+
+
 class _Announced(Protocol):
     pid: int
 

@@ -171,8 +171,10 @@ def test_up_mt_without_flags_down_leaves_nothing(home: Path, tmp_path: Path) -> 
         api = f"{ui}/api/v2/dags"
         viewer = {"Authorization": f"Bearer {tokens['viewer']}"}
         admin = {"Authorization": f"Bearer {tokens['admin']}"}
-        # The repository's example definition is served too, beside the user's.
-        assert httpx.get(f"{api}/mt__analytics__orders_daily", headers=viewer, timeout=30).status_code == 200
+        # One definitions folder is served, the one `staged mt list` read: the repository's example is
+        # not (the DAG file that served the user's table would have served it), so it cannot run
+        # and fail before its source exists.
+        assert httpx.get(f"{api}/mt__analytics__orders_daily", headers=viewer, timeout=30).status_code == 404
         refused = httpx.post(f"{api}/mt__stack__orders_daily/dagRuns", headers=viewer, timeout=30,
                              json={"logical_date": None, "conf": {}})
         assert refused.status_code == 403

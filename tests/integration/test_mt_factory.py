@@ -15,6 +15,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.serialization.serialized_objects import DagSerialization
 
+from airflow_provider_staged.discovery.embedded import DEFINITIONS_ENV, definitions_folder
 from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +93,22 @@ def test_good_definitions_load_and_broken_ones_are_visible(dags_dir: Path) -> No
     (task,) = seven.tasks
     with pytest.raises(AirflowFailException, match=r"seven.sql:2: FRESHNESS"):
         task.python_callable()
+
+
+def test_the_definitions_folder_of_the_environment_replaces_the_dags_folders_own(
+    dags_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One folder is served, the one the CLI and the page read: a table of the DAGs folder's
+    ``materialized/`` that no view lists would still run (and fail) in Airflow."""
+    own = tmp_path / "own_definitions"
+    own.mkdir()
+    (own / "t.sql").write_text("CREATE MATERIALIZED TABLE own.t FRESHNESS = INTERVAL '1' DAY AS SELECT 1")
+    monkeypatch.setenv(DEFINITIONS_ENV, str(own))
+    assert definitions_folder(dags_dir) == own
+    assert set(bag(dags_dir).dags) == {"mt__own__t"}
+    monkeypatch.delenv(DEFINITIONS_ENV)
+    assert definitions_folder(dags_dir) == dags_dir / "materialized"
+    assert "mt__analytics__orders_daily" in bag(dags_dir).dags
 
 
 def test_refresh_dag_shape(dags_dir: Path) -> None:

@@ -36,7 +36,7 @@ from airflow_provider_staged.airflow.ui.airflow_reads import read_airflow, read_
 from airflow_provider_staged.airflow.ui.history import history_rows
 from airflow_provider_staged.airflow.ui.rows import page_row, refresh_from_table
 from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_entries, read_state_file
-from airflow_provider_staged.discovery.embedded import metastore_status
+from airflow_provider_staged.discovery.embedded import definitions_folder, metastore_status
 from airflow_provider_staged.materialized.catalog_status import status_from
 from airflow_provider_staged.materialized.naming import dag_id_for
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger, WorkflowException
@@ -59,16 +59,13 @@ class PageConfig:
     @classmethod
     def current(cls) -> PageConfig:
         """From the environment the ``staged mt`` CLI reads, else this Airflow's own settings."""
-        definitions = os.environ.get("STAGED_MT_DEFINITIONS_DIR") or (
-            # dags/materialized_tables.py reads the folder beside it.
-            Path(conf.get("core", "dags_folder")) / "materialized"
-        )
+        definitions = definitions_folder(conf.get("core", "dags_folder"))  # as the DAG files read it
         metastore_uri = os.environ.get("STAGED_METASTORE_URI")
         if not metastore_uri:
             running = metastore_status()  # the embedded default under $STAGED_HOME
             metastore_uri = running.uri if running is not None else None
         endpoint = os.environ.get("STAGED_AIRFLOW_ENDPOINT") or _own_endpoint()
-        return cls(Path(definitions), metastore_uri, endpoint)
+        return cls(definitions, metastore_uri, endpoint)
 
 
 def _own_endpoint() -> str:
