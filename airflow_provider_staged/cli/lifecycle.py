@@ -10,9 +10,9 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
+from airflow_provider_staged.cli.output import Output, OutputOption, print_rows
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 
@@ -44,22 +44,22 @@ def versions(
     table_name: Annotated[str, typer.Argument(help="database.table")],
     partition: PartitionOption = None,
     conn: ConnOption = DEFAULT_CONN_ID,
+    output: OutputOption = Output.text,
 ) -> None:
     """List a table's kept versions (time, rows, bytes, the run that made it); per partition
     for a partition-refreshed table."""
     from airflow_provider_staged.cli.context import connection_settings
-    from airflow_provider_staged.cli.output import console
     from airflow_provider_staged.staging.rollback import list_table_versions
 
     identifier = TableIdentifier.parse(table_name)  # a bad name fails before any server is asked
     spec = _spec(partition)
     found = list_table_versions(connection_settings(conn), identifier, spec)
     per_partition = any(v.partition is not None for v in found)
-    out = Table("version", *(["partition"] if per_partition else []), "committed", "rows", "bytes", "run", "")
-    for v in found:
-        out.add_row(v.version, *([v.partition] if per_partition else []), _when(v.committed_at), str(v.rows),
-                    str(v.bytes), v.run, "current" if v.current else "")
-    console.print(out if found else f"no kept versions of {table_name} in the journal")
+    rows = [{"version": v.version, **({"partition": v.partition} if per_partition else {}),
+             "committed": _when(v.committed_at), "rows": v.rows, "bytes": v.bytes, "run": v.run,
+             "status": "current" if v.current else "superseded"} for v in found]
+    # Folded, never cut: the ids that tell versions apart stay whole at 100 columns.
+    print_rows(rows, output, f"no kept versions of {table_name} in the journal")
 
 
 def rollback(

@@ -327,20 +327,28 @@ def show(
     conn: ConnOption = DEFAULT_CONN_ID,
     output: OutputOption = Output.text,
 ) -> None:
-    """Print a table's current version, its rows per partition and its first rows (pyarrow, no JVM)."""
+    """Print a table's current version (per partition for a partitioned one), its rows per
+    partition and its first rows (pyarrow, no JVM)."""
     from airflow_provider_staged.catalogs.metastore.reader import read_table
 
     identifier = TableIdentifier.parse(table_name)
     snapshot = read_table(connection_settings(conn).metastore_uri, identifier, limit)
-    partitions = [{"partition": name, "rows": rows} for name, rows in snapshot.partition_rows.items()]
+    # A partition refresh writes a version of its partitions only: the table has no one version.
+    per_partition = snapshot.per_partition
+    partitions = [{"partition": name, "rows": rows, "version": snapshot.partition_versions.get(name) or "-"}
+                  for name, rows in snapshot.partition_rows.items()]
     rows = [dict(zip(snapshot.columns, row, strict=True)) for row in snapshot.rows]
     if output is Output.json:
-        print_json({"table": str(identifier), "version": snapshot.version, "location": snapshot.location,
-                    "total_rows": snapshot.total_rows, "partitions": partitions, "rows": rows})
+        print_json({"table": str(identifier), "version": None if per_partition else snapshot.version,
+                    "location": snapshot.location, "total_rows": snapshot.total_rows,
+                    "partitions": partitions, "rows": rows})
         return
-    console.print(f"{identifier} version {snapshot.version}: {snapshot.total_rows} rows", markup=False)
-    if partitions:
+    if per_partition:
+        console.print(f"{identifier}: {snapshot.total_rows} rows in {len(partitions)} partition"
+                      f"{'' if len(partitions) == 1 else 's'}, each at its version", markup=False)
         print_rows(partitions, output, "")
+    else:
+        console.print(f"{identifier} version {snapshot.version}: {snapshot.total_rows} rows", markup=False)
     print_rows(rows, output, "(no rows)")
 
 

@@ -329,7 +329,7 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
                                        + (f"; last: {status.failures.last_failure}"
                                           if status.failures.last_failure else "")),
         ("paused", str(info.paused)),
-        ("refresh handler", status.refresh_handler or "-"),
+        ("refresh handler", info.handler_summary),
         ("dynamic options", json.dumps(dict(status.dynamic_options))),
         ("execution config", json.dumps(dict(status.execution_config))),
         ("partitions", ", ".join(info.partitions) or "-"),

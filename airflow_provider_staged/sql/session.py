@@ -542,7 +542,7 @@ def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTab
         ("schedule", info.schedule or "DAG not found in Airflow"),
         ("refresh status", info.status.status_text()),
         ("paused", str(info.paused)),
-        ("refresh handler", info.status.refresh_handler or "-"),
+        ("refresh handler", info.handler_summary),
         ("last refresh", f"{last['run_id']}: {last['state']}" if last else "-"),
         ("partitions", ", ".join(info.partitions) or "-"),
         ("inputs", ", ".join(info.inputs) or "-"),

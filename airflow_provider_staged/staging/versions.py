@@ -38,6 +38,16 @@ def parse_version_dir(name: str) -> str | None:
     return match.group(1) if match else None
 
 
+def version_of_location(location: str) -> str | None:
+    """The version (attempt id) whose directory holds ``location``: its innermost ``_v=``
+    component, None outside any version directory (e.g. a table Spark wrote in place)."""
+    for part in reversed(location.rstrip("/").split("/")):
+        attempt_id = parse_version_dir(part)
+        if attempt_id is not None:
+            return attempt_id
+    return None
+
+
 DEFAULT_GRACE_SECONDS = 3600.0
 DEFAULT_QUARANTINE_SECONDS = 7 * 24 * 3600.0
 

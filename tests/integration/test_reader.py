@@ -26,11 +26,13 @@ SECOND = (
 )
 
 
-def _refresh(spark, metastore, journal, identifier, spec, sql) -> None:
+def _refresh(spark, metastore, journal, identifier, spec, sql) -> str:
+    """The refresh's version: the attempt id."""
     staged = HivePartitionStagedTable(identifier, ["ds"], spec, journal, metastore.uri)
     staged.begin()
     staged.written(run_staged_write(spark, sql, staged.write_spec()))
     staged.commit()
+    return staged.attempt_id
 
 
 def test_show_reads_partitions_at_their_own_locations(spark, metastore, tmp_path: Path) -> None:
@@ -38,8 +40,8 @@ def test_show_reads_partitions_at_their_own_locations(spark, metastore, tmp_path
     spark.sql(f"CREATE DATABASE {database}")
     identifier = TableIdentifier(database, "daily")
     journal = FileJournal(tmp_path / "journal")
-    _refresh(spark, metastore, journal, identifier, {}, FIRST)
-    _refresh(spark, metastore, journal, identifier, {"ds": "2024-01-02"}, SECOND)
+    first = _refresh(spark, metastore, journal, identifier, {}, FIRST)
+    second = _refresh(spark, metastore, journal, identifier, {"ds": "2024-01-02"}, SECOND)
 
     snapshot = read_table(metastore.uri, identifier, limit=7)
     spark.catalog.refreshTable(identifier.name)
@@ -53,6 +55,10 @@ def test_show_reads_partitions_at_their_own_locations(spark, metastore, tmp_path
         == {"ds=2024-01-01": 100, "ds=2024-01-02": 250, "ds=2024-01-03": 100}
     )
     assert snapshot.total_rows == 450
+    # One word for version: the attempt that wrote each partition, as `staged versions` lists it.
+    assert snapshot.partition_versions == {
+        "ds=2024-01-01": first, "ds=2024-01-02": second, "ds=2024-01-03": first
+    }
     assert snapshot.columns == ["id", "ds"] and len(snapshot.rows) == 7
 
     env = {
@@ -63,5 +69,6 @@ def test_show_reads_partitions_at_their_own_locations(spark, metastore, tmp_path
     }
     result = CliRunner().invoke(app, ["show", identifier.name, "--conn", "shown"], env={**os.environ, **env})
     assert result.exit_code == 0, result.output
-    assert f"{identifier.name} version" in result.output and ": 450 rows" in result.output
-    assert "ds=2024-01-02 │ 250" in result.output
+    assert f"{identifier.name}: 450 rows in 3 partitions, each at its version" in result.output
+    assert f"ds=2024-01-02 │ 250  │ {second}" in result.output
+    assert f"ds=2024-01-03 │ 100  │ {first}" in result.output

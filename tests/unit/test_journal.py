@@ -13,7 +13,12 @@ from airflow_provider_staged.staging.errors import CommitConflictError
 from airflow_provider_staged.staging.journal import AttemptRecord, AttemptState, TaskRef
 from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.journal_postgres import PostgresJournal
-from airflow_provider_staged.staging.versions import RetentionPolicy, new_attempt_id, parse_version_dir
+from airflow_provider_staged.staging.versions import (
+    RetentionPolicy,
+    new_attempt_id,
+    parse_version_dir,
+    version_of_location,
+)
 
 
 def open_journal(spec):
@@ -254,3 +259,10 @@ def test_job_status_hook_maps_transitions():
     hook.on_canceled("j")
     # The reason reaches the journal: why an attempt was aborted is readable later.
     assert table.calls == ["begin", "commit", "abort: job failed: RuntimeError('x')", "abort: task killed"]
+
+
+def test_the_version_of_a_location_is_its_innermost_version_directory():
+    assert version_of_location("s3a://b/wh/db.db/t/_v=af-1/ds=2024-01-01") == "af-1"
+    assert version_of_location("/wh/db.db/t/_v=af-1/_v=af-2/") == "af-2"
+    assert version_of_location("file:/wh/db.db/t/ds=2024-01-01") is None  # written in place: no version
+    assert version_of_location("/wh/db.db/t/_v=/ds=1") is None

@@ -87,6 +87,7 @@ class TableDescription:
     schedule: str | None  # as Airflow has parsed it; None when the DAG is missing
     paused: bool | None
     status: CatalogStatus
+    handler_summary: str  # the refresh handler, as Flink's ``asSummaryString`` says it
     last_runs: list[dict[str, Any]] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     table_exists: bool = False
@@ -454,6 +455,7 @@ class MaterializedTables:
             schedule=dag.timetable_summary if dag is not None else None,
             paused=dag.is_paused if dag is not None else None,
             status=self.store.load(identifier, path),
+            handler_summary=handler.as_summary_string(),
             last_runs=last_runs,
             partitions=partitions,
             table_exists=exists,
