@@ -244,8 +244,8 @@ class JournaledStagedTable(StagedTable):
         if existing is None:
             self.journal.create(record)
         spec = record.partitions_text
-        log.info("began staged %s%s of %s at %s", record.operation, f" ({spec})" if spec else "",
-                 self.target, record.location)
+        log.info("began staged %s%s of %s: version %s at %s", record.operation, f" ({spec})" if spec else "",
+                 self.target, self.attempt_id, record.location)
 
     @property
     def location(self) -> str:
@@ -369,7 +369,8 @@ class JournaledStagedTable(StagedTable):
             record = self.journal.transition(
                 self.attempt_id, AttemptState.COMMITTED, superseded_location=superseded
             )
-        log.info("committed %s: %s is now %s", self.attempt_id, self.target, record.location)
+        # "version" as `staged show` and `staged versions` say it: the attempt that wrote the data.
+        log.info("committed version %s of %s: %s", self.attempt_id, self.target, record.location)
 
     def _resolve_lost_reply(self, record: AttemptRecord, error: Exception) -> str | list[str] | None:
         """A catalog call that failed without a verdict may have landed: ask the catalog."""
