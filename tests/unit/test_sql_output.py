@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import sys
 from datetime import date
 from decimal import Decimal
 from itertools import pairwise
 
+import pytest
 from wcwidth import wcswidth
 
+from airflow_provider_staged.cli.sql import Printer
 from airflow_provider_staged.sql.output import (
     ResultSet,
     render_changelog,
@@ -17,6 +22,7 @@ from airflow_provider_staged.sql.output import (
     render_json,
     render_tableau,
 )
+from airflow_provider_staged.sql.properties import RESULT_MODE, SessionProperties
 
 RESULT = ResultSet(["id", "name", "day"], [(1, "ä, b", date(2024, 1, 2)), (10, None, None)])
 
@@ -145,3 +151,17 @@ def test_tableau_lines_of_a_value_stack_in_its_cell() -> None:
         "2 rows in set",
     ]
 
+
+@pytest.mark.parametrize("mode", ["tableau", "table"])
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_client_folds_to_a_terminal_and_not_into_a_pipe(
+    mode: str, terminal: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *_: os.terminal_size((100, 1000)))
+    properties = SessionProperties()
+    properties.put(*properties.checked(RESULT_MODE, mode))
+    Printer(properties, None, interactive=True)(DESCRIBE)
+    printed = capsys.readouterr().out
+    assert printed == render_tableau(DESCRIBE, 100 if terminal else None) + "\n"
+    assert (max(map(wcswidth, printed.splitlines())) <= 100) == terminal
