@@ -12,6 +12,7 @@ import logging
 import os
 import pydoc
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,7 +30,13 @@ from airflow_provider_staged.discovery.embedded import (
     require_gateway,
     staged_home,
 )
-from airflow_provider_staged.sql.output import RENDERERS, ResultSet, changelog_head, changelog_lines
+from airflow_provider_staged.sql.output import (
+    RENDERERS,
+    ResultSet,
+    changelog_head,
+    changelog_lines,
+    render_tableau,
+)
 from airflow_provider_staged.sql.properties import (
     RESULT_MODE,
     SessionProperties,
@@ -113,7 +120,10 @@ class Printer:
                 typer.echo(result.message, err=True)
             return
         mode = "tableau" if self.output is ScriptOutput.tableau else self.properties.result_mode
-        text = RENDERERS[mode](result)
+        if mode in ("tableau", "table"):  # the box folds to fit a terminal
+            text = render_tableau(result, _terminal_width())
+        else:
+            text = RENDERERS[mode](result)
         if mode == "table" and self.interactive and text.count("\n") + 2 > shutil.get_terminal_size().lines:
             pydoc.pager(text)  # a scrollable view ($PAGER, else less)
         else:
@@ -130,6 +140,11 @@ class Printer:
                 typer.echo(changelog_head(batch.columns))
             elif batch.rows:
                 typer.echo("\n".join(changelog_lines(batch)))
+
+
+def _terminal_width() -> int | None:
+    """The terminal's columns when stdout is one; piped, no limit: a script gets whole lines."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def report(message: str, where: str) -> None:

@@ -14,9 +14,10 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from wcwidth import wcswidth
+from wcwidth import wcswidth, wcwidth
 
 NULL = "<NULL>"
+MIN_COLUMN = 8  # a narrowed column keeps this many display columns, or its header's width if wider
 
 
 @dataclass(frozen=True)
@@ -67,23 +68,93 @@ def _footer(result: ResultSet) -> str:
     return "Empty set" if count == 0 else f"{count} row{'s' if count != 1 else ''} in set"
 
 
-def render_tableau(result: ResultSet) -> str:
-    """Flink's tableau: a boxed table, numbers right-aligned, ``<NULL>`` for nulls, a row count."""
+def _lines(text: str) -> list[str]:
+    """A cell's physical lines: one per line break (a raw one would break the box), tabs as spaces."""
+    return text.expandtabs().splitlines() or [""]
+
+
+def _char_width(char: str) -> int:
+    width = wcwidth(char)
+    return 1 if width < 0 else width  # as _width counts control characters
+
+
+def _fit(text: str, width: int) -> int:
+    """How many leading characters of ``text`` fit in ``width`` display columns (at least one)."""
+    used = cut = 0
+    while cut < len(text) and used + _char_width(text[cut]) <= width:
+        used += _char_width(text[cut])
+        cut += 1
+    # wcswidth counts some sequences (an emoji with VS16) wider than their characters: _pad uses it
+    while cut > 1 and _width(text[:cut]) > width:
+        cut -= 1
+    return max(cut, 1)
+
+
+def _fold(line: str, width: int) -> list[str]:
+    """``line`` as pieces of at most ``width`` display columns, nothing cut: folded at the last space
+    if that leaves the piece at least half full (the spaces there are the fold), else mid-word."""
+    if _width(line) <= width:
+        return [line]
+    pieces = []
+    while (cut := _fit(line, width)) < len(line):
+        space = line.rfind(" ", 0, cut + 1)  # a space just past the piece is a fold point as well
+        if space >= max(cut // 2, 1):
+            pieces.append(line[:space].rstrip(" "))
+            line = line[space:].lstrip(" ")
+        else:
+            pieces.append(line[:cut])
+            line = line[cut:]
+    return [*pieces, line] if line else pieces
+
+
+def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int]:
+    """Column widths summing to at most ``room``: the widest narrow first, none below its floor
+    (the floors when even they do not fit: a wider box, but no character lost)."""
+    def capped(cap: int) -> list[int]:
+        return [max(floor, min(width, cap)) for width, floor in zip(widths, floors, strict=True)]
+
+    low, high = 0, max(widths)  # the largest cap that fits: capped(0) is the floors
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if sum(capped(middle)) <= room else (low, middle - 1)
+    return capped(low)
+
+
+def _row(cells: Sequence[list[str]], widths: list[int], right: Sequence[bool]) -> list[str]:
+    """A row's box lines: each cell's lines folded to its column's width, shorter cells blank below."""
+    folded = [[piece for line in cell for piece in _fold(line, width)]
+              for cell, width in zip(cells, widths, strict=True)]
+    return ["| " + " | ".join(_pad(cell[k] if k < len(cell) else "", width, r)
+                              for cell, width, r in zip(folded, widths, right, strict=True)) + " |"
+            for k in range(max(map(len, folded)))]
+
+
+def render_tableau(result: ResultSet, max_width: int | None = None) -> str:
+    """Flink's tableau: a boxed table, numbers right-aligned, ``<NULL>`` for nulls, a row count.
+
+    A value's lines stack inside its cell. A box wider than ``max_width`` narrows its widest columns
+    (down to ``MIN_COLUMN`` or the header's width) and folds their longer lines: no value is cut.
+    """
     if not result.columns:
         return f"[INFO] {result.message or 'Execute statement succeeded.'}"
-    cells = [[_text(value) for value in row] for row in result.rows]
-    widths = [max([_width(column), *(_width(row[i]) for row in cells)])
-              for i, column in enumerate(result.columns)]
+    header = [_lines(column) for column in result.columns]
+    cells = [[_lines(_text(value)) for value in row] for row in result.rows]
+    widths = [max(_width(line) for cell in (header[i], *(row[i] for row in cells)) for line in cell)
+              for i in range(len(header))]
+    frame = 3 * len(widths) + 1  # "| " before each column, " |" after the last, " | " between
+    if max_width is not None and sum(widths) + frame > max_width:
+        floors = [min(width, max(MIN_COLUMN, *map(_width, head)))
+                  for width, head in zip(widths, header, strict=True)]
+        widths = _narrowed(widths, floors, max_width - frame)
     numeric = [
         bool(result.rows) and all(isinstance(row[i], (int, float, Decimal)) and not isinstance(row[i], bool)
                                   for row in result.rows if row[i] is not None)
         for i in range(len(result.columns))
     ]
     rule = "+" + "+".join("-" * (width + 2) for width in widths) + "+"
-    header = "| " + " | ".join(_pad(c, w, False) for c, w in zip(result.columns, widths, strict=True)) + " |"
-    lines = [rule, header, rule]
-    lines += ["| " + " | ".join(_pad(c, w, r) for c, w, r in zip(row, widths, numeric, strict=True)) + " |"
-              for row in cells]
+    lines = [rule, *_row(header, widths, [False] * len(widths)), rule]
+    for row in cells:
+        lines += _row(row, widths, numeric)
     if cells:
         lines.append(rule)
     lines.append(_footer(result))
