@@ -146,9 +146,9 @@ class ReadmeStack:
             time.sleep(0.05)
         raise SystemExit(f"refresh of {TABLE} not committed within {RUN_TIMEOUT:.0f} s")
 
-    def wait_idle(self) -> None:
+    def wait_idle(self, dag_id: str = DAG_ID) -> None:
         """No run of the DAG queued or running (a refresh DAG runs one at a time)."""
-        while self.http.get(f"/api/v2/dags/{DAG_ID}/dagRuns", params={"state": ["queued", "running"]}
+        while self.http.get(f"/api/v2/dags/{dag_id}/dagRuns", params={"state": ["queued", "running"]}
                             ).raise_for_status().json()["dag_runs"]:
             time.sleep(0.2)
 

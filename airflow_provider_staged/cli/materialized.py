@@ -288,6 +288,7 @@ def drop(ctx: typer.Context, table: TableArg, cascade: Cascade = False) -> None:
 def graph(ctx: typer.Context, output: OutputOption = Output.text) -> None:
     """The tables' dependencies, from the definitions folder alone: one line per edge
     ``upstream -> downstream``, then the tables without any."""
+    from airflow_provider_staged.materialized.definition import DOWNSTREAM
     from airflow_provider_staged.materialized.graph import TableGraph, chain
 
     found = TableGraph.from_folder(configured_scheduler(ctx.obj).definitions_dir)
@@ -295,6 +296,7 @@ def graph(ctx: typer.Context, output: OutputOption = Output.text) -> None:
     if output is Output.json:
         print_json({
             "nodes": [{"table": table.name, "definitions": [str(path) for path in node.paths],
+                       "freshness": node.freshness,
                        "inputs": list(node.inputs), "upstream": [t.name for t in found.upstream(table)],
                        "downstream": [t.name for t in found.downstream(table)]}
                       for table, node in sorted(found.nodes.items(), key=lambda item: item[0].name)],
@@ -303,7 +305,9 @@ def graph(ctx: typer.Context, output: OutputOption = Output.text) -> None:
         })
         return
     linked = {table for edge in edges for table in edge}
-    lines = [chain(edge) for edge in edges]
+    # A table refreshed on its inputs' commits says so where it appears downstream.
+    lines = [f"{chain(edge)}{' (DOWNSTREAM)' if found.nodes[edge[1]].freshness == DOWNSTREAM else ''}"
+             for edge in edges]
     lines += [table.name for table in found.tables() if table not in linked]
     lines += [f"cycle: {chain(cycle)}" for cycle in cycles]
     lines += [f"{table} is defined by several files (no DAG refreshes it): "
@@ -335,6 +339,7 @@ def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.
         ("partitions", ", ".join(info.partitions) or "-"),
         ("inputs", ", ".join(info.inputs) or "-"),
         ("dependents", ", ".join(table.name for table in info.dependents) or "-"),
+        ("suspended inputs", "; ".join(info.suspended_inputs) or "-"),
         ("expectations", "; ".join(info.expectations) or "-"),
     ])
     if info.refresh_mode == "CONTINUOUS":

@@ -39,11 +39,12 @@ class Node:
     paths: tuple[Path, ...]
     # ``(catalog, db.table)`` of every table the query reads; catalog None: the session catalog.
     reads: tuple[tuple[str | None, str], ...]
+    freshness: str = ""  # as the DDL writes it: ``INTERVAL '1' DAY`` or ``DOWNSTREAM``
 
     @classmethod
     def of(cls, definition: MaterializedTableDefinition) -> Node:
         reads = read_tables(definition.query, DEFAULT_DATABASE)
-        return cls(definition.identifier, (Path(definition.source_path),), reads)
+        return cls(definition.identifier, (Path(definition.source_path),), reads, definition.freshness_text)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -65,7 +66,7 @@ class TableGraph:
             known = self.nodes.get(node.identifier)
             if known is not None:  # a table defined twice reads what either file reads
                 node = Node(node.identifier, known.paths + node.paths,
-                            tuple(dict.fromkeys(known.reads + node.reads)))
+                            tuple(dict.fromkeys(known.reads + node.reads)), known.freshness)
             self.nodes[node.identifier] = node
         self._upstream = {table: materialized_inputs(node, self.nodes) for table, node in self.nodes.items()}
         self._downstream: dict[TableIdentifier, list[TableIdentifier]] = {table: [] for table in self.nodes}
@@ -224,6 +225,23 @@ def materialized_inputs(node: Node, tables: Collection[TableIdentifier]) -> tupl
         if catalog is None and table in tables and table != node.identifier:
             found.append(table)
     return tuple(sorted(found, key=_key))
+
+
+def readers_of(
+    definitions: Iterable[MaterializedTableDefinition], tables: Collection[TableIdentifier]
+) -> dict[TableIdentifier, tuple[TableIdentifier, ...]]:
+    """Each definition that reads some of ``tables`` (materialized tables of its folder), with
+    those it reads. Only a query that names one of them is parsed: the page asks this for its
+    few suspended tables against a folder of thousands."""
+    names = {table.table.lower() for table in tables}
+    found = {}
+    for definition in definitions:
+        query = definition.query.lower()
+        if any(name in query for name in names):
+            upstream = materialized_inputs(Node.of(definition), tables)
+            if upstream:
+                found[definition.identifier] = upstream
+    return found
 
 
 def followed_inputs(

@@ -547,6 +547,7 @@ def _describe(tables: MaterializedTables, statement: mts.DescribeMaterializedTab
         ("partitions", ", ".join(info.partitions) or "-"),
         ("inputs", ", ".join(info.inputs) or "-"),
         ("dependents", ", ".join(table.name for table in info.dependents) or "-"),
+        ("suspended inputs", "; ".join(info.suspended_inputs) or "-"),
         ("expectations", "; ".join(info.expectations) or "-"),
         ("query", info.definition),
     ]

@@ -45,6 +45,12 @@ def test_suspend_and_drop_cascade_reach_the_downstream_dag(
         tables.create(definition(UP, "SELECT 1 AS n"))
         with pytest.raises(WorkflowException, match=r"graph_up not dropped: .* read it: e2e\.graph_down"):
             tables.drop(UP)
+        # Suspended alone, the upstream shows on its dependent's describe.
+        tables.suspend(UP)
+        (note,) = tables.describe(DOWN, runs=0).suspended_inputs
+        assert note.startswith(f"{UP}: SUSPENDED"), note
+        tables.resume(UP)
+        assert tables.describe(DOWN, runs=0).suspended_inputs == ()
         assert tables.suspend(UP, cascade=True) == [DOWN, UP]
         assert [rest.dag(dag_id_for(t)).json()["is_paused"] for t in (UP, DOWN)] == [True, True]
         assert tables.drop(UP, cascade=True) == [DOWN, UP]

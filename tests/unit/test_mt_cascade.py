@@ -232,15 +232,20 @@ def mt(workflows: _Workflows, *args: str) -> list[str]:
 
 def test_staged_mt_graph_prints_edges_then_lone_tables_and_json(chain: Setup) -> None:
     workflows, _ = chain
+    # m.c follows its input's commits: marked where it appears downstream.
+    workflows.definition_path_for(T("m.c")).write_text(
+        "CREATE MATERIALIZED TABLE m.c\nFRESHNESS = DOWNSTREAM\nAS SELECT * FROM m.b\n")
     text = CliRunner().invoke(app, mt(workflows, "graph"))
     assert text.exit_code == 0, text.output
-    assert text.stdout.splitlines() == ["m.a -> m.b", "m.a -> m.d", "m.b -> m.c", "m.x"]
+    assert text.stdout.splitlines() == ["m.a -> m.b", "m.a -> m.d", "m.b -> m.c (DOWNSTREAM)", "m.x"]
     document = json.loads(CliRunner().invoke(app, mt(workflows, "graph", "-o", "json")).stdout)
     assert document["edges"][0] == {"upstream": "m.a", "downstream": "m.b"}
     first = document["nodes"][0]
     assert first["definitions"] == [str(workflows.definitions_dir / "m__a.sql")]
     assert (first["table"], first["inputs"], first["upstream"], first["downstream"]) == (
         "m.a", ["raw.src"], [], ["m.b", "m.d"])
+    assert [node["freshness"] for node in document["nodes"]] == [
+        "INTERVAL '1' HOUR", "INTERVAL '1' HOUR", "DOWNSTREAM", "INTERVAL '1' HOUR", "INTERVAL '1' HOUR"]
     assert document["cycles"] == []
 
 

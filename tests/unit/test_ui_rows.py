@@ -11,6 +11,7 @@ from airflow_provider_staged.airflow.ui.rows import (
     DagFacts,
     RefreshFacts,
     TableEntry,
+    note_suspended_inputs,
     page_row,
     refresh_from_event,
     refresh_from_table,
@@ -104,3 +105,35 @@ def test_last_refresh_from_asset_event_or_table_parameters() -> None:
                                 "staged.version": "a2"})
     assert table == RefreshFacts(NOW, {}, 9, "a2")
     assert refresh_from_table({"EXTERNAL": "TRUE"}) is None and refresh_from_table(None) is None
+
+
+def _entry(text: str) -> TableEntry:
+    definition = parse_definition(text, "x.sql")
+    path = Path(f"/defs/{definition.identifier}.sql")
+    return TableEntry(definition.identifier, path, definition, (1, 0, 0))
+
+
+def test_an_auto_suspended_upstream_shows_on_the_tables_that_read_it() -> None:
+    day = "FRESHNESS = INTERVAL '1' DAY AS SELECT"
+    up = _entry(f"CREATE MATERIALIZED TABLE db.up {day} n FROM src")
+    down = _entry("CREATE MATERIALIZED TABLE db.down FRESHNESS = DOWNSTREAM AS SELECT n FROM db.up")
+    # Names db.up in a comment and a string only: it reads src, not the suspended table.
+    aside = _entry(f"CREATE MATERIALIZED TABLE db.aside {day} 'db.up' AS n FROM src -- not db.up")
+    other = _entry(f"CREATE MATERIALIZED TABLE db.other {day} n FROM db.down")
+    entries = [up, down, aside, other]
+    suspended = status(RefreshStatus.SUSPENDED, "SUSPENDED_DUE_TO_ERRORS", 5)
+    rows = [page_row(entry, suspended if entry is up else status(RefreshStatus.ACTIVATED), True,
+                     DagFacts(f"mt__{entry.identifier.table}", entry is up, None, None),
+                     None, None, True, NOW) for entry in entries]
+    note_suspended_inputs(rows, entries)
+    by_table = {row["table"]: row for row in rows}
+    assert by_table["db.down"]["suspended_inputs"] == ["db.up"]
+    assert by_table["db.down"]["reason"] == "its input db.up is suspended: no new data from it until resumed"
+    # Direct inputs only; the suspended table's own reason stays its own.
+    for table in ("db.aside", "db.other"):
+        assert (by_table[table]["suspended_inputs"], by_table[table]["reason"]) == ([], None)
+    assert by_table["db.up"]["reason"].startswith("SUSPENDED_DUE_TO_ERRORS after 5")
+    # Nothing suspended: no query is parsed, and every row says so.
+    active = [row(status(RefreshStatus.ACTIVATED))]
+    note_suspended_inputs(active, [ENTRY])
+    assert active[0]["suspended_inputs"] == []

@@ -97,6 +97,8 @@ class TableDescription:
     # materialized tables that read this one.
     inputs: tuple[str, ...] = ()
     dependents: tuple[TableIdentifier, ...] = ()
+    # The materialized tables it reads that are suspended (auto-suspended upstream shows here).
+    suspended_inputs: tuple[str, ...] = ()
     # The EXPECT constraints as written (``CONSTRAINT c EXPECT (...) [ON VIOLATION ...]``).
     expectations: tuple[str, ...] = ()
     # Per Flink's freshness (``materialized.lag.table_lag``): None when nothing is committed.
@@ -464,10 +466,20 @@ class MaterializedTables:
             if continuous and self.metastore_uri is not None else None,
             inputs=graph.described_inputs(identifier),
             dependents=graph.downstream(identifier),
+            suspended_inputs=self._suspended_inputs(graph, identifier),
             expectations=tuple(map(str, definition.constraints)),
             lag=lag,
             lag_text=lag_text(lag, definition.freshness.as_timedelta()),
         )
+
+    def _suspended_inputs(self, graph: TableGraph, identifier: TableIdentifier) -> tuple[str, ...]:
+        """``db.t: SUSPENDED (why)`` of each suspended materialized table ``identifier`` reads."""
+        found = []
+        for upstream in graph.upstream(identifier):
+            status = self.store.load(upstream, graph.nodes[upstream].paths[0])
+            if status.refresh_status is RefreshStatus.SUSPENDED:
+                found.append(f"{upstream}: {status.status_text()}")
+        return tuple(found)
 
     def list(self) -> list[tuple[TableIdentifier, Path]]:
         """Every definition in the folder with its table (broken files are left out)."""
