@@ -190,7 +190,11 @@ def test_up_mt_without_flags_down_leaves_nothing(home: Path, tmp_path: Path) -> 
         run = httpx.get(f"{api}/mt__stack__orders_daily/dagRuns/{run_id}", headers=admin, timeout=30).json()
         assert run["conf"]["staticPartitions"] == {"ds": "2024-01-02"}
         shown = json.loads(staged(home, "show", "stack.orders_daily", "--output", "json"))
-        assert {"partition": "ds=2024-01-02", "rows": 1} in shown["partitions"]
+        # One word for version: the partition's is the one `staged versions` calls current.
+        kept = json.loads(staged(home, "versions", "stack.orders_daily", "--output", "json"))
+        (current,) = [v["version"] for v in kept
+                      if v["status"] == "current" and v["partition"] == "ds=2024-01-02"]
+        assert {"partition": "ds=2024-01-02", "rows": 1, "version": current} in shown["partitions"]
         assert {"ds": "2024-01-02", "orders": 10} in shown["rows"]
         # The refresh ran on the stack's gateway: its task log names the engine and the server.
         task_log = (home / "airflow" / "logs" / "dag_id=mt__stack__orders_daily" / f"run_id={run_id}"
