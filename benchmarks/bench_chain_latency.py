@@ -44,6 +44,8 @@ class ChainStack(ReadmeStack):
 
     def __init__(self) -> None:
         super().__init__()
+        # A table reading a materialized one is created once that one exists (its first refresh).
+        staged(self.home, "mt", "refresh", TABLE, "--partition", f"ds={PARTITION}", "--wait", "600")
         definition = self.home / "orders_report.sql"
         definition.write_text(REPORT_DEFINITION)
         staged(self.home, "mt", "create", str(definition))
