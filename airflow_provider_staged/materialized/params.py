@@ -15,7 +15,9 @@ from datetime import datetime, tzinfo
 from types import MappingProxyType
 from typing import Any
 
+from airflow_provider_staged.materialized.continuous import one_time_refresh_refused
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.option_values import (
     EXECUTION_CONFIG_CHECKS,
     WRITER_OPTION_CHECKS,
@@ -368,3 +370,17 @@ def _digit_count(number: int) -> int:
     while digits > 1 and 10 ** (digits - 1) > number:
         digits -= 1
     return digits
+
+
+def check_refresh_call(
+    conf: Mapping[str, Any] | None, definition: MaterializedTableDefinition, now: datetime
+) -> RefreshRequest:
+    """What a refresh call must pass before any run exists, wherever it enters (``staged mt
+    refresh``, the SQL client, the page, the Trigger form): the refresh task's own parse, and a
+    CONTINUOUS table's limits on a one-time refresh. ``now`` only fills in a missing scheduleTime."""
+    request = parse_refresh_request(conf, definition, now)
+    if definition.refresh_mode is RefreshMode.CONTINUOUS and not request.is_periodic:
+        why = one_time_refresh_refused(definition.identifier, definition.query, request.partition_spec)
+        if why:
+            raise RefreshRequestError(why)
+    return request

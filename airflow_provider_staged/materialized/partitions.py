@@ -328,8 +328,8 @@ def validate_static_partitions(
         if column in formatters and not _matches(value, formatters[column]):
             example = formatter_example(column, formatters)
             raise PartitionError(
-                f"invalid value {value!r} for partition column {key!r}: it does not match the "
-                f"column's date-formatter (e.g. {example!r})"
+                f"invalid value {value!r} for partition column {key!r}: not a date or time as the "
+                f"column's date-formatter writes one (e.g. {example!r})"
             )
         checked[column] = value
     why = unstorable(list(checked), list(checked.values()))

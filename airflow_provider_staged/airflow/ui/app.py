@@ -266,7 +266,7 @@ def resume(table: str, request: Request, user: GetUserDep, _: Acting) -> dict[st
 @app.post("/api/tables/{table}/refresh")
 def refresh(table: str, body: RefreshBody, request: Request, user: GetUserDep, _: Acting) -> dict[str, str]:
     """A one-time refresh of the typed partitions; a bad value is refused before any run."""
-    from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
+    from airflow_provider_staged.materialized.params import RefreshRequestError, check_refresh_call
 
     with _acting(request, table, user) as (tables, identifier, definition):
         partitions = dict(body.partitions)
@@ -277,8 +277,8 @@ def refresh(table: str, body: RefreshBody, request: Request, user: GetUserDep, _
         trigger = RefreshTrigger(is_periodic=False, static_partitions=partitions,
                                  refresh_downstream=body.downstream)
         try:
-            # The same check as `staged mt refresh`; the time only fills in scheduleTime.
-            parse_refresh_request(trigger.as_conf(), definition, datetime.now(timezone.utc))
+            # The same check as `staged mt refresh` and the Trigger form (trigger_check).
+            check_refresh_call(trigger.as_conf(), definition, datetime.now(timezone.utc))
         except RefreshRequestError as err:
             raise HTTPException(422, f"refresh of {identifier} not triggered: {err}") from None
         run_id = tables.refresh(identifier, trigger)

@@ -14,7 +14,8 @@ URL_PREFIX = "/materialized-tables"
 
 
 class MaterializedTablesPlugin(AirflowPlugin):
-    """Mounts the page's FastAPI app and puts the page in the UI's Browse menu."""
+    """Mounts the page's FastAPI app, puts the page in the UI's Browse menu and checks the
+    refresh calls that trigger refresh DAGs (``trigger_check``)."""
 
     name = "staged_materialized_tables"
     external_views = [
@@ -33,3 +34,10 @@ class MaterializedTablesPlugin(AirflowPlugin):
         from airflow_provider_staged.airflow.ui.app import app
 
         return [{"app": app, "url_prefix": URL_PREFIX, "name": "Materialized tables"}]
+
+    @property  # type: ignore[override]
+    def fastapi_root_middlewares(self) -> list[dict[str, Any]]:
+        # The Trigger form's and REST triggers of refresh DAGs get the refresh task's own check.
+        from airflow_provider_staged.airflow.ui.trigger_check import TriggerConfCheck
+
+        return [{"middleware": TriggerConfCheck, "name": "Refresh call check"}]

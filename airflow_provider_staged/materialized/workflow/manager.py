@@ -20,7 +20,6 @@ from airflow_provider_staged.materialized.catalog_status import (
     CatalogStatus,
     CatalogStatusStore,
 )
-from airflow_provider_staged.materialized.continuous import one_time_refresh_refused
 from airflow_provider_staged.materialized.continuous_run import (
     Progress,
     drop_continuous_state,
@@ -39,7 +38,7 @@ from airflow_provider_staged.materialized.freshness import RefreshMode
 from airflow_provider_staged.materialized.graph import GraphError, TableGraph, followed_inputs
 from airflow_provider_staged.materialized.lag import lag_text, table_lag
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
-from airflow_provider_staged.materialized.params import RefreshRequestError, parse_refresh_request
+from airflow_provider_staged.materialized.params import RefreshRequestError, check_refresh_call
 from airflow_provider_staged.materialized.query_change import (
     Column,
     QueryChangeError,
@@ -373,15 +372,9 @@ class MaterializedTables:
         """Validate the refresh call here (nothing is triggered if it is bad), then run it."""
         handler, path = self._locate(identifier)
         try:
-            # The run time only fills in a missing scheduleTime; this call just validates.
-            definition = load_definition(path)
-            request = parse_refresh_request(trigger.as_conf(), definition, datetime.now(timezone.utc))
+            check_refresh_call(trigger.as_conf(), load_definition(path), datetime.now(timezone.utc))
         except (DefinitionError, RefreshRequestError) as err:
             raise WorkflowException(f"refresh of {identifier} not triggered: {err}") from None
-        if definition.refresh_mode is RefreshMode.CONTINUOUS and not request.is_periodic:
-            why = one_time_refresh_refused(identifier, definition.query, request.partition_spec)
-            if why:
-                raise WorkflowException(f"refresh not triggered: {why}")
         return self.scheduler.trigger_refresh(handler, trigger)
 
     def wait_for_refresh(self, identifier: TableIdentifier, run_id: str, timeout: float) -> str:
