@@ -227,23 +227,6 @@ def materialized_inputs(node: Node, tables: Collection[TableIdentifier]) -> tupl
     return tuple(sorted(found, key=_key))
 
 
-def readers_of(
-    definitions: Iterable[MaterializedTableDefinition], tables: Collection[TableIdentifier]
-) -> dict[TableIdentifier, tuple[TableIdentifier, ...]]:
-    """Each definition that reads some of ``tables`` (materialized tables of its folder), with
-    those it reads. Only a query that names one of them is parsed: the page asks this for its
-    few suspended tables against a folder of thousands."""
-    names = {table.table.lower() for table in tables}
-    found = {}
-    for definition in definitions:
-        query = definition.query.lower()
-        if any(name in query for name in names):
-            upstream = materialized_inputs(Node.of(definition), tables)
-            if upstream:
-                found[definition.identifier] = upstream
-    return found
-
-
 def followed_inputs(
     definition: MaterializedTableDefinition, tables: Collection[TableIdentifier]
 ) -> tuple[TableIdentifier, ...]:

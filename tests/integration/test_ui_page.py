@@ -347,3 +347,37 @@ def test_browser_page_follows_a_refresh_live_and_lists_it_in_the_history(
     time.sleep(6)  # one live update later the history is still open, read again
     assert browser.find_elements(By.CSS_SELECTOR, f"tr.history[data-history-of='{WHOLE.name}'] tr.run")
     assert "Airflow queries" in browser.find_element(By.ID, "stats").get_attribute("textContent")
+
+
+REPORT = TableIdentifier("ui", "orders_report")
+
+
+def test_browser_graph_draws_each_table_right_of_what_it_reads(
+    ui_tables: MaterializedTables, airflow_server: AirflowInfo, admin: httpx.Client, definitions_dir: Path,
+    browser,
+) -> None:
+    # Put in the folder by hand (a table reading one not refreshed yet cannot be CREATEd): the page
+    # lists it from the definition, whether or not Airflow has parsed its DAG yet.
+    report = definitions_dir / "ui__orders_report.sql"
+    report.write_text(f"CREATE MATERIALIZED TABLE {REPORT}\nPARTITIONED BY (ds)\n"
+                      f"FRESHNESS = DOWNSTREAM\nAS SELECT ds, orders FROM {PARTITIONED}")
+    try:
+        listed = rows(admin)
+        assert listed[REPORT.name]["upstream"] == [PARTITIONED.name]
+        assert listed[PARTITIONED.name]["upstream"] == [] == listed[WHOLE.name]["upstream"]
+        open_page(browser, airflow_server, "admin")
+        browser.find_element(By.CSS_SELECTOR, "#graph summary").click()
+        edge = wait_for(browser, f"#graph path.edge[data-from='{PARTITIONED}'][data-to='{REPORT}']")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#graph path.edge")) == 1, edge
+        nodes = {node.get_attribute("data-table"): node
+                 for node in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+        assert set(nodes) == set(listed)
+
+        def column(table: TableIdentifier) -> float:
+            return float(nodes[table.name].get_attribute("transform").split("(")[1].split(",")[0])
+
+        assert column(REPORT) > column(PARTITIONED) == column(WHOLE) == 0
+        assert "DOWNSTREAM" in nodes[REPORT.name].text and "ACTIVATED" in nodes[PARTITIONED.name].text
+        screenshot(browser, "ui_page_graph")
+    finally:
+        report.unlink()

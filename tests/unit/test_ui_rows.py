@@ -11,7 +11,7 @@ from airflow_provider_staged.airflow.ui.rows import (
     DagFacts,
     RefreshFacts,
     TableEntry,
-    note_suspended_inputs,
+    note_inputs,
     page_row,
     refresh_from_event,
     refresh_from_table,
@@ -19,6 +19,7 @@ from airflow_provider_staged.airflow.ui.rows import (
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.definition import parse_definition
 from airflow_provider_staged.materialized.failure_streak import FailureStreak
+from airflow_provider_staged.materialized.graph import TableGraph
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
 
 NOW = datetime(2024, 1, 3, 12, 0, tzinfo=timezone.utc)
@@ -113,27 +114,26 @@ def _entry(text: str) -> TableEntry:
     return TableEntry(definition.identifier, path, definition, (1, 0, 0))
 
 
-def test_an_auto_suspended_upstream_shows_on_the_tables_that_read_it() -> None:
+def test_rows_carry_their_upstream_and_a_suspended_one_shows_on_its_dependents() -> None:
     day = "FRESHNESS = INTERVAL '1' DAY AS SELECT"
     up = _entry(f"CREATE MATERIALIZED TABLE db.up {day} n FROM src")
     down = _entry("CREATE MATERIALIZED TABLE db.down FRESHNESS = DOWNSTREAM AS SELECT n FROM db.up")
-    # Names db.up in a comment and a string only: it reads src, not the suspended table.
+    # Names db.up in a string and a comment only: it reads src, not the suspended table.
     aside = _entry(f"CREATE MATERIALIZED TABLE db.aside {day} 'db.up' AS n FROM src -- not db.up")
     other = _entry(f"CREATE MATERIALIZED TABLE db.other {day} n FROM db.down")
-    entries = [up, down, aside, other]
+    hidden = _entry(f"CREATE MATERIALIZED TABLE db.hidden {day} n FROM db.up")  # a row the user cannot see
+    entries = [up, down, aside, other, hidden]
     suspended = status(RefreshStatus.SUSPENDED, "SUSPENDED_DUE_TO_ERRORS", 5)
     rows = [page_row(entry, suspended if entry is up else status(RefreshStatus.ACTIVATED), True,
                      DagFacts(f"mt__{entry.identifier.table}", entry is up, None, None),
-                     None, None, True, NOW) for entry in entries]
-    note_suspended_inputs(rows, entries)
+                     None, None, True, NOW) for entry in entries if entry is not hidden]
+    note_inputs(rows, TableGraph.from_definitions(entry.definition for entry in entries))
     by_table = {row["table"]: row for row in rows}
+    assert {table: row["upstream"] for table, row in by_table.items()} == {
+        "db.up": [], "db.down": ["db.up"], "db.aside": [], "db.other": ["db.down"]}
     assert by_table["db.down"]["suspended_inputs"] == ["db.up"]
     assert by_table["db.down"]["reason"] == "its input db.up is suspended: no new data from it until resumed"
     # Direct inputs only; the suspended table's own reason stays its own.
     for table in ("db.aside", "db.other"):
         assert (by_table[table]["suspended_inputs"], by_table[table]["reason"]) == ([], None)
     assert by_table["db.up"]["reason"].startswith("SUSPENDED_DUE_TO_ERRORS after 5")
-    # Nothing suspended: no query is parsed, and every row says so.
-    active = [row(status(RefreshStatus.ACTIVATED))]
-    note_suspended_inputs(active, [ENTRY])
-    assert active[0]["suspended_inputs"] == []

@@ -34,8 +34,13 @@ from pydantic import BaseModel
 
 from airflow_provider_staged.airflow.ui.airflow_reads import read_airflow, read_run_history
 from airflow_provider_staged.airflow.ui.history import history_rows
-from airflow_provider_staged.airflow.ui.rows import note_suspended_inputs, page_row, refresh_from_table
-from airflow_provider_staged.airflow.ui.sources import CatalogReads, read_entries, read_state_file
+from airflow_provider_staged.airflow.ui.rows import note_inputs, page_row, refresh_from_table
+from airflow_provider_staged.airflow.ui.sources import (
+    CatalogReads,
+    read_entries,
+    read_state_file,
+    table_graph,
+)
 from airflow_provider_staged.discovery.embedded import definitions_folder, metastore_status
 from airflow_provider_staged.materialized.catalog_status import status_from
 from airflow_provider_staged.materialized.naming import dag_id_for
@@ -128,7 +133,7 @@ def list_tables(user: GetUserDep, session: SessionDep) -> JSONResponse:
         last_refresh = airflow.refreshes.get(dag_id) or refresh_from_table(params)
         rows.append(page_row(entry, status, table is not None, dag, airflow.runs.get(dag_id),
                              last_refresh, dag_id in editable, now))
-    note_suspended_inputs(rows, entries)
+    note_inputs(rows, table_graph(entries))
     clock.lap("rows")
     # Plain JSON types already: JSONResponse skips FastAPI's encoder walking every value again.
     return JSONResponse({

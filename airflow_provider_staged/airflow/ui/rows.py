@@ -16,7 +16,7 @@ from typing import Any
 from airflow_provider_staged.materialized.catalog_status import CatalogStatus
 from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
 from airflow_provider_staged.materialized.failure_streak import suspension_note
-from airflow_provider_staged.materialized.graph import readers_of
+from airflow_provider_staged.materialized.graph import TableGraph
 from airflow_provider_staged.materialized.lag import table_lag
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus
 from airflow_provider_staged.staging.audits import audit_summary
@@ -168,16 +168,17 @@ def page_row(
     }
 
 
-def note_suspended_inputs(rows: list[dict[str, Any]], entries: list[TableEntry]) -> None:
-    """Say on each row whose table reads a suspended materialized table (of the rows shown) which
-    one: an auto-suspended upstream shows on its dependents, whose input stops changing."""
-    suspended = {TableIdentifier.parse(row["table"]) for row in rows
-                 if row["status"].startswith(RefreshStatus.SUSPENDED.value)}
-    readers = readers_of((entry.definition for entry in entries), suspended) if suspended else {}
-    for row in rows:
-        upstream = readers.get(TableIdentifier.parse(row["table"]), ())
-        row["suspended_inputs"] = [table.name for table in upstream]
-        if upstream:
-            names = ", ".join(table.name for table in upstream)
-            note = f"its input {names} is suspended: no new data from it until resumed"
+def note_inputs(rows: list[dict[str, Any]], graph: TableGraph) -> None:
+    """Give each row the materialized tables it reads among the rows shown (the page's graph),
+    and say on it which of those are suspended: an auto-suspended upstream shows on its
+    dependents, whose input stops changing."""
+    shown = {TableIdentifier.parse(row["table"]): row for row in rows}
+    for table, row in shown.items():
+        upstream = [up for up in graph.upstream(table) if up in shown]
+        row["upstream"] = [up.name for up in upstream]
+        suspended = [up.name for up in upstream
+                     if shown[up]["status"].startswith(RefreshStatus.SUSPENDED.value)]
+        row["suspended_inputs"] = suspended
+        if suspended:
+            note = f"its input {', '.join(suspended)} is suspended: no new data from it until resumed"
             row["reason"] = f"{row['reason']}; {note}" if row["reason"] else note

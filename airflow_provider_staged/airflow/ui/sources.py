@@ -23,6 +23,7 @@ from airflow_provider_staged.airflow.ui.rows import DagFacts, RunFacts, TableEnt
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.materialized.catalog_status import REFRESH_STATUS_KEY, read_state, state_path
 from airflow_provider_staged.materialized.definition import DefinitionError, load_definition
+from airflow_provider_staged.materialized.graph import Node, TableGraph
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.workflow.scheduler import WorkflowException
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -75,6 +76,24 @@ class StateFile:
     state: dict[str, Any]
     key: FileKey | None  # its identity, part of the catalog cache's token; None: no file
     error: str | None = None  # why it is unreadable
+
+
+# path -> (its file key, the graph node of its definition): the tables a query reads, parsed
+# once per version of the file (~0.3 ms a query; a folder of 1,000 costs ~0.3 s once).
+_nodes: dict[Path, tuple[FileKey, Node]] = {}
+
+
+def table_graph(entries: Iterable[TableEntry]) -> TableGraph:
+    """The dependency graph of ``entries`` (nodes cached per definition file version)."""
+    nodes = []
+    for entry in entries:
+        cached = _nodes.get(entry.path)
+        if cached is None or cached[0] != entry.file_key:
+            cached = _nodes[entry.path] = (entry.file_key, Node.of(entry.definition))
+        nodes.append(cached[1])
+    for gone in set(_nodes) - {entry.path for entry in entries}:
+        del _nodes[gone]
+    return TableGraph(nodes)
 
 
 def read_state_file(definition_path: Path) -> StateFile:
