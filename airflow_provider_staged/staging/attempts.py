@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_provider_staged.staging import groups
 from airflow_provider_staged.staging.api import StagedTable, StagingJobStatusHook, StagingPurpose
 from airflow_provider_staged.staging.audits import (
+    JUDGED_AT_COMMIT,
     AuditFailedError,
     AuditResult,
     AuditSuite,
     change_results,
     failure_message,
+    schema_results,
 )
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
 from airflow_provider_staged.staging.errors import (
@@ -192,6 +194,15 @@ class JournaledStagedTable(StagedTable):
         """The rows the journal recorded for the data at ``location`` (None: not recorded)."""
         return None
 
+    def current_columns(self) -> list[tuple[str, str]] | None:
+        """``(column, type)`` of what readers read now, None when there is nothing (or this kind
+        cannot tell): the schema audit's baseline. Reads the catalog."""
+        return None
+
+    def written_columns(self, manifest: Manifest) -> list[tuple[str, str]]:
+        """``(column, type)`` of the version this attempt wrote, in the catalog's type names."""
+        return list(manifest.columns)
+
     def release_locks(self) -> list[int]:
         """Release the catalog locks this attempt took and left (its process died holding them);
         called under the attempt's journal lock, which every section holding one holds too.
@@ -277,7 +288,8 @@ class JournaledStagedTable(StagedTable):
         record = self.journal.require(self.attempt_id)
         manifest = Manifest.from_dict(record.manifest or {})
         reported = {item["name"] for item in manifest.audits}
-        missing = [e.name for e in suite.expectations if e.kind != "change" and e.name not in reported]
+        missing = [e.name for e in suite.expectations
+                   if e.kind not in JUDGED_AT_COMMIT and e.name not in reported]
         if missing:
             # A job that ran none of them (an older package on the cluster) must not publish unaudited.
             raise StagingError(
@@ -290,6 +302,8 @@ class JournaledStagedTable(StagedTable):
         replaced = self.replaced_parts() if changes or any(r.blocks for r in results) else {}
         previous = {part: self.recorded_rows(location) for part, location in replaced.items()}
         results += change_results(changes, self.written_parts(manifest), previous)
+        if schemas := suite.of_kind("schema"):
+            results += schema_results(schemas, self.current_columns(), self.written_columns(manifest))
         for result in results:
             log.info("%s", result.line())
         pause_point("audit")  # tests: the task is killed during its audit

@@ -40,6 +40,11 @@ SAMPLE_COLUMNS = 20
 SAMPLE_VALUE_CHARS = 120
 
 
+# Kinds judged when the attempt is audited before its commit (the catalog's previous version is
+# their baseline); the Spark job evaluates the others on the data it writes.
+JUDGED_AT_COMMIT = ("change", "schema")
+
+
 class AuditError(ValueError):
     """An audit that cannot run: a bad expression, an unknown column, a bad option.
 
@@ -96,10 +101,12 @@ class Expectation:
         if not self.name.strip() or len(self.name) > 128 or not self.name.isprintable():
             raise AuditError(f"invalid audit name {self.name!r}: 1 to 128 printable characters")
         object.__setattr__(self, "mode", Mode.parse(self.mode, self.name))
-        if self.kind not in ("row", "table", "change"):
+        if self.kind not in ("row", "table", *JUDGED_AT_COMMIT):
             raise AuditError(f"audit {self.name!r}: unknown kind {self.kind!r}")
         if self.mode is Mode.DROP and self.kind != "row":
             raise AuditError(f"audit {self.name!r}: mode 'drop' is for row expectations only")
+        if self.kind == "schema":
+            return
         if self.kind == "change":
             ratio = self.min_ratio
             if ratio is None or not (ratio >= 0) or math.isinf(ratio):
@@ -158,6 +165,13 @@ def RowCountChange(name: str, min_ratio: float, mode: Mode | str = Mode.FAIL) ->
     """The new version has at least ``min_ratio`` times the rows of the version it replaces (per
     touched partition for a partition refresh)."""
     return Expectation(name, "change", Mode.parse(mode, name), min_ratio=float(min_ratio))
+
+
+def SchemaUnchanged(name: str = "schema_unchanged", mode: Mode | str = Mode.FAIL) -> Expectation:
+    """The new version has the columns, with the types, of the version it replaces (names
+    compared case-insensitively, order aside): a column added, dropped or retyped is a change
+    readers see. Leave it out, or give it ``mode="warn"``, where such a change is allowed."""
+    return Expectation(name, "schema", Mode.parse(mode, name))
 
 
 def unique(column: str, mode: Mode | str = Mode.FAIL, name: str | None = None) -> Expectation:
@@ -579,6 +593,26 @@ def change_results(
         results.append(AuditResult(e.name, e.kind, e.mode.value, passed=not shrunk, failing=len(shrunk),
                                    detail="; ".join(notes)))
     return results
+
+
+def schema_results(
+    expectations: Sequence[Expectation],
+    before: Sequence[tuple[str, str]] | None,
+    after: Sequence[tuple[str, str]],
+) -> list[AuditResult]:
+    """Schema audits: the new version's ``(column, type)`` pairs against the replaced version's
+    (None: there is none, nothing to compare)."""
+    if before is None:
+        return [AuditResult(e.name, e.kind, e.mode.value, passed=True, detail="no previous version")
+                for e in expectations]
+    old = {name.lower(): kind.lower() for name, kind in before}
+    new = {name.lower(): kind.lower() for name, kind in after}
+    changes = [f"added {name} {new[name]}" for name in new if name not in old]
+    changes += [f"dropped {name} {old[name]}" for name in old if name not in new]
+    changes += [f"{name} {old[name]} -> {new[name]}" for name in new
+                if name in old and new[name] != old[name]]
+    return [AuditResult(e.name, e.kind, e.mode.value, passed=not changes, failing=len(changes),
+                        detail="; ".join(changes)) for e in expectations]
 
 
 def audit_summary(results: Iterable[Mapping[str, Any]] | None) -> str | None:

@@ -21,6 +21,7 @@ from airflow_provider_staged.staging.audits import (
     AuditSuite,
     RowCountChange,
     RowExpectation,
+    SchemaUnchanged,
     TableExpectation,
     coerce_audits,
     unique,
@@ -135,6 +136,21 @@ def test_change_audit_fails_when_rows_drop_below_the_recorded_fraction(spark, me
     with pytest.raises(AuditFailedError, match=r"no_shrink \(below 0.5 x previous: table: 10 -> 4 rows\)"):
         run(spark, staged, "SELECT id, CAST(id AS INT) AS amount, 'x' AS label FROM range(4)")
     assert len(rows(spark, target)) == 10
+
+
+def test_schema_audit_keeps_a_retyped_replace_unpublished(spark, metastore, journal, target):
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    retyped = "SELECT id, CAST(id AS DECIMAL(10, 2)) AS amount, 'x' AS label, 1 AS extra FROM range(10)"
+    staged = audited(staged_table(metastore, journal, target, "replace"), SchemaUnchanged())
+    changes = r"schema_unchanged \(added extra int; amount int -> decimal\(10,2\)\)"
+    with pytest.raises(AuditFailedError, match=changes):
+        run(spark, staged, retyped)
+    assert rows(spark, target) == [(i, i, f"v1-{i}") for i in range(10)]  # exactly the old version
+    # The same columns with the same types pass, whatever the data.
+    same = audited(staged_table(metastore, journal, target, "replace"), SchemaUnchanged())
+    run(spark, same, "SELECT id, CAST(id * 2 AS INT) AS amount, 'y' AS label FROM range(3)")
+    assert rows(spark, target) == [(i, i * 2, "y") for i in range(3)]
+    assert results(journal, same.attempt_id)["schema_unchanged"]["passed"] is True
 
 
 def partitions(metastore, journal, target, spec, *audits) -> HivePartitionStagedTable:

@@ -12,11 +12,13 @@ from airflow_provider_staged.staging.audits import (
     Mode,
     RowCountChange,
     RowExpectation,
+    SchemaUnchanged,
     TableExpectation,
     change_results,
     coerce_audits,
     failure_message,
     row_results,
+    schema_results,
     table_results,
     unique,
 )
@@ -186,6 +188,24 @@ def test_change_results_per_partition() -> None:
     assert "ds=2: 10 -> 0 rows" in parts.detail and "not recorded for ds=4" in parts.detail
     (first,) = change_results([check], {"": 5}, {})
     assert first.passed and first.detail == "no previous version"
+
+
+def test_schema_results_name_each_added_dropped_and_retyped_column() -> None:
+    check = SchemaUnchanged()
+    before = [("id", "bigint"), ("Amount", "int"), ("label", "string"), ("ds", "string")]
+    (same,) = schema_results([check], before, [("ID", "BIGINT"), ("ds", "string"), ("amount", "int"),
+                                               ("label", "string")])
+    assert same.passed and same.failing == 0 and same.detail == ""  # case and order aside
+    after = [("id", "bigint"), ("amount", "decimal(10,2)"), ("ds", "string"), ("note", "string")]
+    (changed,) = schema_results([SchemaUnchanged("cols", "warn")], before, after)
+    assert (changed.passed, changed.failing, changed.blocks) == (False, 3, False)
+    assert changed.detail == "added note string; dropped label string; amount int -> decimal(10,2)"
+    (first,) = schema_results([check], None, before)
+    assert first.passed and first.detail == "no previous version"
+    assert not schema_results([check], before, before[:1])[0].passed  # fail mode: blocks
+    assert coerce_audits([{"kind": "schema", "name": "s"}]).expectations == (SchemaUnchanged("s"),)
+    with pytest.raises(AuditError, match="mode 'drop' is for row expectations only"):
+        SchemaUnchanged(mode="drop")
 
 
 def test_failure_message_names_audit_count_and_samples() -> None:

@@ -260,6 +260,15 @@ class HiveStagedTable(JournaledStagedTable):
             table = client.get_table(self.identifier.database, self.identifier.table)
         return {} if table is None else {"": normalize_location(current_location(table))}
 
+    def current_columns(self) -> list[tuple[str, str]] | None:
+        with self._client() as client:
+            table = client.get_table(self.identifier.database, self.identifier.table)
+        if table is None:
+            return None
+        # The data columns, then the partition columns: the order the job's manifest lists them.
+        columns = [*(table.sd.cols or []), *(table.partitionKeys or [])]
+        return [(column.name, column.type) for column in columns]
+
     def recorded_rows(self, location: str) -> int | None:
         """From the manifest of the attempt that wrote the version directory holding ``location``
         (rows of the files under it, for a partition's directory). Rows a sink appended to a

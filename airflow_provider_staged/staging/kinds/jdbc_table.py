@@ -165,6 +165,13 @@ def _relation(conn: psycopg.Connection[Any], schema: str, name: str) -> tuple[in
     return (int(row[0]), str(row[1])) if row else None
 
 
+def _columns_of(conn: psycopg.Connection[Any], oid: int) -> list[tuple[str, str]]:
+    """``(column, type)`` of the relation ``oid``, as PostgreSQL spells the types."""
+    return [(str(name), str(kind)) for name, kind in conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (oid,))]
+
+
 def _set_lock_timeout(conn: psycopg.Connection[Any], milliseconds: int) -> None:
     """Bound lock waits for the current transaction (``SET LOCAL`` takes no parameters)."""
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{milliseconds}ms",))
@@ -341,6 +348,16 @@ class JdbcStagedTable(JournaledStagedTable):
             if str(manifest.table_oid) == location:
                 return manifest.rows
         return None
+
+    def current_columns(self) -> list[tuple[str, str]] | None:
+        with self.connection.reused() as conn:
+            found = _relation(conn, self.table.schema, self.table.table)
+            return None if found is None else _columns_of(conn, found[0])
+
+    def written_columns(self, manifest: Manifest) -> list[tuple[str, str]]:
+        """The staged table's, read from the catalog: both sides spelled alike."""
+        with self.connection.reused() as conn:
+            return _columns_of(conn, self._staged_oid(conn, manifest))
 
     def publish(self, record: AttemptRecord) -> str | list[str] | None:
         """The shared commit in one transaction; retried when a lock wait times out."""
