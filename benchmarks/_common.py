@@ -265,6 +265,18 @@ def runs_text(values: Sequence[float], digits: int = 2) -> str:
     return " ".join(f"{value:.{digits}f}" for value in values)
 
 
+def latency_line(label: str, values: Sequence[float], target: float | None = None) -> str:
+    """``label: p50 (90% interval of the median) runs …``, with the verdict against ``target``
+    seconds when given (met: the interval lies wholly at or below it)."""
+    low, high = median_interval(values)
+    line = (f"  {label}: p50 {statistics.median(values):.2f}s (90% interval {low:.2f}-{high:.2f})  "
+            f"runs {runs_text(values)}")
+    if target is not None:
+        verdict = "met" if high <= target else "NOT met" if low > target else "unresolved"
+        line += f"  target <= {target:g} s: {verdict}"
+    return line
+
+
 # -- services -----------------------------------------------------------------------------
 
 

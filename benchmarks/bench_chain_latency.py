@@ -18,11 +18,10 @@ Run it alone on the machine (it starts the stack):
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from datetime import datetime
 
-from _common import load, median_interval, runs_text
+from _common import latency_line, load
 from bench_click_to_commit import DAG_ID, PARTITION, TABLE, ReadmeStack
 from bench_local_stack import _staged as staged
 
@@ -101,16 +100,8 @@ def main() -> None:
         stack.close()
     print(f"upstream commit -> downstream refresh, one partition down a two-table chain on the README's "
           f"stack, {args.reps} reps; load average {load()}")
-    for label, values in (("run started", [p[0] for p in pairs]), ("attempt BEGUN", [p[1] for p in pairs])):
-        low, high = median_interval(values)
-        line = f"  {label}: p50 {statistics.median(values):.2f}s (90% interval {low:.2f}-{high:.2f})  " \
-               f"runs {runs_text(values)}"
-        if label == "run started":
-            verdict = ("met" if high <= TARGET_SECONDS else "NOT met" if low > TARGET_SECONDS
-                       else "unresolved")
-            line += f"  target <= {TARGET_SECONDS:.0f} s: {verdict}"
-        print(line)
-
+    print(latency_line("run started", [p[0] for p in pairs], TARGET_SECONDS))
+    print(latency_line("attempt BEGUN", [p[1] for p in pairs]))
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import alternating_rounds, load, median_interval, runs_text
+from _common import alternating_rounds, latency_line, load
 from bench_gateway import print_breakdown, timeline
 from bench_gateway import task_log_marks as log_marks
 from bench_local_stack import _staged as staged
@@ -168,12 +167,7 @@ def main() -> None:
     print(f"click -> committed, one-partition refresh on the README's stack, {args.reps} reps; "
           f"load average {load()}")
     for name, values in times.items():
-        p50 = statistics.median(values)
-        low, high = median_interval(values)
-        verdict = ("met" if high <= TARGET_SECONDS else "NOT met" if low > TARGET_SECONDS
-                   else "unresolved")
-        print(f"  {name}: p50 {p50:.2f}s (90% interval {low:.2f}-{high:.2f})  runs {runs_text(values)}  "
-              f"target <= {TARGET_SECONDS:.0f} s: {verdict}")
+        print(latency_line(name, values, TARGET_SECONDS))
     for name, runs in stack.timelines.items():
         print_breakdown(name, runs)
 
