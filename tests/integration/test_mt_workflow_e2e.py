@@ -42,6 +42,7 @@ from airflow_provider_staged.materialized.workflow.scheduler import (
     create_workflow_scheduler,
 )
 from airflow_provider_staged.staging.identifiers import TableIdentifier
+from tests.fixtures.browser import log_in, trigger_in_form
 
 pytestmark = pytest.mark.slow
 
@@ -332,9 +333,10 @@ AS SELECT ds, region, amount FROM e2e.expect_src;
 
 
 def test_expect_constraints_keep_a_failing_partition_and_drop_rows_of_a_passing_one(
-    scheduler: AirflowWorkflowScheduler, rest: Rest, spark, metastore, staged_home: Path
+    scheduler: AirflowWorkflowScheduler, rest: Rest, spark, metastore, staged_home: Path,
+    airflow_server: AirflowInfo, browser,
 ) -> None:
-    """Refreshes triggered through the REST API as the Trigger form posts them, after ds=2024-01-01
+    """Refreshes triggered from the Trigger form in a browser, each partition typed, after ds=2024-01-01
     was refreshed (in this process, through the task's own code: one Spark start less) and its
     source gained a negative amount: its refresh fails FAIL UPDATE and the partition keeps its
     rows; ds=2024-01-02's refresh passes, DROP ROW leaving out exactly its row without a region,
@@ -365,9 +367,14 @@ def test_expect_constraints_keep_a_failing_partition_and_drop_rows_of_a_passing_
                 TestSpark(settings))
 
     def refresh(ds: str) -> str:
-        response = rest.http.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {"ds": ds}})
-        assert response.status_code == 200, response.text
-        return response.json()["dag_run_id"]
+        """The run the Trigger form makes for ``ds``."""
+        runs = f"/dags/{dag_id}/dagRuns"
+        before = {run["dag_run_id"] for run in rest.http.get(runs).raise_for_status().json()["dag_runs"]}
+        trigger_in_form(browser, airflow_server.endpoint, dag_id, {"ds": ds})
+        (made,) = [run for run in rest.http.get(runs).raise_for_status().json()["dag_runs"]
+                   if run["dag_run_id"] not in before]
+        assert made["conf"]["ds"] == ds, made["conf"]
+        return made["dag_run_id"]
 
     def log(run_id: str) -> list[str]:
         response = rest.http.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/refresh/logs/1",
@@ -382,6 +389,7 @@ def test_expect_constraints_keep_a_failing_partition_and_drop_rows_of_a_passing_
             found.setdefault(row.ds, []).append((row.region, row.amount))
         return {ds: sorted(rows) for ds, rows in found.items()}
 
+    log_in(browser, airflow_server.endpoint, *airflow_server.credentials("admin"))
     try:
         before = {"2024-01-01": [("eu", 10.0), ("us", 5.0)]}
         assert table() == before
