@@ -16,8 +16,7 @@ leaves its event without a key, and Airflow starts no partition-aware DAG on suc
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -30,9 +29,10 @@ WHOLE_TABLE_KEY = "*"
 # Airflow keeps a partition key in a 250-character column (and refuses a longer one).
 MAX_KEY_LENGTH = 250
 __all__ = ["REFRESH_DOWNSTREAM", "WHOLE_TABLE_KEY", "conf_for_key", "downstream_spec", "event_keys",
-           "key_spec", "partition_key", "wait_for_inputs"]
-# How often a periodic refresh waiting for its inputs' partition asks the metastore again.
-POLL_SECONDS = 2.0
+           "key_spec", "partition_key"]
+# How often a periodic refresh waiting for its inputs' partition asks the metastore again (the
+# task is deferred in between: each check costs a trigger and a task resumption).
+POLL_SECONDS = 5.0
 
 
 def partition_key(partition_by: Sequence[str], spec: Mapping[str, str]) -> str:
@@ -93,24 +93,6 @@ def conf_for_key(params: Mapping[str, Any], key: str, partition_by: Sequence[str
     conf[IS_PERIODIC] = False
     conf[STATIC_PARTITIONS] = downstream_spec(key, partition_by)
     return conf
-
-
-def wait_for_inputs(
-    missing: Callable[[], list[str]],
-    timeout: float,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    poll: float = POLL_SECONDS,
-) -> list[str]:
-    """Ask ``missing`` (the upstream tables that have not committed the partition) until it
-    says none or ``timeout`` seconds passed; what is still missing then (``[]``: go on)."""
-    deadline = clock() + timeout
-    while True:
-        found = missing()
-        left = deadline - clock()
-        if not found or left <= 0:
-            return found
-        sleep(min(poll, left))
 
 
 def not_committed(table: str, spec: Mapping[str, str], upstream: Sequence[str], waited: float,

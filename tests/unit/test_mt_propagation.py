@@ -22,7 +22,6 @@ from airflow_provider_staged.materialized.propagation import (
     key_spec,
     not_committed,
     partition_key,
-    wait_for_inputs,
 )
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshTrigger
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -200,23 +199,6 @@ def test_a_worker_builds_a_follower_without_reading_the_folder(
 
 
 # -- a table with its own schedule waits for its inputs' partition ----------------------------
-
-def test_wait_for_inputs_polls_until_committed_or_the_timeout() -> None:
-    now = [0.0]
-    answers = [["m.a"], ["m.a"], []]
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        now[0] += seconds
-
-    assert wait_for_inputs(lambda: answers.pop(0), 60, sleep, lambda: now[0], poll=2) == []
-    assert slept == [2, 2]
-    # Never committed: bounded, and what is still missing is returned.
-    now[0], slept[:] = 0.0, []
-    assert wait_for_inputs(lambda: ["m.a"], 5, sleep, lambda: now[0], poll=2) == ["m.a"]
-    assert slept == [2, 2, 1]
-
 
 def test_upstream_wait_options() -> None:
     default = parse_definition("CREATE MATERIALIZED TABLE m.o FRESHNESS = INTERVAL '1' DAY AS SELECT 1")

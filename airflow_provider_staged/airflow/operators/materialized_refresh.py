@@ -8,10 +8,13 @@ kill), on the catalog of its own staged connection.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException, conf
+from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import Asset, Context
 
 from airflow_provider_staged.airflow.callbacks import task_ref
@@ -21,10 +24,10 @@ from airflow_provider_staged.materialized.definition import MaterializedTableDef
 from airflow_provider_staged.materialized.params import REFRESH_DOWNSTREAM, parse_refresh_request
 from airflow_provider_staged.materialized.partitions import PartitionNotEndedError
 from airflow_provider_staged.materialized.propagation import (
+    POLL_SECONDS,
     conf_for_key,
     event_keys,
     not_committed,
-    wait_for_inputs,
 )
 from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
 from airflow_provider_staged.staging.audits import AuditFailedError
@@ -67,7 +70,11 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
         self.definition = definition
         self.zone = zone
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(
+        self, context: Context, upstream_deadline: float | None = None, event: Any = None
+    ) -> dict[str, Any]:
+        """Refresh; ``upstream_deadline`` (epoch seconds) when it resumes from waiting for its
+        inputs (deferred: no worker slot held meanwhile), ``event`` the trigger's."""
         # Imported when the task runs: DAG parsing must not load the refresh engine (Spark).
         from airflow_provider_staged.engine.runners import make_engine
         from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
@@ -86,7 +93,7 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
             raise AirflowSkipException(str(err)) from None
         settings = StagedTableHook(self.staged_conn_id).get_settings()
         if request.is_periodic and request.partition_spec and upstream_key is None:
-            self._wait_for_inputs(request.partition_spec, settings.metastore_uri)
+            self._wait_for_inputs(request.partition_spec, settings.metastore_uri, upstream_deadline)
         # The definition's 'engine' option, else [staged] refresh_engine; engine connect runs on
         # the spark_connect connection [staged] spark_connect_conn_id, else the gateway.
         engine = self.definition.options.get("engine")
@@ -123,25 +130,33 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
                 self._tell_downstream(accessor, keys)
         return result
 
-    def _wait_for_inputs(self, spec: Mapping[str, str], metastore_uri: str) -> None:
+    def _wait_for_inputs(self, spec: Mapping[str, str], metastore_uri: str, deadline: float | None) -> None:
         """A table with a schedule of its own refreshes a period once the materialized tables it
         reads have committed it: wait (bounded), then fail or skip the period, before any
-        attempt begins or Spark starts."""
+        attempt begins or Spark starts. The task is deferred between checks (a timer in the
+        triggerer), so a wait holds no worker slot."""
         from airflow_provider_staged.materialized.refresh import uncommitted_inputs
 
         missing = uncommitted_inputs(self.definition, spec, metastore_uri)
-        if missing is None:
+        left = missing() if missing is not None else []
+        if not left:
             return
         timeout = self.definition.upstream_wait.total_seconds()
-        self.log.info("Checking that the materialized tables %s reads have committed %s (waiting up "
-                      "to %gs)", self.definition.identifier, dict(spec), timeout)
-        left = wait_for_inputs(missing, timeout)
-        if left:
-            why = not_committed(self.definition.identifier.name, spec, left, timeout,
-                                self.definition.skip_missing_upstream)
-            if self.definition.skip_missing_upstream:
-                raise AirflowSkipException(why)
-            raise UpstreamNotCommittedError(why)
+        now = time.time()
+        if deadline is None:
+            deadline = now + timeout
+            self.log.info("The materialized tables %s reads have not committed %s (%s): checking every "
+                          "%gs for up to %gs, deferred in between", self.definition.identifier, dict(spec),
+                          ", ".join(left), POLL_SECONDS, timeout)
+        if now < deadline:
+            moment = datetime.now(timezone.utc) + timedelta(seconds=min(POLL_SECONDS, deadline - now))
+            self.defer(trigger=DateTimeTrigger(moment=moment), method_name="execute",
+                       kwargs={"upstream_deadline": deadline})
+        why = not_committed(self.definition.identifier.name, spec, left, timeout,
+                            self.definition.skip_missing_upstream)
+        if self.definition.skip_missing_upstream:
+            raise AirflowSkipException(why)
+        raise UpstreamNotCommittedError(why)
 
     def _tell_downstream(self, accessor: Any, keys: list[str]) -> None:
         """Put the committed partition on the asset event, as the key the FRESHNESS = DOWNSTREAM
