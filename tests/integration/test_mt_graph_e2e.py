@@ -152,7 +152,8 @@ def test_refreshes_run_down_the_pipeline_partition_by_partition(
         # It waited deferred (a timer in the triggerer: no worker slot held), then skipped.
         log = rest.http.get(f"/dags/mt__e2e__chain_own/dagRuns/{own}/taskInstances/refresh/logs/1",
                             params={"full_content": "true"}, headers={"Accept": "application/json"})
-        events = [str(r.get("event")) for r in log.raise_for_status().json()["content"] if isinstance(r, dict)]
+        records = log.raise_for_status().json()["content"]
+        events = [str(r.get("event")) for r in records if isinstance(r, dict)]
         assert any("checking every 5s for up to 3s, deferred in between" in e for e in events), events
         below = {t: runs(rest, t) for t in "bcd"}
         for table, found in below.items():  # exactly one run each, of that day, started by its inputs
