@@ -138,7 +138,10 @@ def test_partition_refresh_under_airflow_dags_test(
     # The staged CLI reads it back through the same connection (pyarrow, no JVM).
     shown = airflow_cli.staged("show", f"{database}.orders_daily", "--output", "json", env=env)
     assert shown.returncode == 0, shown.stderr[-3000:]
-    assert json.loads(shown.stdout)["partitions"] == [{"partition": "ds=2024-01-02", "rows": 1}]
-    versions = airflow_cli.staged("versions", f"{database}.orders_daily", env=env)
+    versions = airflow_cli.staged("versions", f"{database}.orders_daily", "--output", "json", env=env)
     assert versions.returncode == 0, versions.stderr[-3000:]
-    assert "ds=2024-01-02" in versions.stdout
+    (kept,) = json.loads(versions.stdout)
+    assert (kept["partition"], kept["status"]) == ("ds=2024-01-02", "current")
+    # One word for version: the partition shown is at the version `staged versions` calls current.
+    assert json.loads(shown.stdout)["partitions"] == [
+        {"partition": "ds=2024-01-02", "rows": 1, "version": kept["version"]}]

@@ -148,15 +148,20 @@ EVENTS_DEFINITION = """
 CREATE MATERIALIZED TABLE {db}.events
 PARTITIONED BY (ds)
 WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd',
-      'partition.expiration-time' = '7 d')
+      'partition.expiration-time' = '7 d',
+      'engine' = 'connect')
 FRESHNESS = INTERVAL '1' DAY
 AS SELECT id, IF(id = 999, raise_error('bad row'), ds) AS ds FROM {db}.src;
 """
 
 
-def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spark, metastore, tmp_path):
+def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(
+    airflow_cli, spark, metastore, spark_gateway, staged_home, tmp_path
+):
     """A refresh DAG's task (CREATE, then OVERWRITE of its partitions; nothing for an aborted one)
-    and the maintenance DAG's expiry (DROP of the expired partition), as the file transport got them."""
+    and the maintenance DAG's expiry (DROP of the expired partition), as the file transport got them.
+    The refreshes run on the session's gateway (found under its STAGED_HOME): the lineage is the
+    task's, whatever the engine, and a task then starts no Spark of its own."""
     db = "oll_" + uuid.uuid4().hex[:8]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(db, metastore.warehouse)
@@ -170,6 +175,7 @@ def test_lineage_of_refresh_tasks_and_of_the_maintenance_expiry(airflow_cli, spa
     (dags / "materialized" / "events.sql").write_text(EVENTS_DEFINITION.format(db=db))
     journal_dir, events_file = tmp_path / "journal", tmp_path / "ol.jsonl"
     env = airflow_cli.env(
+        STAGED_HOME=str(staged_home),
         AIRFLOW__CORE__DAGS_FOLDER=str(dags),
         AIRFLOW_CONN_STAGED_DEFAULT=staged_connection(
             metastore.port, metastore.uri, journal_dir, metastore.warehouse

@@ -22,6 +22,8 @@ from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.discovery.embedded import AirflowInfo
 from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import CatalogStatusStore
+from airflow_provider_staged.materialized.naming import dag_id_for
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowRefreshHandler
 from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
 from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatus, create_workflow_scheduler
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -87,8 +89,9 @@ def ui_tables(airflow_server: AirflowInfo, definitions_dir: Path, metastore) -> 
         for text in DEFINITIONS.values():
             tables.create(text)
         yield tables
-        for identifier in DEFINITIONS:
-            tables.drop(identifier)
+        # Both at once: one parse makes both DAGs stale (dropped one by one, each waits for its own).
+        tables.scheduler.delete_refresh_workflows(
+            [AirflowRefreshHandler(dag_id_for(table), airflow_server.endpoint) for table in DEFINITIONS])
 
 
 def rows(client: httpx.Client) -> dict[str, dict[str, Any]]:
