@@ -29,10 +29,15 @@ WHOLE_TABLE_KEY = "*"
 # Airflow keeps a partition key in a 250-character column (and refuses a longer one).
 MAX_KEY_LENGTH = 250
 __all__ = ["REFRESH_DOWNSTREAM", "WHOLE_TABLE_KEY", "conf_for_key", "downstream_spec", "event_keys",
-           "key_spec", "partition_key"]
-# How often a periodic refresh waiting for its inputs' partition asks the metastore again (the
-# task is deferred in between: each check costs a trigger and a task resumption).
+           "key_spec", "next_input_check", "partition_key"]
+# A periodic refresh waiting for its inputs' partition: while more than IN_PROCESS_SECONDS of the
+# wait are left, the task is deferred (it leaves its worker slot) and checks again every
+# DEFER_SECONDS; the last stretch is polled in its process every POLL_SECONDS. Never a short
+# deferral: when the timer fires before the executor has reported the deferring process's exit,
+# Airflow 3.3 fails the task ("finished with state success, but ... queued"; seen with 3 s).
 POLL_SECONDS = 5.0
+DEFER_SECONDS = 30.0
+IN_PROCESS_SECONDS = 60.0
 
 
 def partition_key(partition_by: Sequence[str], spec: Mapping[str, str]) -> str:
@@ -93,6 +98,14 @@ def conf_for_key(params: Mapping[str, Any], key: str, partition_by: Sequence[str
     conf[IS_PERIODIC] = False
     conf[STATIC_PARTITIONS] = downstream_spec(key, partition_by)
     return conf
+
+
+def next_input_check(remaining: float) -> tuple[bool, float]:
+    """``(deferred, seconds)``: how a refresh whose inputs have not committed its partition waits
+    for the next check, with ``remaining`` seconds of its wait left (> 0)."""
+    if remaining > IN_PROCESS_SECONDS:
+        return True, DEFER_SECONDS
+    return False, min(POLL_SECONDS, remaining)
 
 
 def not_committed(table: str, spec: Mapping[str, str], upstream: Sequence[str], waited: float,

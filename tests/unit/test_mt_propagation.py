@@ -20,6 +20,7 @@ from airflow_provider_staged.materialized.propagation import (
     downstream_spec,
     event_keys,
     key_spec,
+    next_input_check,
     not_committed,
     partition_key,
 )
@@ -212,3 +213,11 @@ def test_upstream_wait_options() -> None:
     assert "skipped" in not_committed("m.o", {"ds": "X"}, ["m.a"], 30, True)
     failed = not_committed("m.o", {"ds": "X"}, ["m.a"], 30, False)
     assert "m.a has not committed ds=X: not refreshed" in failed
+
+
+def test_a_long_wait_is_deferred_in_steps_and_its_last_minute_polled_in_process() -> None:
+    assert next_input_check(600) == (True, 30.0)  # the default 10 min: deferred, no slot held
+    assert next_input_check(60.5) == (True, 30.0)
+    # Never a deferral shorter than 30 s (Airflow fails a task whose timer beats the executor).
+    assert next_input_check(60) == (False, 5.0)
+    assert next_input_check(3) == (False, 3)

@@ -24,9 +24,9 @@ from airflow_provider_staged.materialized.definition import MaterializedTableDef
 from airflow_provider_staged.materialized.params import REFRESH_DOWNSTREAM, parse_refresh_request
 from airflow_provider_staged.materialized.partitions import PartitionNotEndedError
 from airflow_provider_staged.materialized.propagation import (
-    POLL_SECONDS,
     conf_for_key,
     event_keys,
+    next_input_check,
     not_committed,
 )
 from airflow_provider_staged.materialized.workflow.auto_suspend import SCHEDULER_CONN_ID
@@ -133,30 +133,31 @@ class MaterializedTableRefreshOperator(StagedAttemptOperator):
     def _wait_for_inputs(self, spec: Mapping[str, str], metastore_uri: str, deadline: float | None) -> None:
         """A table with a schedule of its own refreshes a period once the materialized tables it
         reads have committed it: wait (bounded), then fail or skip the period, before any
-        attempt begins or Spark starts. The task is deferred between checks (a timer in the
-        triggerer), so a wait holds no worker slot."""
+        attempt begins or Spark starts. A long wait is deferred (a timer in the triggerer: no
+        worker slot held); its last minute is polled here (``propagation.next_input_check``)."""
         from airflow_provider_staged.materialized.refresh import uncommitted_inputs
 
         missing = uncommitted_inputs(self.definition, spec, metastore_uri)
-        left = missing() if missing is not None else []
-        if not left:
-            return
         timeout = self.definition.upstream_wait.total_seconds()
-        now = time.time()
-        if deadline is None:
-            deadline = now + timeout
-            self.log.info("The materialized tables %s reads have not committed %s (%s): checking every "
-                          "%gs for up to %gs, deferred in between", self.definition.identifier, dict(spec),
-                          ", ".join(left), POLL_SECONDS, timeout)
-        if now < deadline:
-            moment = datetime.now(timezone.utc) + timedelta(seconds=min(POLL_SECONDS, deadline - now))
-            self.defer(trigger=DateTimeTrigger(moment=moment), method_name="execute",
-                       kwargs={"upstream_deadline": deadline})
-        why = not_committed(self.definition.identifier.name, spec, left, timeout,
-                            self.definition.skip_missing_upstream)
-        if self.definition.skip_missing_upstream:
-            raise AirflowSkipException(why)
-        raise UpstreamNotCommittedError(why)
+        while (left := missing() if missing is not None else []):
+            now = time.time()
+            if deadline is None:
+                deadline = now + timeout
+                self.log.info("The materialized tables %s reads have not committed %s (%s): waiting up "
+                              "to %gs", self.definition.identifier, dict(spec), ", ".join(left), timeout)
+            if now >= deadline:
+                why = not_committed(self.definition.identifier.name, spec, left, timeout,
+                                    self.definition.skip_missing_upstream)
+                if self.definition.skip_missing_upstream:
+                    raise AirflowSkipException(why)
+                raise UpstreamNotCommittedError(why)
+            deferred, seconds = next_input_check(deadline - now)
+            if deferred:
+                self.log.info("Deferred for %gs (no worker slot held), then checking again", seconds)
+                moment = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+                self.defer(trigger=DateTimeTrigger(moment=moment), method_name="execute",
+                           kwargs={"upstream_deadline": deadline})
+            time.sleep(seconds)
 
     def _tell_downstream(self, accessor: Any, keys: list[str]) -> None:
         """Put the committed partition on the asset event, as the key the FRESHNESS = DOWNSTREAM
