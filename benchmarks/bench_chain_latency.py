@@ -41,8 +41,8 @@ AS SELECT ds, orders, revenue / orders AS average FROM {TABLE};
 class ChainStack(ReadmeStack):
     """The README's stack with a DOWNSTREAM table below the demo's."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def set_up(self) -> None:
+        super().set_up()
         # A table reading a materialized one is created once that one exists (its first refresh).
         staged(self.home, "mt", "refresh", TABLE, "--partition", f"ds={PARTITION}", "--wait", "600")
         definition = self.home / "orders_report.sql"

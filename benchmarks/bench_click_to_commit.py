@@ -61,6 +61,13 @@ class ReadmeStack:
 
     def __init__(self) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="bench-click-"))
+        try:
+            self.set_up()
+        except BaseException:  # a failed set-up leaves no stack running
+            self.close()
+            raise
+
+    def set_up(self) -> None:
         started = time.perf_counter()
         staged(self.home, "up")
         status = stack_status(self.home)
