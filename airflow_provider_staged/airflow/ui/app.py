@@ -215,7 +215,8 @@ def _json_only(request: Request) -> None:
         raise HTTPException(415, "send actions as application/json")
 
 
-def _user_token(request: Request) -> str:
+def user_token(request: Request) -> str:
+    """The request's token: its bearer header, else the UI's cookie (empty: none)."""
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         return header[7:].strip()
@@ -233,7 +234,7 @@ def _acting(request: Request, table: str, user: Any) -> Iterator[tuple[Any, Tabl
     identifier = _identifier(table)
     config = PageConfig.current()
     # The user's own token: Airflow checks each REST call of the action against them too.
-    scheduler = AirflowWorkflowScheduler(config.endpoint, config.definitions_dir, token=_user_token(request))
+    scheduler = AirflowWorkflowScheduler(config.endpoint, config.definitions_dir, token=user_token(request))
     dag_id = dag_id_for(identifier)
     path = scheduler.definition_file(dag_id)
     if path is None:

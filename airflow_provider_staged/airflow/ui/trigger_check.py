@@ -100,17 +100,14 @@ def _entry_of(dag_id: str) -> Any:
 async def _may_trigger(scope: Scope, dag_id: str) -> bool:
     """Whether the request's user (bearer token, else the UI's cookie) may trigger ``dag_id``."""
     from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
     from airflow.api_fastapi.core_api.security import resolve_user_from_token
     from starlette.requests import Request
 
-    request = Request(scope)
-    header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(
-        COOKIE_NAME_JWT_TOKEN)
+    from airflow_provider_staged.airflow.ui.app import user_token
+
     try:
-        user = await resolve_user_from_token(token)
+        user = await resolve_user_from_token(user_token(Request(scope)))
     except Exception:  # no, expired or bad token: Airflow answers 401/403 itself
         return False
     return get_auth_manager().is_authorized_dag(
