@@ -1,17 +1,26 @@
 """DagBag parse time of the materialized-table factory against dag-factory and a plain loop.
 
-For 100, 500 and 1000 tables, the same DAGs (cron schedule, five refresh Params, one
+For each size (default 1,000 and 10,000 tables), the same DAGs (five refresh Params, one
 ``refresh`` PythonOperator with the table as an Asset outlet, tags, doc_md,
-``max_active_runs=1``, no catchup) are built three ways, each by one DAG file parsed with a
-real ``DagBag``:
+``max_active_runs=1``, no catchup; a cron schedule, or for every fifth table, 20% in chains, a
+schedule on the commits of the table before it) are built four ways, each parsed with a real
+``DagBag``:
 
-* ``ours``: ``dags/materialized_tables.py`` over one ``CREATE MATERIALIZED TABLE`` file per table;
+* ``ours``: ``dags/materialized_tables.py`` over one ``CREATE MATERIALIZED TABLE`` file per table
+  (a chained one is ``FRESHNESS = DOWNSTREAM``: Airflow 3.3's ``PartitionedAssetTimetable``);
+* ``ours, N shards``: the N files ``staged mt shards N`` writes, over the same definitions; the
+  per-file figure is the slowest shard's;
 * ``dag-factory``: dag-factory 1.1.0 ``load_yaml_dags`` over one YAML file per table;
-* ``plain loop``: a hand-written loop over an inline list, straight ``airflow.sdk`` (the floor).
+* ``plain loop``: a hand-written loop over an inline list, straight ``airflow.sdk`` (the floor;
+  dag-factory and the loop schedule chained tables on a plain asset list).
 
 Imports are warmed first, so the times are the parse itself. Then one DAG is built under a
-parsing context (what a worker does) at the largest size. Run: ``python benchmarks/bench_dag_parse.py``
-(``--sizes 100,500 --repeat 1`` for a quick run).
+parsing context (what a worker does) at the largest size. Last, ``--steady-seconds`` of a real
+``airflow dag-processor`` over the shard files at the largest size, with
+``min_file_process_interval`` = ``--interval``: its CPU (the processor and the parse processes it
+reaped) over a window as long as the interval, so the window holds one regular re-parse of each
+shard. Run: ``python benchmarks/bench_dag_parse.py`` (``--sizes 100,500 --repeat 1
+--steady-seconds 0`` for a quick run).
 """
 
 from __future__ import annotations
@@ -20,11 +29,15 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 CONTEXT_ENV = "_AIRFLOW_PARSING_CONTEXT_DAG_ID"
@@ -34,7 +47,7 @@ FRESHNESS = [("INTERVAL '1' DAY", "0 0 * * *"), ("INTERVAL '1' HOUR", "0 * * * *
 
 DEFINITION = """\
 -- table {i} of the benchmark
-CREATE MATERIALIZED TABLE bench.t{i:04d}
+CREATE MATERIALIZED TABLE bench.t{i:05d}
 COMMENT 'benchmark table {i}'
 PARTITIONED BY (ds)
 WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd', 'owner' = 'bench', 'tags' = 'bench')
@@ -43,6 +56,16 @@ REFRESH_MODE = FULL
 AS SELECT ds, region, count(*) AS orders, sum(amount) AS revenue
 FROM raw.orders_{i} WHERE amount > 0 GROUP BY ds, region;
 """
+CHAINED = """\
+-- table {i} of the benchmark: refreshed after table {up} commits
+CREATE MATERIALIZED TABLE bench.t{i:05d}
+COMMENT 'benchmark table {i}'
+PARTITIONED BY (ds)
+WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd', 'owner' = 'bench', 'tags' = 'bench')
+FRESHNESS = DOWNSTREAM
+AS SELECT ds, sum(orders) AS orders, sum(revenue) AS revenue FROM bench.t{up:05d} GROUP BY ds;
+"""
+SHARDS = 16
 
 DAG_FACTORY_FILE = """\
 # airflow DAG file: dag-factory over one YAML file per table
@@ -64,11 +87,12 @@ def refresh(**context):
     pass
 
 
-for table, cron, comment, doc in TABLES:
+for table, cron, upstream, comment, doc in TABLES:
     dag_id = "mt__bench__" + table
     dag = DAG(
         dag_id,
-        schedule=CronTriggerTimetable(cron, timezone="UTC"),
+        schedule=([Asset(uri="hive://staged_default/bench/" + upstream)] if upstream
+                  else CronTriggerTimetable(cron, timezone="UTC")),
         catchup=False,
         max_active_runs=1,
         params={{
@@ -107,41 +131,49 @@ def setup_airflow_home() -> Path:
 
 
 def generate(root: Path, n: int) -> dict[str, Path]:
-    """Write the three variants for ``n`` tables; returns variant -> DAG folder."""
+    """Write the four variants for ``n`` tables; returns variant -> DAG folder."""
     from airflow_provider_staged.materialized.definition import parse_definition
     from airflow_provider_staged.materialized.params import param_schemas
+    from airflow_provider_staged.materialized.workflow.shards import install_shard_files
 
-    ours, yamls, loop = root / "ours", root / "dag_factory", root / "loop"
+    ours, sharded, yamls, loop = root / "ours", root / "sharded", root / "dag_factory", root / "loop"
     (ours / "materialized").mkdir(parents=True)
     (yamls / "yaml").mkdir(parents=True)
     loop.mkdir()
+    sharded.mkdir()
     shutil.copy(REPO / "dags" / "materialized_tables.py", ours / "materialized_tables.py")
     (yamls / "yaml_dags.py").write_text(DAG_FACTORY_FILE.format(folder=str(yamls / "yaml")))
     tables = []
     schemas = None
     for i in range(n):
         freshness, cron = FRESHNESS[i % len(FRESHNESS)]
-        text = DEFINITION.format(i=i, freshness=freshness)
-        (ours / "materialized" / f"t{i:04d}.sql").write_text(text)
+        upstream = f"t{i - 1:05d}" if i % 5 == 4 else None
+        text = (CHAINED.format(i=i, up=i - 1) if upstream else DEFINITION.format(i=i, freshness=freshness))
+        (ours / "materialized" / f"t{i:05d}.sql").write_text(text)
         definition = parse_definition(text)
         schemas = param_schemas(definition)
-        doc = f"# Materialized table `bench.t{i:04d}`\n\n```sql\n{text}```\n"
-        tables.append((f"t{i:04d}", cron, f"benchmark table {i}", doc))
-        (yamls / "yaml" / f"t{i:04d}.yml").write_text(
-            _yaml_dag(f"mt__bench__t{i:04d}", cron, f"benchmark table {i}", doc, schemas, i)
+        doc = f"# Materialized table `bench.t{i:05d}`\n\n```sql\n{text}```\n"
+        tables.append((f"t{i:05d}", cron, upstream, f"benchmark table {i}", doc))
+        (yamls / "yaml" / f"t{i:05d}.yml").write_text(
+            _yaml_dag(f"mt__bench__t{i:05d}", cron, upstream, f"benchmark table {i}", doc, schemas, i)
         )
     (loop / "plain_loop.py").write_text(PLAIN_LOOP_FILE.format(tables=tables, schemas=schemas))
-    return {"ours": ours, "dag-factory": yamls, "plain loop": loop}
+    # The shards read the same definitions, as on a deployment (STAGED_MT_DEFINITIONS_DIR).
+    (sharded / "materialized").symlink_to(ours / "materialized")
+    install_shard_files(sharded, SHARDS)
+    return {"ours": ours, f"ours, {SHARDS} shards": sharded, "dag-factory": yamls, "plain loop": loop}
 
 
-def _yaml_dag(dag_id: str, cron: str, comment: str, doc: str, schemas: dict, i: int) -> str:
+def _yaml_dag(dag_id: str, cron: str, upstream: str | None, comment: str, doc: str, schemas: dict,
+              i: int) -> str:
     # JSON is YAML: it keeps quoting of the schema patterns exact.
     params = {
         name: {"__type__": "airflow.sdk.Param", **schema} for name, schema in schemas.items()
     }
     config = {
         dag_id: {
-            "schedule": cron,
+            "schedule": ([{"__type__": "airflow.sdk.Asset", "uri": f"hive://staged_default/bench/{upstream}"}]
+                         if upstream else cron),
             "catchup": False,
             "max_active_runs": 1,
             "description": comment,
@@ -155,8 +187,8 @@ def _yaml_dag(dag_id: str, cron: str, comment: str, doc: str, schemas: dict, i: 
                     "python_callable": "benchmarks_refresh_stub.refresh",
                     "outlets": [{
                         "__type__": "airflow.sdk.Asset",
-                        "name": f"bench.t{i:04d}",
-                        "uri": f"hive://staged_default/bench/t{i:04d}",
+                        "name": f"bench.t{i:05d}",
+                        "uri": f"hive://staged_default/bench/t{i:05d}",
                     }],
                 }
             },
@@ -166,23 +198,31 @@ def _yaml_dag(dag_id: str, cron: str, comment: str, doc: str, schemas: dict, i: 
 
 
 def parse_seconds(folder: Path, expected: int) -> tuple[float, float]:
-    """(wall, CPU) seconds of a DagBag of the one DAG file in ``folder``, as the DAG processor
-    and workers parse it (not walking the definitions); CPU time is steadier on a shared box."""
+    """(wall, CPU) seconds of a DagBag of each DAG file in ``folder``, as the DAG processor and
+    workers parse it (not walking the definitions), the slowest file's; CPU time is steadier on a
+    shared box. The files together must build ``expected`` DAGs."""
     from airflow.dag_processing.dagbag import DagBag
 
-    (dag_file,) = folder.glob("*.py")
-    wall, cpu = time.perf_counter(), time.process_time()
-    dagbag = DagBag(dag_folder=str(dag_file), bundle_path=folder)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    if dagbag.import_errors or dagbag.size() != expected:
-        raise SystemExit(f"{folder}: {dagbag.size()} DAGs, errors {dagbag.import_errors}")
-    return wall, cpu
+    slowest, built = (0.0, 0.0), 0
+    for dag_file in sorted(folder.glob("*.py")):
+        wall, cpu = time.perf_counter(), time.process_time()
+        dagbag = DagBag(dag_folder=str(dag_file), bundle_path=folder)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if dagbag.import_errors or any(d.startswith("mt__broken__") for d in dagbag.dags):
+            raise SystemExit(f"{dag_file}: errors {dagbag.import_errors}, DAGs {list(dagbag.dags)[:5]}")
+        built += dagbag.size()
+        slowest = max(slowest, (wall, cpu))
+    if built != expected:
+        raise SystemExit(f"{folder}: {built} DAGs, not {expected}")
+    return slowest
 
 
-def run(sizes: list[int], repeat: int) -> str:
+def run(sizes: list[int], repeat: int, steady_seconds: float, interval: int) -> str:
+    sharded = f"ours, {SHARDS} shards"
     lines = [
-        "| tables | ours | dag-factory | plain loop | dag-factory / ours | ours / plain loop |",
-        "|---:|---:|---:|---:|---:|---:|",
+        f"| tables | ours | {sharded} (slowest file) | dag-factory | plain loop | dag-factory / ours "
+        f"| ours / plain loop | slowest shard / plain loop |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     sys.path.append(str(REPO))  # for tests.fixtures, as _common does
     from tests.fixtures.dag_factory import use_dag_factory
@@ -206,17 +246,74 @@ def run(sizes: list[int], repeat: int) -> str:
                     samples[variant].append(parse_seconds(folder, n))
             for kind, index in (("wall", 0), ("CPU", 1)):
                 best = {v: min(sample[index] for sample in s) for v, s in samples.items()}
-                ours, factory, loop = best["ours"], best["dag-factory"], best["plain loop"]
+                ours, shard, factory, loop = (best[v] for v in ("ours", sharded, "dag-factory", "plain loop"))
                 lines.append(
-                    f"| {n} ({kind} s) | {ours:.2f} | {factory:.2f} | {loop:.2f} "
-                    f"| {factory / ours:.2f}x | {ours / loop:.2f}x |"
+                    f"| {n} ({kind} s) | {ours:.2f} | {shard:.2f} | {factory:.2f} | {loop:.2f} "
+                    f"| {factory / ours:.2f}x | {ours / loop:.2f}x | {shard / loop:.2f}x |"
                 )
                 print(lines[-1], flush=True)
-        lines += ["", *parsing_context_lines(folders[max(sizes)]["ours"], max(sizes), repeat)]
-        lines += ["", query_check_line(folders[max(sizes)]["ours"], max(sizes))]
+        largest = max(sizes)
+        lines += ["", *parsing_context_lines(folders[largest]["ours"], largest, repeat)]
+        lines += ["", query_check_line(folders[largest]["ours"], largest)]
+        if steady_seconds > 0:
+            lines += ["", steady_state_line(folders[largest][sharded], largest, steady_seconds, interval)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return "\n".join(lines)
+
+
+def steady_state_line(dags: Path, n: int, seconds: float, interval: int) -> str:
+    """CPU of a real ``airflow dag-processor`` over ``dags`` once every DAG is stored, for
+    ``seconds``, as a share of one core."""
+    home = dags.parent / "processor-home"
+    home.mkdir()
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+           "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(interval),
+           "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "600",
+           "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"}
+    airflow = [sys.executable, "-m", "airflow"]
+    subprocess.run([*airflow, "db", "migrate"], env=env, check=True, capture_output=True)
+    with open(home / "dag-processor.log", "wb") as log:
+        processor = subprocess.Popen([*airflow, "dag-processor"], env=env, stdout=log, stderr=log)
+    try:
+        start = time.monotonic()
+        while (stored := _stored_dags(home)) < n:
+            if processor.poll() is not None or time.monotonic() - start > 1800:
+                raise SystemExit(f"dag-processor stored {stored} of {n} DAGs: see {home}/dag-processor.log")
+            time.sleep(5)
+        first = time.monotonic() - start
+        process = psutil.Process(processor.pid)
+        before, wall = _tree_cpu(process), time.monotonic()
+        time.sleep(seconds)
+        used, wall = _tree_cpu(process) - before, time.monotonic() - wall
+    finally:
+        processor.terminate()
+        processor.wait(60)
+    return (f"Steady state, {n} definitions in {SHARDS} shard files, min_file_process_interval "
+            f"{interval} s, nothing changed: dag-processor CPU {100 * used / wall:.1f}% of one core over "
+            f"{wall:.0f} s (target <= 10%); storing all {n} DAGs first took {first:.0f} s")
+
+
+def _stored_dags(home: Path) -> int:
+    try:
+        with sqlite3.connect(home / "airflow.db", timeout=30) as db:
+            return db.execute("SELECT count(*) FROM dag WHERE NOT is_stale").fetchone()[0]
+    except sqlite3.Error:  # not migrated or locked by a write: ask again
+        return 0
+
+
+def _tree_cpu(process: psutil.Process) -> float:
+    """CPU seconds of the processor, of the parse processes it reaped, and of those running."""
+    times = process.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in process.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+        except psutil.Error:  # ended meanwhile: its parent reaped it, counted above next time
+            continue
+        total += child_times.user + child_times.system
+    return total
 
 
 def parsing_context_lines(ours: Path, n: int, repeat: int) -> list[str]:
@@ -224,7 +321,7 @@ def parsing_context_lines(ours: Path, n: int, repeat: int) -> list[str]:
     from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
 
     definitions = ours / "materialized"
-    wanted = f"mt__bench__t{n // 2:04d}"
+    wanted = f"mt__bench__t{n // 2:05d}"
     os.environ[CONTEXT_ENV] = wanted
     try:
         samples = []
@@ -272,7 +369,10 @@ def query_check_line(ours: Path, n: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,500,1000")
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--steady-seconds", type=float, default=600,
+                        help="window of the dag-processor's CPU (0: skip); as long as --interval")
+    parser.add_argument("--interval", type=int, default=600, help="min_file_process_interval, s")
     parser.add_argument("--repeat", type=int, default=3, help="best of N parses per cell")
     args = parser.parse_args()
     home = setup_airflow_home()
@@ -280,7 +380,7 @@ def main() -> None:
         sizes = [int(size) for size in args.sizes.split(",")]
         print(f"DagBag parse, best of {args.repeat} interleaved runs, {os.cpu_count()} CPUs, "
               "imports warm; wall and process CPU seconds")
-        table = run(sizes, args.repeat)
+        table = run(sizes, args.repeat, args.steady_seconds, args.interval)
         print(table)
     finally:
         shutil.rmtree(home, ignore_errors=True)

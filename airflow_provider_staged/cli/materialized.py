@@ -316,6 +316,21 @@ def graph(ctx: typer.Context, output: OutputOption = Output.text) -> None:
 
 
 @app.command()
+def shards(
+    count: Annotated[int, typer.Argument(help="number of DAG files (2-256): ~1,000 tables each")],
+    dags_folder: Annotated[Path, typer.Option(help="Airflow's DAGs folder")],
+) -> None:
+    """Build the refresh DAGs from COUNT DAG files instead of one (thousands of tables): each parse
+    of a file is then 1/COUNT of the whole, and a change re-parses only its table's file."""
+    from airflow_provider_staged.materialized.workflow.shards import install_shard_files
+
+    files = install_shard_files(dags_folder, count)
+    console.print(f"wrote {len(files)} shard files into {dags_folder} ({files[0].name} ...). With "
+                  "thousands of tables, set Airflow's [dag_processor] min_file_process_interval to "
+                  "600 or more: changes made through `staged mt` and `staged sql` are parsed at once")
+
+
+@app.command()
 def describe(ctx: typer.Context, table: TableArg, output: OutputOption = Output.text) -> None:
     """Definition, freshness, schedule, status, last refreshes and partitions."""
     identifier = TableIdentifier.parse(table)

@@ -17,6 +17,12 @@ from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_provider_staged.discovery.embedded import DEFINITIONS_ENV, definitions_folder
 from airflow_provider_staged.materialized.workflow.dag_factory import build_dags
+from airflow_provider_staged.materialized.workflow.shards import (
+    Shard,
+    ShardError,
+    install_shard_files,
+    shard_index,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FACTORY_FILE = REPO / "dags" / "materialized_tables.py"
@@ -253,3 +259,54 @@ def test_time_zone_applies_to_schedule_and_start_date(dags_dir: Path) -> None:
     # Midnight in Shanghai (Airflow keeps start dates in UTC).
     assert rollup.start_date.isoformat() == "2023-12-31T16:00:00+00:00"
     assert str(dags["mt__analytics__orders_daily"].timetable.timezone) == "Asia/Shanghai"
+
+
+def _sharded(dags_dir: Path, count: int) -> dict[str, DagBag]:
+    """The shard files that ``staged mt shards`` writes, in place of the one factory file."""
+    (dags_dir / FACTORY_FILE.name).unlink()
+    install_shard_files(dags_dir, count)
+    return {path.name: DagBag(dag_folder=str(path), bundle_path=dags_dir)
+            for path in sorted(dags_dir.glob("materialized_tables_shard_*.py"))}
+
+
+def test_shards_build_every_table_once_each_in_the_file_its_name_hashes_to(dags_dir: Path) -> None:
+    whole = set(bag(dags_dir).dags)
+    (dags_dir / "materialized" / "orders_copy.sql").write_text(ORDERS)  # a duplicate, in one shard
+    bags = _sharded(dags_dir, 3)
+    assert list(bags) == [Shard(i, 3).file_name for i in range(3)]
+    built = [dag_id for dagbag in bags.values() for dag_id in dagbag.dags]
+    assert all(not dagbag.import_errors for dagbag in bags.values())
+    # Every DAG of the one-file factory, once; the duplicated table broken in both its files.
+    assert sorted(built) == sorted(whole - {"mt__analytics__orders_daily"}
+                                   | {"mt__broken__orders_daily", "mt__broken__orders_copy"})
+    for name, dagbag in bags.items():
+        shard = Shard.of_dag_file(name)
+        for dag in dagbag.dags.values():
+            if not dag.dag_id.startswith("mt__broken__"):
+                assert shard_index(dag.dag_id.split("__", 1)[1].replace("__", "."), 3) == shard.index
+    assert sum(1 for dagbag in bags.values() if dagbag.dags) > 1  # split, not all in one file
+
+
+def test_a_downstream_table_follows_an_upstream_built_by_another_shard(dags_dir: Path) -> None:
+    definitions = dags_dir / "materialized"
+    for path in definitions.glob("*.sql"):
+        path.unlink()
+    upstream = "CREATE MATERIALIZED TABLE chain.up{i} FRESHNESS = INTERVAL '1' DAY AS SELECT 1 AS n"
+    downstream = ("CREATE MATERIALIZED TABLE chain.down{i} FRESHNESS = DOWNSTREAM\n"
+                  "AS SELECT n FROM chain.up{i}")
+    for i in range(8):
+        (definitions / f"up{i}.sql").write_text(upstream.format(i=i))
+        (definitions / f"down{i}.sql").write_text(downstream.format(i=i))
+    bags = _sharded(dags_dir, 4)
+    dags = {dag_id: dag for dagbag in bags.values() for dag_id, dag in dagbag.dags.items()}
+    assert len(dags) == 16 and not any(dag_id.startswith("mt__broken__") for dag_id in dags)
+    apart = [i for i in range(8) if shard_index(f"chain.up{i}", 4) != shard_index(f"chain.down{i}", 4)]
+    assert apart  # the test's point: some chains cross shards
+    for i in apart:
+        assert type(dags[f"mt__chain__down{i}"].timetable).__name__ == "PartitionedAssetTimetable"
+
+
+def test_shard_files_are_refused_beside_the_one_file_factory(dags_dir: Path) -> None:
+    with pytest.raises(ShardError, match=r"materialized_tables.py builds every table: remove it first"):
+        install_shard_files(dags_dir, 2)
+    assert not list(dags_dir.glob("materialized_tables_shard_*"))

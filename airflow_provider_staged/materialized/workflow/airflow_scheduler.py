@@ -63,6 +63,7 @@ from airflow_provider_staged.materialized.naming import (
     dag_id_for,
     manual_run_fields,
 )
+from airflow_provider_staged.materialized.workflow.airflow_reparse import ParseRequests
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
     CreateRefreshWorkflow,
@@ -248,7 +249,8 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         write_text_atomically(path, text)
         try:
             # A stale DAG of the same id (its file removed by hand) is not the new one.
-            self._wait_for_dag(dag_id, path, f"the new DAG {dag_id}", lambda dag: not dag.is_stale)
+            self._wait_for_dag(dag_id, path, f"the new DAG {dag_id}", lambda dag: not dag.is_stale,
+                               identifier)
             self._set_paused(handler, False)
         except BaseException:
             # Nothing half-created: the definition goes, and with it the DAG at the next parse.
@@ -281,7 +283,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             self._dag(handler.dag_id)  # fail before rewriting anything if the DAG is unknown
             write_text_atomically(path, text)
             self._wait_for_dag(handler.dag_id, path, f"the schedule {cron!r} of {handler.dag_id}",
-                               lambda dag: dag.timetable_summary == cron)
+                               lambda dag: dag.timetable_summary == cron, definition.identifier)
         elif isinstance(workflow, ModifyRefreshWorkflowDefinition):
             self._replace_definition(handler, workflow.definition_text)
         else:
@@ -295,7 +297,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         # A parse that began before the write still shows the old text: wait for the new one.
         expected = definition.text.strip()
         self._wait_for_dag(handler.dag_id, path, f"the new definition of {handler.dag_id}",
-                           lambda dag: expected in (self._dag_doc(handler) or ""))
+                           lambda dag: expected in (self._dag_doc(handler) or ""), definition.identifier)
 
     def _dag_doc(self, handler: AirflowRefreshHandler) -> str | None:
         try:
@@ -311,16 +313,19 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         parse makes every DAG stale, and the DELETEs settle together; one by one, each waited for
         a parse and a settling of its own."""
         dag_ids = [handler.dag_id for handler in handlers]
+        removed = []
         for dag_id in dag_ids:
             self._end_runs(dag_id)
             path = self.definition_file(dag_id)
             if path is not None:
+                removed.append(read_identifier(path))
                 path.unlink(missing_ok=True)
                 remove_state(path)
         api = DAGApi(self.client)
         deadline = time.monotonic() + self.parse_timeout
+        parses = ParseRequests(self.client, removed, self.definitions_dir)
         for dag_id in dag_ids:
-            self._wait_until_stale(api, dag_id, deadline)
+            self._wait_until_stale(api, dag_id, deadline, parses)
         # A parse that started before the file went away can write the DAG back after our
         # DELETE: delete until it has stayed gone for longer than such a parse takes.
         gone_since: dict[str, float | None] = dict.fromkeys(dag_ids)
@@ -346,7 +351,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             + (f": {last_error}" if last_error else "")
         )
 
-    def _wait_until_stale(self, api: DAGApi, dag_id: str, deadline: float) -> None:
+    def _wait_until_stale(self, api: DAGApi, dag_id: str, deadline: float, parses: ParseRequests) -> None:
         """Until the DAG processor marks ``dag_id`` stale (its file no longer defines it) or it is gone.
 
         A DELETE that lands while the processor writes a parse that still had the DAG fails that
@@ -354,6 +359,7 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
         session: apache/airflow#68263); once the DAG is stale no parse writes it any more.
         """
         while time.monotonic() < deadline:
+            parses.when_due()
             try:
                 if api.get_dag(dag_id).is_stale:
                     return
@@ -507,12 +513,16 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             raise WorkflowException(f"DAG {handler.dag_id} is_paused={dag.is_paused} after the PATCH")
 
     def _wait_for_dag(
-        self, dag_id: str, path: Path, what: str, ready: Callable[[DAGResponse], bool]
+        self, dag_id: str, path: Path, what: str, ready: Callable[[DAGResponse], bool],
+        table: TableIdentifier,
     ) -> None:
-        """Poll until Airflow has parsed ``dag_id`` and ``ready(dag)``; else explain why not."""
+        """Ask for parses of ``table``'s DAG file (:class:`.ParseRequests`) until Airflow has parsed
+        ``dag_id`` and ``ready(dag)``; else explain why not."""
         handler = AirflowRefreshHandler(dag_id, self.endpoint)
         deadline = time.monotonic() + self.parse_timeout
+        parses = ParseRequests(self.client, [table], self.definitions_dir)
         while time.monotonic() < deadline:
+            parses.when_due()
             dag = self.get_dag(handler)
             if dag is not None and ready(dag):
                 return
