@@ -299,7 +299,7 @@ def test_one_time_partition_refresh_beside_the_running_stream(
     assert [p for p in stream.rglob("*") if p.is_file() and LOG_DIR not in p.parts] == []
 
 
-E2E_FRESHNESS = 10
+E2E_FRESHNESS = 5
 
 
 def test_continuous_table_lifecycle_on_airflow(
