@@ -245,3 +245,19 @@ def test_wait_is_finite_and_bounded(command: list[str], value: str, expected: st
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: Invalid value for '--wait': ") and expected in line, line
     assert line.endswith(f", not {value!r} (see `root {' '.join(command[:-1])} --help`)"), line
+
+
+@pytest.mark.parametrize(("count", "expected"), [
+    ("1", "invalid shard count 1: between 2 and 256"),
+    ("300", "invalid shard count 300: between 2 and 256"),
+])
+def test_mt_shards_refuses_a_bad_count_and_writes_nothing(tmp_path: Path, count: str, expected: str) -> None:
+    fails_with(["mt", "shards", count, "--dags-folder", str(tmp_path)], expected)
+    assert not list(tmp_path.glob("*.py"))
+
+
+def test_mt_shards_beside_the_one_file_factory_names_it(tmp_path: Path) -> None:
+    (tmp_path / "materialized_tables.py").write_text("# the one-file factory")
+    fails_with(["mt", "shards", "4", "--dags-folder", str(tmp_path)],
+               f"{tmp_path / 'materialized_tables.py'} builds every table: remove it first")
+    assert [path.name for path in tmp_path.iterdir()] == ["materialized_tables.py"]

@@ -65,3 +65,14 @@ def test_installing_shards_replaces_those_of_another_count(tmp_path: Path) -> No
     assert "Shard.of_dag_file(__file__)" in second[0].read_text()
     with pytest.raises(ShardError, match=r"DAGs folder .*missing does not exist"):
         install_shard_files(tmp_path / "missing", 2)
+
+
+def test_staged_mt_shards_writes_the_files_and_says_what_to_set(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from airflow_provider_staged.cli.main import app
+
+    result = CliRunner().invoke(app, ["mt", "shards", "4", "--dags-folder", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == [shard.file_name for shard in Shard.all_of(4)]
+    assert "wrote 4 shard files" in result.output and "min_file_process_interval" in result.output
