@@ -317,7 +317,7 @@ def graph(ctx: typer.Context, output: OutputOption = Output.text) -> None:
 
 @app.command()
 def shards(
-    count: Annotated[int, typer.Argument(help="number of DAG files (2-256): ~1,000 tables each")],
+    count: Annotated[int, typer.Argument(help="number of DAG files (2-256): ~600 tables each")],
     dags_folder: Annotated[Path, typer.Option(help="Airflow's DAGs folder")],
 ) -> None:
     """Build the refresh DAGs from COUNT DAG files instead of one (thousands of tables): each parse
@@ -327,7 +327,7 @@ def shards(
     files = install_shard_files(dags_folder, count)
     console.print(f"wrote {len(files)} shard files into {dags_folder} ({files[0].name} ...). With "
                   "thousands of tables, set Airflow's [dag_processor] min_file_process_interval to "
-                  "600 or more: changes made through `staged mt` and `staged sql` are parsed at once")
+                  "3600: changes made through `staged mt` and `staged sql` are parsed at once")
 
 
 @app.command()
