@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
     from airflow_provider_staged.staging.settings import StagedSettings
 
-_PREFIX = "workflow-scheduler.airflow."
+AIRFLOW_OPTION = "workflow-scheduler.airflow."
 # The environment variables of the shorthand options (``staged sql`` configures itself from them too).
 ENV = {
     "endpoint": "STAGED_AIRFLOW_ENDPOINT",
@@ -112,27 +112,27 @@ def scheduler_setup(
     config = {WORKFLOW_SCHEDULER_TYPE: "airflow", **conf}
     shorthand = {"endpoint": endpoint, "definitions-dir": definitions_dir, "username": username,
                  "password": password}
-    config.update({_PREFIX + key: str(value) for key, value in shorthand.items() if value is not None})
+    config.update({AIRFLOW_OPTION + key: str(value) for key, value in shorthand.items() if value is not None})
     local = airflow_status(airflow_home(staged_home()))
     if local is not None:  # `staged up`'s Airflow and the folder its DAG factory reads
-        config.setdefault(_PREFIX + "endpoint", local.endpoint)
-        config.setdefault(_PREFIX + "definitions-dir",
+        config.setdefault(AIRFLOW_OPTION + "endpoint", local.endpoint)
+        config.setdefault(AIRFLOW_OPTION + "definitions-dir",
                           local.env.get(DEFINITIONS_ENV) or str(Path(local.dags_folder) / "materialized"))
-        if config[_PREFIX + "endpoint"].rstrip("/") == local.endpoint:
+        if config[AIRFLOW_OPTION + "endpoint"].rstrip("/") == local.endpoint:
             # Its admin's password stays in its home: never sent to another Airflow.
             user, secret = local.credentials("admin")
-            config.setdefault(_PREFIX + "username", user)
-            config.setdefault(_PREFIX + "password", secret)
+            config.setdefault(AIRFLOW_OPTION + "username", user)
+            config.setdefault(AIRFLOW_OPTION + "password", secret)
     if metastore_uri is None:
         running = metastore_status()
         metastore_uri = running.uri if running is not None else None
-    return SchedulerSetup(config, metastore_uri, frozenset(key.removeprefix(_PREFIX) for key in conf))
+    return SchedulerSetup(config, metastore_uri, frozenset(key.removeprefix(AIRFLOW_OPTION) for key in conf))
 
 
 def configured_scheduler(setup: SchedulerSetup) -> AirflowWorkflowScheduler:
     """The configured workflow scheduler, not connected yet."""
     config = setup.config
-    missing = [_REQUIRED[key] for key in _REQUIRED if not config.get(_PREFIX + key, "").strip()]
+    missing = [_REQUIRED[key] for key in _REQUIRED if not config.get(AIRFLOW_OPTION + key, "").strip()]
     if missing:
         raise WorkflowException(
             f"missing {' and '.join(what for what, _ in missing)}: pass "
@@ -145,7 +145,7 @@ def configured_scheduler(setup: SchedulerSetup) -> AirflowWorkflowScheduler:
         message = str(err)
         for key, how in _FLAGS.items():
             if key not in setup.from_conf:  # set by a flag, an environment variable or `staged up`
-                message = message.replace(_PREFIX + key, how)
+                message = message.replace(AIRFLOW_OPTION + key, how)
         raise WorkflowException(message) from None
 
 

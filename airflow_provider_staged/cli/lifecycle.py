@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from airflow_provider_staged.airflow.assets import DEFAULT_CONN_ID
+from airflow_provider_staged.cli.context import AIRFLOW_OPTION, ENV
 from airflow_provider_staged.cli.output import Output, OutputOption, print_rows
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -159,16 +160,37 @@ def audits_show(attempt: AttemptArgument, conn: ConnOption = DEFAULT_CONN_ID) ->
             console.print(f"    {row}", soft_wrap=True, highlight=False, markup=False)
 
 
-def publish(attempt: AttemptArgument, conn: ConnOption = DEFAULT_CONN_ID) -> None:
+def publish(
+    attempt: AttemptArgument,
+    conn: ConnOption = DEFAULT_CONN_ID,
+    endpoint: Annotated[str | None, typer.Option(envvar=ENV["endpoint"], help=(
+        "Airflow API, http://host:port, told of the new version (default: `staged up`'s Airflow)"))] = None,
+    username: Annotated[str | None, typer.Option(envvar=ENV["username"])] = None,
+    password: Annotated[str | None, typer.Option(envvar=ENV["password"])] = None,
+) -> None:
     """Publish a quarantined attempt anyway (after looking at `staged audits show`), through the
-    commit path; refused when its table moved on since the attempt began."""
-    from airflow_provider_staged.cli.context import connection_settings
+    commit path; refused when its table moved on since the attempt began. Airflow then gets the
+    table's asset event, as after a task's commit, so the DAGs scheduled on it run."""
+    from airflow_provider_staged.cli.context import connection_settings, scheduler_setup
     from airflow_provider_staged.cli.output import console
     from airflow_provider_staged.staging.quarantine import publish_anyway
 
-    record = publish_anyway(connection_settings(conn), attempt)
+    settings = connection_settings(conn)
+    airflow = scheduler_setup({}, endpoint, None, username, password).config
+    record = publish_anyway(settings, attempt)
     console.print(f"published attempt {attempt} of {record.target} ({record.state.value}, journaled as "
                   "published despite its audits)", soft_wrap=True, highlight=False, markup=False)
+    found = airflow.get(AIRFLOW_OPTION + "endpoint")
+    if found is None:
+        console.print(f"no Airflow to tell (--endpoint or {ENV['endpoint']}, or `staged up`): DAGs scheduled "
+                      f"on {record.target} did not get its asset event", soft_wrap=True, highlight=False,
+                      markup=False)
+        return
+    from airflow_provider_staged.airflow.asset_events import announce_publish
+
+    told = announce_publish(record, settings.metastore_uri, found, airflow.get(AIRFLOW_OPTION + "username"),
+                            airflow.get(AIRFLOW_OPTION + "password"))
+    console.print(told, soft_wrap=True, highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

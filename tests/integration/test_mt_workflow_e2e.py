@@ -18,8 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from airflow_provider_staged.airflow.assets import table_asset_uri
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
+from airflow_provider_staged.cli.main import app
 from airflow_provider_staged.discovery.embedded import AirflowInfo
 from airflow_provider_staged.local.airflow_server import api_token
 from airflow_provider_staged.materialized.catalog_status import (
@@ -29,6 +32,7 @@ from airflow_provider_staged.materialized.catalog_status import (
     workflow_options,
 )
 from airflow_provider_staged.materialized.definition import load_definition
+from airflow_provider_staged.materialized.propagation import partition_key
 from airflow_provider_staged.materialized.workflow.airflow_scheduler import AirflowWorkflowScheduler
 from airflow_provider_staged.materialized.workflow.scheduler import (
     CreatePeriodicRefreshWorkflow,
@@ -41,6 +45,7 @@ from airflow_provider_staged.materialized.workflow.scheduler import (
     WorkflowException,
     create_workflow_scheduler,
 )
+from airflow_provider_staged.staging.attempts import is_quarantined
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from tests.fixtures.browser import log_in, trigger_in_form
 
@@ -340,7 +345,8 @@ def test_expect_constraints_keep_a_failing_partition_and_drop_rows_of_a_passing_
     was refreshed (in this process, through the task's own code: one Spark start less) and its
     source gained a negative amount: its refresh fails FAIL UPDATE and the partition keeps its
     rows; ds=2024-01-02's refresh passes, DROP ROW leaving out exactly its row without a region,
-    counted in the task log."""
+    counted in the task log. Then the held version of ds=2024-01-01 is published anyway
+    (``staged publish``), and Airflow gets the table's asset event for that partition."""
     from airflow_provider_staged.engine.runners import EmbeddedEngine
     from airflow_provider_staged.materialized.params import parse_refresh_request
     from airflow_provider_staged.materialized.refresh import run_refresh, staged_refresh
@@ -414,5 +420,25 @@ def test_expect_constraints_keep_a_failing_partition_and_drop_rows_of_a_passing_
         # The failed partition keeps its rows; the passing one lacks exactly the dropped row.
         assert table() == {**before, "2024-01-02": [("eu", 7.0), ("us", 1.0)]}
         assert rest.task_states(dag_id, failing) == {"refresh": "failed"}  # no retry of the same data
+
+        # A person looks at the held version and publishes it anyway (`staged publish`): readers get
+        # its rows, and Airflow the table's asset event for that partition, as after a task's commit.
+        (held,) = [record for record in settings.journal.records()
+                   if record.target == identifier.name and is_quarantined(record)]
+        user, password = airflow_server.credentials("admin")
+        published = CliRunner().invoke(
+            app, ["publish", held.attempt_id, "--endpoint", airflow_server.endpoint, "--username", user,
+                  "--password", password], env={"STAGED_HOME": str(staged_home), "COLUMNS": "400"})
+        assert published.exit_code == 0, published.output
+        assert password not in published.output
+        assert table()["2024-01-01"] == [("eu", -3.0), ("eu", 10.0), ("us", 5.0)]
+        uri = table_asset_uri(metastore.uri, identifier)
+        (asset,) = [a for a in rest.http.get("/assets", params={"uri_pattern": uri}).json()["assets"]
+                    if a["uri"] == uri]
+        events = rest.http.get("/assets/events", params={"asset_id": asset["id"]}).json()["asset_events"]
+        (event,) = [e for e in events if e["extra"].get("attempt_id") == held.attempt_id]
+        assert event["extra"]["published_anyway"] is True
+        assert event["partition_key"] == partition_key(["ds"], {"ds": "2024-01-01"})
+        assert f"asset event {event['id']} of {uri} (partition key" in published.output
     finally:
         scheduler.delete_refresh_workflow(DeleteRefreshWorkflow(handler))
