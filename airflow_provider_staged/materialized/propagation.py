@@ -17,6 +17,7 @@ leaves its event without a key, and Airflow starts no partition-aware DAG on suc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -116,3 +117,18 @@ def not_committed(table: str, spec: Mapping[str, str], upstream: Sequence[str], 
             "not refreshed ('upstream.missing-partition' = 'skip' skips such a period)")
     return (f"{table}: the periodic refresh of {what} waited {waited:g}s for the materialized tables it "
             f"reads, and {', '.join(upstream)} has not committed {what}: {then}")
+
+
+def missed_keys(events: Mapping[str, Sequence[tuple[str, datetime]]], since: datetime) -> list[str]:
+    """The partition keys a ``FRESHNESS = DOWNSTREAM`` table suspended at ``since`` missed.
+
+    ``events`` holds each input asset's keyed events (key, time). Airflow queues no paused DAG on
+    an asset event, so a key an input committed at or after ``since`` never reached the table;
+    it is refreshed on RESUME once every input has committed it (a diamond's bottom still waits
+    for both sides), as Airflow would have run it.
+    """
+    if not events:
+        return []
+    recent = {key for found in events.values() for key, when in found if when >= since}
+    everywhere = set.intersection(*({key for key, _ in found} for found in events.values()))
+    return sorted(recent & everywhere)

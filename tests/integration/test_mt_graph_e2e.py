@@ -109,7 +109,7 @@ def test_refreshes_run_down_the_pipeline_partition_by_partition(
     """A failed refresh of a for a day starts nothing below it; once it succeeds (asked to
     propagate: staged mt refresh --downstream) b and c refresh that day once each, then d once,
     after both; a one-time refresh without --downstream stays in a; no other partition is
-    touched anywhere."""
+    touched anywhere. A day a commits while b is suspended is refreshed when b resumes."""
     started = time.monotonic()
     for name, text in {**PIPELINE, "own": OWN}.items():
         (definitions_dir / f"e2e__chain_{name}.sql").write_text(text)
@@ -169,6 +169,31 @@ def test_refreshes_run_down_the_pipeline_partition_by_partition(
         assert partitions == {"a": ["2024-01-01", "2024-01-02"], "b": ["2024-01-02"], "c": ["2024-01-02"],
                               "d": ["2024-01-02"]}
         assert [tuple(r) for r in spark.table("e2e.chain_d").collect()] == [(23, "2024-01-02")]
+
+        # 4. b suspended, a commits 2024-01-03 asked to propagate: c follows, b (paused) gets no run
+        # from Airflow and d waits for b. RESUME of b refreshes the day it missed, and d follows;
+        # the one-time refresh of 2024-01-01 (not propagated) stays missed, as it was meant to.
+        chain_b = TableIdentifier("e2e", "chain_b")
+        tables.suspend(chain_b)
+        third = tables.refresh(a, RefreshTrigger(static_partitions={"ds": "2024-01-03"},
+                                                 refresh_downstream=True))
+        assert rest.wait_for_run(a_dag, third)["state"] == "success"
+        wait_until(lambda: [r["state"] for r in runs(rest, "c")] == ["success", "success"], "c's 2024-01-03")
+        assert (len(runs(rest, "b")), len(runs(rest, "d"))) == (1, 1)
+        tables.resume(chain_b)
+        ended = ("success", "failed")
+        wait_until(lambda: len(found := runs(rest, "b")) == 2 and found[1]["state"] in ended, "b's catch-up")
+        wait_until(lambda: len(found := runs(rest, "d")) == 2 and found[1]["state"] in ended, "d after b")
+        caught_up = runs(rest, "b")[1]
+        assert caught_up["state"] == "success"
+        assert caught_up["conf"]["staticPartitions"] == {"ds": "2024-01-03"}
+        assert [(r["partition_key"], r["run_type"], r["state"]) for r in runs(rest, "d")][1] == (
+            "ds=2024-01-03", "asset_triggered", "success")
+        spark.catalog.clearCache()
+        assert sorted(tuple(r) for r in spark.table("e2e.chain_d").collect()) == [
+            (23, "2024-01-02"), (34, "2024-01-03")]
+        assert sorted(r.ds for r in spark.sql("SELECT DISTINCT ds FROM e2e.chain_b").collect()) == [
+            "2024-01-02", "2024-01-03"]
     finally:
         for path in definitions_dir.glob("e2e__chain_*.sql"):
             path.unlink()

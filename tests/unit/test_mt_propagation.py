@@ -221,3 +221,32 @@ def test_a_long_wait_is_deferred_in_steps_and_its_last_minute_polled_in_process(
     # Never a deferral shorter than 30 s (Airflow fails a task whose timer beats the executor).
     assert next_input_check(60) == (False, 5.0)
     assert next_input_check(3) == (False, 3)
+
+
+def test_missed_keys_are_those_committed_while_suspended_by_every_input() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_provider_staged.materialized.propagation import missed_keys
+
+    paused = datetime(2024, 1, 10, 12, tzinfo=timezone.utc)
+    before, during = paused - timedelta(hours=1), paused + timedelta(minutes=5)
+    chain = {"hive://m:9083/db/a": [("ds=2024-01-03", during), ("ds=2024-01-02", before)]}
+    assert missed_keys(chain, paused) == ["ds=2024-01-03"]
+    assert missed_keys(chain, during + timedelta(seconds=1)) == []
+    # A diamond's bottom: a key one side committed during the pause and the other before it is
+    # missed; a key only one side committed is not (yet): its other side's event will bring it.
+    diamond = {"hive://m:9083/db/b": [("ds=2024-01-04", during), ("ds=2024-01-05", during)],
+               "hive://m:9083/db/c": [("ds=2024-01-04", before), ("ds=2024-01-03", during)]}
+    assert missed_keys(diamond, paused) == ["ds=2024-01-04"]
+    assert missed_keys({}, paused) == []
+    assert missed_keys({"hive://m:9083/db/a": []}, paused) == []
+
+
+def test_the_assets_of_a_dags_asset_expression() -> None:
+    from airflow_provider_staged.materialized.workflow.airflow_scheduler import _asset_uris
+
+    one = {"asset": {"uri": "hive://m:9083/db/a", "name": "hive://m:9083/db/a", "group": "asset"}}
+    both = {"all": [one, {"asset": {"uri": "hive://m:9083/db/b", "name": "b"}}]}
+    assert _asset_uris(one) == ["hive://m:9083/db/a"]
+    assert _asset_uris(both) == ["hive://m:9083/db/a", "hive://m:9083/db/b"]
+    assert _asset_uris(None) == [] and _asset_uris({"any": []}) == []

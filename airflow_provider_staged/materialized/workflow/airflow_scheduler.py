@@ -30,8 +30,10 @@ from urllib.parse import urlparse
 
 import httpx
 from airflow_client.client import ApiClient, Configuration
+from airflow_client.client.api.asset_api import AssetApi
 from airflow_client.client.api.dag_api import DAGApi
 from airflow_client.client.api.dag_run_api import DagRunApi
+from airflow_client.client.api.event_log_api import EventLogApi
 from airflow_client.client.api.import_error_api import ImportErrorApi
 from airflow_client.client.api.version_api import VersionApi
 from airflow_client.client.exceptions import ApiException
@@ -391,6 +393,41 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
                 return None
             raise _api_failure(f"cannot read DAG {handler.dag_id}", err) from None
 
+    def paused_since(self, handler: AirflowRefreshHandler) -> datetime | None:
+        """When the DAG was paused, by this client, auto-suspend or a person in Airflow's UI (all
+        pause through ``PATCH /dags/{id}``, which Airflow's audit log records); None when its last
+        pause or unpause there was an unpause, or none is logged."""
+        try:
+            logs = EventLogApi(self.client).get_event_logs(
+                dag_id=handler.dag_id, included_events=["patch_dag", "patch_dags"], order_by=["-when"],
+                limit=50).event_logs
+        except ApiException as err:
+            raise _api_failure(f"cannot read the audit log of {handler.dag_id}", err) from None
+        for entry in logs:
+            with contextlib.suppress(ValueError, TypeError):
+                paused = json.loads(entry.extra or "{}").get("is_paused")
+                if paused is not None:
+                    return entry.when if str(paused).lower() == "true" else None
+        return None
+
+    def input_events(
+        self, handler: AirflowRefreshHandler, limit: int = 1000
+    ) -> dict[str, list[tuple[str, datetime]]]:
+        """The keyed events (key, time) of each asset the DAG is scheduled on, newest first (at
+        most ``limit`` an asset); empty for a DAG not scheduled on assets."""
+        try:
+            expression = DAGApi(self.client).get_dag_details(handler.dag_id).asset_expression
+            assets = AssetApi(self.client)
+            found = {}
+            for uri in _asset_uris(expression):
+                ids = [a.id for a in assets.get_assets(uri_pattern=uri, limit=100).assets if a.uri == uri]
+                events = assets.get_asset_events(asset_id=ids[0], order_by=["-timestamp"],
+                                                 limit=limit).asset_events if ids else []
+                found[uri] = [(e.partition_key, e.timestamp) for e in events if e.partition_key]
+        except ApiException as err:
+            raise _api_failure(f"cannot read the events of what {handler.dag_id} follows", err) from None
+        return found
+
     def get_run(self, handler: AirflowRefreshHandler, run_id: str) -> DAGRunResponse:
         try:
             return DagRunApi(self.client).get_dag_run(handler.dag_id, run_id)
@@ -545,6 +582,18 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             problems.append(broken.description or f"DAG {broken.dag_id}")
         return "; " + "; ".join(problems) if problems else "; no import error reported (is the DAG "\
             "factory file dags/materialized_tables.py in the DAGs folder, reading this folder?)"
+
+
+def _asset_uris(expression: Any) -> list[str]:
+    """The URIs of the assets in a DAG's ``asset_expression`` (``{"all": [{"asset": {...}}]}``...)."""
+    if isinstance(expression, dict):
+        asset = expression.get("asset")
+        if isinstance(asset, dict) and isinstance(asset.get("uri"), str):
+            return [asset["uri"]]
+        return [uri for value in expression.values() for uri in _asset_uris(value)]
+    if isinstance(expression, list):
+        return [uri for value in expression for uri in _asset_uris(value)]
+    return []
 
 
 def _close(client: ApiClient) -> None:

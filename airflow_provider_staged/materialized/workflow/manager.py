@@ -7,6 +7,7 @@ changes the workflow in Airflow and then records the refresh status and handler 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ from airflow_provider_staged.materialized.graph import GraphError, TableGraph, f
 from airflow_provider_staged.materialized.lag import lag_text, table_lag
 from airflow_provider_staged.materialized.naming import DEFINITION_GLOB, dag_id_for
 from airflow_provider_staged.materialized.params import RefreshRequestError, check_refresh_call
+from airflow_provider_staged.materialized.propagation import downstream_spec, missed_keys
 from airflow_provider_staged.materialized.query_change import (
     Column,
     QueryChangeError,
@@ -60,6 +62,9 @@ from airflow_provider_staged.materialized.workflow.scheduler import (
 )
 from airflow_provider_staged.staging.errors import TableNotFoundError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
+from airflow_provider_staged.staging.partition_paths import spec_text
+
+log = logging.getLogger(__name__)
 
 
 def _is_view(table: Any) -> bool:
@@ -72,6 +77,15 @@ def _is_continuous(path: Path) -> bool:
         return load_definition(path).refresh_mode is RefreshMode.CONTINUOUS
     except DefinitionError:
         return False
+
+
+def _follower(path: Path) -> MaterializedTableDefinition | None:
+    """The definition when it is a FRESHNESS = DOWNSTREAM table's, else None."""
+    try:
+        definition = load_definition(path)
+    except DefinitionError:
+        return None
+    return definition if definition.follows_inputs else None
 
 
 @dataclass(frozen=True)
@@ -312,14 +326,34 @@ class MaterializedTables:
         dynamic_options: Mapping[str, str] | None = None,
         execution_config: Mapping[str, str] | None = None,
     ) -> None:
+        follower = _follower(path)
+        since = self.scheduler.paused_since(handler) if follower is not None else None
         self.scheduler.modify_refresh_workflow(
             ResumeRefreshWorkflow(handler, dict(dynamic_options or {}), dict(execution_config or {}))
         )
         # RESUME clears an auto-suspension: its reason and the failure count.
         self.store.save(identifier, path, RefreshStatus.ACTIVATED, self._serialize(handler),
                         failures=FailureStreak())
+        if follower is not None and since is not None:
+            self._catch_up(handler, follower, since)
         if _is_continuous(path):
             self._restart_stream(handler)
+
+    def _catch_up(self, handler: AirflowRefreshHandler, definition: MaterializedTableDefinition,
+                  since: datetime) -> None:
+        """Refresh what a FRESHNESS = DOWNSTREAM table's inputs committed while it was suspended:
+        Airflow queued no run of a paused DAG for those events. Each such refresh propagates, as
+        the run the event would have started."""
+        specs = []
+        for key in missed_keys(self.scheduler.input_events(handler), since):
+            spec = downstream_spec(key, definition.partition_by)
+            if spec not in specs:
+                specs.append(spec)
+        for spec in specs:
+            run_id = self.scheduler.trigger_refresh(
+                handler, RefreshTrigger(static_partitions=spec, refresh_downstream=True))
+            log.info("%s missed %s while suspended: refresh %s triggered", definition.identifier,
+                     spec_text(spec) or "the whole table", run_id)
 
     def _cascade(self, identifier: TableIdentifier) -> list[TableIdentifier]:
         """The materialized tables downstream of ``identifier``, downstream-first, each located
