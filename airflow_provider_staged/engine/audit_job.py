@@ -135,18 +135,36 @@ def audit_staged(
     values = _table_values(observable, observed.tables.get) if observed.tables is not None else {}
     scanned = [e for e in tables if not e.observable]
     failed = [e for e in rows if e.mode is not Mode.DROP and counts[e.name]]
+    references = suite.of_kind("reference")
     samples = {}
     F, _ = _api(df)
-    if scanned or failed:
+    if scanned or failed or references:
         staged = read_staged()
         for e in failed:
-            found = staged.where(~_holds(F, e.condition)).limit(SAMPLE_ROWS).collect()
-            samples[e.name] = [sample_row(row.asDict()) for row in found]
+            samples[e.name] = _samples(staged.where(~_holds(F, e.condition)))
         if scanned:
             values.update(_table_values(scanned, staged.agg(*_table_columns(F, scanned)).first().asDict()))
+        for e in references:
+            dangling = _dangling(F, staged, e)
+            counts[e.name] = dangling.count()
+            samples[e.name] = _samples(dangling) if counts[e.name] else []
     results = row_results(rows, counts, samples)
     results += table_results(tables, values)
+    results += row_results(references, counts, samples)
     return [result.to_dict() for result in results], dropped
+
+
+def _samples(rows: DataFrame) -> list[dict[str, Any]]:
+    return [sample_row(row.asDict()) for row in rows.limit(SAMPLE_ROWS).collect()]
+
+
+def _dangling(F: Any, staged: DataFrame, reference: Expectation) -> DataFrame:
+    """The staged rows whose non-NULL column is no key of the referenced table (an anti join;
+    names checked when the audit was made, so they reach Spark as identifiers)."""
+    table, key = reference.referenced
+    keys = staged.sparkSession.table(table.name).select(F.col(key).alias("_referenced_key")).distinct()
+    column = F.col(reference.condition)
+    return staged.where(column.isNotNull()).join(keys, column == keys["_referenced_key"], "left_anti")
 
 
 def _plain(value: Any) -> Any:

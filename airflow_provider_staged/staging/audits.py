@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,12 +33,14 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from airflow_provider_staged.staging.errors import StagingError
+from airflow_provider_staged.staging.identifiers import TableIdentifier
 
 # Sample rows kept per failed audit, the columns and the characters kept of each value: enough for a person
 # to recognise the problem, small enough for a journal record and a task log.
 SAMPLE_ROWS = 5
 SAMPLE_COLUMNS = 20
 SAMPLE_VALUE_CHARS = 120
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 # Kinds judged when the attempt is audited before its commit (the catalog's previous version is
@@ -96,16 +99,21 @@ class Expectation:
     condition: str = ""
     measure: str | None = None
     min_ratio: float | None = None
+    # A reference audit's referenced key, ``db.table.column`` (a table of the Spark catalog).
+    references: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name.strip() or len(self.name) > 128 or not self.name.isprintable():
             raise AuditError(f"invalid audit name {self.name!r}: 1 to 128 printable characters")
         object.__setattr__(self, "mode", Mode.parse(self.mode, self.name))
-        if self.kind not in ("row", "table", *JUDGED_AT_COMMIT):
+        if self.kind not in ("row", "table", "reference", *JUDGED_AT_COMMIT):
             raise AuditError(f"audit {self.name!r}: unknown kind {self.kind!r}")
         if self.mode is Mode.DROP and self.kind != "row":
             raise AuditError(f"audit {self.name!r}: mode 'drop' is for row expectations only")
         if self.kind == "schema":
+            return
+        if self.kind == "reference":
+            _check_reference(self.name, self.condition, self.references)
             return
         if self.kind == "change":
             ratio = self.min_ratio
@@ -144,8 +152,14 @@ class Expectation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Expectation:
-        return cls(**{key: data[key] for key in ("name", "kind", "mode", "condition", "measure", "min_ratio")
-                      if key in data})
+        return cls(**{key: data[key] for key in ("name", "kind", "mode", "condition", "measure", "min_ratio",
+                                                 "references") if key in data})
+
+    @property
+    def referenced(self) -> tuple[TableIdentifier, str]:
+        """A reference audit's referenced table and column."""
+        table, _, column = (self.references or "").rpartition(".")
+        return TableIdentifier.parse(table), column
 
 
 def RowExpectation(name: str, condition: str, mode: Mode | str = Mode.FAIL) -> Expectation:
@@ -172,6 +186,28 @@ def SchemaUnchanged(name: str = "schema_unchanged", mode: Mode | str = Mode.FAIL
     compared case-insensitively, order aside): a column added, dropped or retyped is a change
     readers see. Leave it out, or give it ``mode="warn"``, where such a change is allowed."""
     return Expectation(name, "schema", Mode.parse(mode, name))
+
+
+def references(
+    column: str, table: str, key: str, mode: Mode | str = Mode.FAIL, name: str | None = None
+) -> Expectation:
+    """Every non-NULL ``column`` of the new version is a ``key`` of ``table`` (a foreign key; the
+    table is read from the Spark catalog when the version is audited)."""
+    return Expectation(name or f"{column}_references_{table.rpartition('.')[2]}", "reference",
+                       Mode.parse(mode, name or column), column, references=f"{table}.{key}")
+
+
+def _check_reference(name: str, column: str, referenced: str | None) -> None:
+    """A reference audit names one column of the output and ``db.table.column``."""
+    if not _IDENTIFIER.fullmatch(column or ""):
+        raise AuditError(f"audit {name!r}: invalid column {column!r}: a column name of the output")
+    table, _, key = (referenced or "").rpartition(".")
+    if not table or not _IDENTIFIER.fullmatch(key):
+        raise AuditError(f"audit {name!r}: invalid reference {referenced!r}: expected db.table.column")
+    try:
+        TableIdentifier.parse(table)
+    except ValueError as err:
+        raise AuditError(f"audit {name!r}: invalid reference {referenced!r}: {err}") from None
 
 
 def unique(column: str, mode: Mode | str = Mode.FAIL, name: str | None = None) -> Expectation:
@@ -637,7 +673,7 @@ def failure_message(target: str, attempt_id: str, results: Sequence[AuditResult]
     blocking = [r for r in results if r.blocks]
     parts = []
     for r in blocking:
-        count = f"{r.failing} failing row(s)" if r.kind == "row" else (
+        count = f"{r.failing} failing row(s)" if r.kind in ("row", "reference") else (
             f"value {r.value}" if r.value is not None else (r.detail or "condition false"))
         samples = f", e.g. {r.samples[:3]}" if r.samples else ""
         parts.append(f"{r.name} ({count}{samples})")

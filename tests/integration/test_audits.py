@@ -24,6 +24,7 @@ from airflow_provider_staged.staging.audits import (
     SchemaUnchanged,
     TableExpectation,
     coerce_audits,
+    references,
     unique,
 )
 from airflow_provider_staged.staging.errors import CommitConflictError, StagingError
@@ -228,6 +229,28 @@ def test_publish_anyway_and_refusal_when_the_table_moved_on(spark, metastore, jo
     assert is_quarantined(journal.require(second.attempt_id))
     with pytest.raises(StagingError, match="is not quarantined: it is COMMITTED"):
         publish_anyway(settings, first.attempt_id)
+
+
+def test_reference_audit_keeps_a_version_with_keys_missing_from_the_referenced_table(
+    spark, metastore, journal, target
+):
+    """A foreign key: every non-NULL id of the new version must be a customer of another table."""
+    customers = f"{target}_customers"
+    spark.sql(f"CREATE TABLE {customers} USING parquet AS SELECT id AS customer FROM range(15)")
+    build(spark, staged_table(metastore, journal, target, "create"), SQL_V1)
+    before = rows(spark, target)
+    check = references("id", customers, "customer")
+    staged = audited(staged_table(metastore, journal, target, "replace"), check)
+    with pytest.raises(AuditFailedError, match=r"id_references_t_\w+_customers \(5 failing row\(s\)"):
+        run(spark, staged, SQL_V2)  # ids 15-19 are no customer
+    assert rows(spark, target) == before and is_quarantined(journal.require(staged.attempt_id))
+    found = results(journal, staged.attempt_id)[check.name]
+    assert (found["kind"], found["failing"]) == ("reference", 5)
+    assert sorted(int(row["id"]) for row in found["samples"]) == [15, 16, 17, 18, 19]
+    # Once the referenced table has them, the same build passes and is published.
+    spark.sql(f"INSERT INTO {customers} SELECT id FROM range(15, 20)")
+    run(spark, audited(staged_table(metastore, journal, target, "replace"), check), SQL_V2)
+    assert len(rows(spark, target)) == 20
 
 
 def test_unknown_column_fails_before_writing(spark, metastore, journal, target):

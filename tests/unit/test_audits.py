@@ -255,3 +255,40 @@ def test_which_table_expectations_are_counted_during_the_write() -> None:
     assert [e.observable for e in observed] == [True] * 3
     assert [e.observable for e in scanned] == [False] * 4
     assert not RowExpectation("row", "a > 0").observable
+
+
+def test_a_reference_audit_round_trips_and_names_its_key() -> None:
+    from airflow_provider_staged.staging.audits import references
+    from airflow_provider_staged.staging.identifiers import TableIdentifier
+
+    check = references("customer_id", "crm.customers", "id")
+    assert (check.name, check.kind, check.condition) == ("customer_id_references_customers", "reference",
+                                                         "customer_id")
+    assert check.referenced == (TableIdentifier("crm", "customers"), "id")
+    suite = AuditSuite((check,))
+    assert AuditSuite.from_list(suite.to_list()) == suite
+    (declared,) = coerce_audits([{"kind": "reference", "name": "fk", "condition": "customer_id",
+                                  "references": "crm.customers.id", "mode": "warn"}]).expectations
+    assert declared.mode.value == "warn"
+    with pytest.raises(AuditError, match=r"audit 'pos': unknown column 'customer_id'"):
+        AuditSuite((references("customer_id", "crm.customers", "id", name="pos"),)).check_columns(["id"])
+
+
+@pytest.mark.parametrize(("column", "table", "key", "message"), [
+    ("a;b", "crm.customers", "id", r"invalid column 'a;b': a column name of the output"),
+    ("customer_id", "crm.customers", "id) OR (1=1", r"invalid reference 'crm.customers.id\) OR \(1=1'"),
+    ("customer_id", "crm.cust omers", "id", r"invalid reference 'crm.cust omers.id'"),
+    ("customer_id", "", "id", r"invalid reference '.id': expected db.table.column"),
+])
+def test_a_bad_reference_is_refused_naming_it(column: str, table: str, key: str, message: str) -> None:
+    from airflow_provider_staged.staging.audits import references
+
+    with pytest.raises(AuditError, match=message):
+        references(column, table, key, name="fk")
+
+
+def test_a_reference_cannot_drop_rows() -> None:
+    from airflow_provider_staged.staging.audits import references
+
+    with pytest.raises(AuditError, match=r"mode 'drop' is for row expectations only"):
+        references("customer_id", "crm.customers", "id", mode="drop", name="fk")
