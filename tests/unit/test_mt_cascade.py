@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -296,3 +297,48 @@ def test_describe_lists_inputs_and_dependents(chain: Setup) -> None:
     facts = dict(run(session, "DESCRIBE MATERIALIZED TABLE m.e").rows)
     assert (facts["inputs"], facts["dependents"]) == (
         "m.b (materialized), other.m.a (catalog other: not a dependency)", "-")
+
+
+class _Followed(_Workflows):
+    """The fake with a FRESHNESS = DOWNSTREAM table m.f reading m.a, its pause time and its
+    input's keyed events; ``audit_log`` False: Airflow refuses this user its audit log."""
+
+    def __init__(self, folder: Path, audit_log: bool = True) -> None:
+        super().__init__(folder)
+        self.audit_log = audit_log
+        self.triggered: list[object] = []
+        self.add("m.a", "SELECT ds, n FROM raw.src")
+        text = ("CREATE MATERIALIZED TABLE m.f PARTITIONED BY (ds) FRESHNESS = DOWNSTREAM\n"
+                "AS SELECT ds, n FROM m.a\n")
+        self.definition_path_for(T("m.f")).write_text(text)
+        self.paused["mt__m__f"] = True
+
+    def paused_since(self, handler: AirflowRefreshHandler) -> object:
+        if not self.audit_log:
+            raise WorkflowException("cannot read the audit log of mt__m__f: HTTP 403: Forbidden")
+        return datetime(2024, 1, 10, tzinfo=timezone.utc)
+
+    def input_events(self, handler: AirflowRefreshHandler) -> dict[str, list[tuple[str, datetime]]]:
+        return {"hive://m:9083/m/a": [("ds=2024-01-11", datetime(2024, 1, 11, tzinfo=timezone.utc)),
+                                      ("ds=2024-01-09", datetime(2024, 1, 9, tzinfo=timezone.utc))]}
+
+    def trigger_refresh(self, handler: AirflowRefreshHandler, trigger: object) -> str:
+        self.triggered.append(trigger)
+        return f"manual__{len(self.triggered)}"
+
+
+def test_resume_of_a_downstream_table_refreshes_what_its_inputs_committed_while_suspended(
+    tmp_path: Path,
+) -> None:
+    workflows = _Followed(tmp_path)
+    tables = MaterializedTables(workflows, None)  # type: ignore[arg-type]
+    assert tables.resume(T("m.f")) == [T("m.f")]
+    (trigger,) = workflows.triggered
+    assert (trigger.static_partitions, trigger.refresh_downstream) == ({"ds": "2024-01-11"}, True)
+
+
+def test_resume_goes_on_when_airflow_keeps_its_audit_log_from_this_user(tmp_path: Path) -> None:
+    workflows = _Followed(tmp_path, audit_log=False)
+    tables = MaterializedTables(workflows, None)  # type: ignore[arg-type]
+    assert tables.resume(T("m.f")) == [T("m.f")]
+    assert workflows.paused["mt__m__f"] is False and workflows.triggered == []

@@ -327,7 +327,7 @@ class MaterializedTables:
         execution_config: Mapping[str, str] | None = None,
     ) -> None:
         follower = _follower(path)
-        since = self.scheduler.paused_since(handler) if follower is not None else None
+        since = self._paused_since(handler) if follower is not None else None
         self.scheduler.modify_refresh_workflow(
             ResumeRefreshWorkflow(handler, dict(dynamic_options or {}), dict(execution_config or {}))
         )
@@ -339,13 +339,28 @@ class MaterializedTables:
         if _is_continuous(path):
             self._restart_stream(handler)
 
+    def _paused_since(self, handler: AirflowRefreshHandler) -> datetime | None:
+        """When the DAG was paused; None (no catch-up) when Airflow does not let this user read
+        its audit log: that must not keep the table from being resumed."""
+        try:
+            return self.scheduler.paused_since(handler)
+        except WorkflowException as err:
+            log.warning("%s: no catch-up of what it missed while suspended: %s", handler.dag_id, err)
+            return None
+
     def _catch_up(self, handler: AirflowRefreshHandler, definition: MaterializedTableDefinition,
                   since: datetime) -> None:
         """Refresh what a FRESHNESS = DOWNSTREAM table's inputs committed while it was suspended:
         Airflow queued no run of a paused DAG for those events. Each such refresh propagates, as
         the run the event would have started."""
+        try:
+            events = self.scheduler.input_events(handler)
+        except WorkflowException as err:  # resumed all the same: say what was not caught up
+            log.warning("%s resumed without catching up what it missed while suspended: %s",
+                        definition.identifier, err)
+            return
         specs = []
-        for key in missed_keys(self.scheduler.input_events(handler), since):
+        for key in missed_keys(events, since):
             spec = downstream_spec(key, definition.partition_by)
             if spec not in specs:
                 specs.append(spec)
