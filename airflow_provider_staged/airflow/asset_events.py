@@ -20,7 +20,7 @@ from airflow_client.client.models.create_asset_events_body import CreateAssetEve
 from airflow_provider_staged.airflow.assets import table_asset_uri
 from airflow_provider_staged.airflow.operators.targets import is_jdbc
 from airflow_provider_staged.materialized.propagation import MAX_KEY_LENGTH, partition_key
-from airflow_provider_staged.materialized.workflow.airflow_scheduler import fetch_token
+from airflow_provider_staged.materialized.workflow.airflow_scheduler import asset_id, fetch_token
 from airflow_provider_staged.staging.errors import ServiceError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptRecord
@@ -53,11 +53,11 @@ def announce_publish(
         token = fetch_token(endpoint, username, password)
         with ApiClient(Configuration(host=endpoint, access_token=token)) as client:
             api = AssetApi(client)
-            found = [asset for asset in api.get_assets(uri_pattern=uri, limit=100).assets if asset.uri == uri]
-            if not found:
+            found = asset_id(api, uri)
+            if found is None:
                 return f"no DAG in Airflow at {endpoint} uses asset {uri}: no asset event needed"
-            event = api.create_asset_event(CreateAssetEventsBody(asset_id=found[0].id, extra=extra,
-                                                                 partition_key=key))
+            body = CreateAssetEventsBody(asset_id=found, extra=extra, partition_key=key)
+            event = api.create_asset_event(body)
     except (ApiException, PermissionError, httpx.HTTPError, urllib3.exceptions.HTTPError) as err:
         reason = f"HTTP {err.status}" if isinstance(err, ApiException) else str(err)
         raise ServiceError(f"published attempt {record.attempt_id} of {record.target}, but Airflow at "

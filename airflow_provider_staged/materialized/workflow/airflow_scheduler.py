@@ -420,9 +420,9 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             assets = AssetApi(self.client)
             found = {}
             for uri in _asset_uris(expression):
-                ids = [a.id for a in assets.get_assets(uri_pattern=uri, limit=100).assets if a.uri == uri]
-                events = assets.get_asset_events(asset_id=ids[0], order_by=["-timestamp"],
-                                                 limit=limit).asset_events if ids else []
+                asset = asset_id(assets, uri)
+                events = assets.get_asset_events(asset_id=asset, order_by=["-timestamp"],
+                                                 limit=limit).asset_events if asset is not None else []
                 found[uri] = [(e.partition_key, e.timestamp) for e in events if e.partition_key]
         except ApiException as err:
             raise _api_failure(f"cannot read the events of what {handler.dag_id} follows", err) from None
@@ -582,6 +582,11 @@ class AirflowWorkflowScheduler(WorkflowScheduler[AirflowRefreshHandler]):
             problems.append(broken.description or f"DAG {broken.dag_id}")
         return "; " + "; ".join(problems) if problems else "; no import error reported (is the DAG "\
             "factory file dags/materialized_tables.py in the DAGs folder, reading this folder?)"
+
+
+def asset_id(assets: AssetApi, uri: str) -> int | None:
+    """Airflow's id of the asset ``uri`` (the API matches a pattern: the exact one is kept)."""
+    return next((a.id for a in assets.get_assets(uri_pattern=uri, limit=100).assets if a.uri == uri), None)
 
 
 def _asset_uris(expression: Any) -> list[str]:
