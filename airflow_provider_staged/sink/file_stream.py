@@ -53,6 +53,9 @@ class LoggedStreamSink(Protocol):
     native: bool
     partition_by: list[str]
 
+    def logs_streams(self) -> bool:
+        """Whether its table's filesystem renames files (the logged batches' files move)."""
+
     def stream_staging(self, query_id: str) -> str:
         """The local directory Spark's file sink writes the query's micro-batches into."""
 

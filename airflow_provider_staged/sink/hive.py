@@ -7,18 +7,22 @@ metastore call records the data and the streaming query's batch), then sweeps th
 staging area (failed and speculative attempts' files). ``write_native`` is the same write with
 Spark's own Parquet writer into ``ready/`` (Spark's commit protocol keeps only committed task
 attempts): the runtime uses it for batch writes and ``foreachBatch`` streams. An appending
-stream is written by Spark's file sink instead (``sink.file_stream``): its logged micro-batches'
-files move into ``ready/`` inside their journaled commit (``logged`` committables).
+stream to a table on a local or shared filesystem is written by Spark's file sink instead
+(``sink.file_stream``): its logged micro-batches' files move into ``ready/`` inside their
+journaled commit (``logged`` committables). On an object store every path operation goes
+through the storage layer and no step needs a rename (``staging.kinds.hive_sink``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
-import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 import pyarrow
 import pyarrow.compute as pc
@@ -35,6 +39,7 @@ from airflow_provider_staged.sink.api import (
 )
 from airflow_provider_staged.sink.file_stream import hadoop_checksum, remove_if_present
 from airflow_provider_staged.sink.recovery import abort_once, batch_prefix, commit_once, filter_recovered
+from airflow_provider_staged.sink.secret_files import read_secret, secret_file
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.staging.kinds.hive_sink import (
@@ -50,12 +55,19 @@ from airflow_provider_staged.staging.kinds.hive_sink import (
 from airflow_provider_staged.staging.manifest import DataFile, Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path
 from airflow_provider_staged.storage.files import (
-    StorageError,
+    check_location,
+    configure_s3,
     delete_dir,
+    exists,
     is_local,
+    join,
     list_dir,
     normalize_location,
+    open_input_file,
+    resolve,
+    s3_options,
 )
+from airflow_provider_staged.storage.s3 import S3Options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -103,10 +115,6 @@ class HiveWriteCommittable(WriteRef):
     stream_source: str | None = None
 
 
-def _local(location: str) -> str:
-    return normalize_location(location).removeprefix("file:")
-
-
 class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
     """Appends to (``mode="append"``) or replaces (``"overwrite"``) ``table``, partitioned by
     ``partition_by`` (the table's partition columns, when it exists); ``track_partitions``: a
@@ -131,6 +139,9 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         self.native = native
         self.track_partitions = track_partitions
         self._root: str | None = None
+        # Shipped to Spark's workers for a write to an object store: a 0600 file holding the
+        # bucket's S3 options (``shipping``); workers get neither the driver's keys nor its env.
+        self.storage_file: str | None = None
 
     @property
     def name(self) -> str:
@@ -143,12 +154,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         """The table's root directory (its version directories and ``_staging``)."""
         if self._root is None:
             root = self.commit_table("root", "root", 0, False, "append").table_root_resolved
-            if not is_local(root):
-                # Its writers, its stream log and its commit rename files and directories.
-                raise StorageError(
-                    f"the Hive sink of {self.name} writes only to a local or shared filesystem: "
-                    f"its table is at {root!r} (an object store)"
-                )
+            check_location(root)  # before any write: no credentials, no bucket, unknown scheme
             self._root = root
         return self._root
 
@@ -173,16 +179,46 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
             staging_dir(self.root(), context.write_id), source, tuple(files),
         )
 
+    def logs_streams(self) -> bool:
+        """Spark's file sink writes this sink's streams only on a filesystem that renames (its
+        logged batches' files move out of the stream's staging directory)."""
+        return is_local(self.root())
+
     def stream_staging(self, query_id: str) -> str:
         """Where Spark's file sink writes the micro-batches of streaming query ``query_id``."""
-        return _local(staging_dir(self.root(), query_id + STREAM_SUFFIX))
+        return normalize_location(staging_dir(self.root(), query_id + STREAM_SUFFIX)).removeprefix("file:")
 
     def logged_committables(
         self, context: WriterContext, staging: str, files: list[DataFile]
     ) -> list[HiveFilesCommittable]:
         return [dataclasses.replace(self._committable(context, staging, files), logged=True)]
 
+    @contextlib.contextmanager
+    def shipping(self) -> Iterator[HiveSink]:
+        """On an object store, a copy whose workers read the bucket's S3 options (its keys, from
+        an Airflow connection or the driver's environment) from a file living only while the
+        write runs: in no pickle, plan or journal."""
+        root = self.root()
+        if is_local(root):
+            yield self
+            return
+        options = s3_options(urlparse(root).netloc)
+        with secret_file(self.settings.journal_dir, json.dumps(options.environment())) as path:
+            shipped = copy.copy(self)
+            shipped.storage_file = path
+            yield shipped
+
+    def _use_shipped_storage(self) -> None:
+        """In a Spark worker: the S3 options the driver shipped, for this write's bucket."""
+        text = read_secret(self.storage_file) if self.storage_file else None
+        if text is not None and self._root is not None:
+            bucket = urlparse(self._root).netloc
+            options = S3Options.from_env(json.loads(text))
+            if s3_options(bucket) != options:
+                configure_s3(options, bucket)
+
     def create_writer(self, context: WriterContext) -> SinkWriter[HiveFilesCommittable]:
+        self._use_shipped_storage()
         staging = staging_dir(self.root(), context.write_id)
         return _ParquetTaskWriter(self, context, f"{staging}/tasks/{context.task_key}")
 
@@ -202,20 +238,16 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         except BaseException:
             delete_dir(staging_dir(self.root(), context.write_id))
             raise
-        files = [DataFile(**item) for item in data_files(_path(ready))]
+        files = [DataFile(**item) for item in data_files(ready)]
         return [self._committable(context, None, files)]
 
     def create_committer(self) -> Committer[HiveFilesCommittable]:
+        self._use_shipped_storage()
         return _ReadyCommitter()
 
     def create_global_committer(self) -> GlobalCommitter[HiveFilesCommittable, HiveWriteCommittable]:
+        self._use_shipped_storage()
         return _HiveGlobalCommitter(self)
-
-
-def _path(location: str) -> Any:
-    from pathlib import Path
-
-    return Path(_local(location))
 
 
 def _ordered_schema(schema_json: str, partition_by: Sequence[str]) -> str:
@@ -252,7 +284,8 @@ class _ParquetTaskWriter(SinkWriter[HiveFilesCommittable]):
     def __init__(self, sink: HiveSink, context: WriterContext, task_dir: str) -> None:
         self.sink = sink
         self.context = context
-        self.task_dir = _local(task_dir)
+        self.task_dir = normalize_location(task_dir)
+        self.filesystem, self.task_path = resolve(self.task_dir)
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.rows: dict[str, int] = {}
         self.pending: dict[str, list[pyarrow.Table]] = {}
@@ -274,10 +307,10 @@ class _ParquetTaskWriter(SinkWriter[HiveFilesCommittable]):
         self.pending_total -= self.pending_rows.pop(relative)
         writer = self.writers.get(relative)
         if writer is None:
-            path = os.path.join(self.task_dir, relative)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            path = f"{self.task_path}/{relative}"
+            self.filesystem.create_dir(path.rpartition("/")[0], recursive=True)
             writer = self.writers[relative] = pq.ParquetWriter(
-                path, table.schema, use_dictionary=dictionary_columns(table)
+                path, table.schema, filesystem=self.filesystem, use_dictionary=dictionary_columns(table)
             )
         writer.write_table(table)
 
@@ -300,9 +333,11 @@ class _ParquetTaskWriter(SinkWriter[HiveFilesCommittable]):
 
     def prepare_commit(self, flush: bool) -> list[HiveFilesCommittable]:
         self.close()
+        paths = [f"{self.task_path}/{relative}" for relative in sorted(self.rows)]
+        sizes = self.filesystem.get_file_info(paths)
         files = [
-            DataFile(relative, rows, os.path.getsize(os.path.join(self.task_dir, relative)))
-            for relative, rows in sorted(self.rows.items())
+            DataFile(relative, rows, info.size or 0)
+            for (relative, rows), info in zip(sorted(self.rows.items()), sizes, strict=True)
         ]
         return [self.sink._committable(self.context, self.task_dir, files)]
 
@@ -321,17 +356,17 @@ class _ReadyCommitter(Committer[HiveFilesCommittable]):
         for committable in committables:
             if committable.source is None or committable.logged:
                 continue
-            ready = os.path.join(_local(committable.staging), READY_DIR)
+            ready = join(committable.staging, READY_DIR)
             for item in committable.files:
-                target = os.path.join(ready, _task_relative(committable, item.path))
-                move_file_once(os.path.join(committable.source, item.path), target)
+                target = join(ready, _task_relative(committable, item.path))
+                move_file_once(join(committable.source, item.path), target)
         return []
 
 
 def _task_relative(committable: HiveFilesCommittable, relative: str) -> str:
     """The file's name in ``ready/``: unique across the write's task attempts."""
     directory, _, name = relative.rpartition("/")
-    source = os.path.basename(committable.source or "")
+    source = (committable.source or "").rstrip("/").rpartition("/")[2]
     return "/".join(part for part in (directory, f"{source}-{name}") if part)
 
 
@@ -408,19 +443,20 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
 def _take_logged(write: HiveWriteCommittable, stream_source: str) -> HiveWriteCommittable:
     """Move a logged micro-batch's files from ``stream_source`` into ``ready/`` (its attempt has
     begun: an abort moves them back) and count their rows there."""
-    ready = os.path.join(_local(write.staging), READY_DIR)
-    prefix = os.path.basename(stream_source) + "-"
+    ready = join(write.staging, READY_DIR)
+    prefix = stream_source.rstrip("/").rpartition("/")[2] + "-"
     counted, missing = [], []
     for item in write.files:
         directory, _, name = item.path.rpartition("/")
-        target = os.path.join(ready, item.path)
-        source = os.path.join(stream_source, directory, name.removeprefix(prefix))
+        target = join(ready, item.path)
+        source = "/".join(part for part in (stream_source, directory, name.removeprefix(prefix)) if part)
         move_file_once(source, target)
         remove_if_present(hadoop_checksum(source))  # of the file's old name: nothing reads it
-        if not os.path.exists(target):
+        if not exists(target):
             missing.append(source)
             continue
-        counted.append(dataclasses.replace(item, rows=pq.ParquetFile(target).metadata.num_rows))
+        with open_input_file(target) as handle:
+            counted.append(dataclasses.replace(item, rows=pq.ParquetFile(handle).metadata.num_rows))
     if missing:
         raise StagingError(f"micro-batch {write.batch_id} of {write.write_id} lists file(s) that are gone: "
                            f"{', '.join(missing[:3])}")

@@ -386,10 +386,12 @@ def write_stream(
 
 def _logs_files(df: DataFrame, sink: Sink[Any, Any]) -> bool:
     """Whether Spark's file sink writes the stream for ``sink`` (its driver publishes the logged
-    batches: an in-process session, which shares the driver's filesystem)."""
+    batches: an in-process session, which shares the driver's filesystem, and a table on a
+    filesystem that renames); otherwise ``foreachBatch`` does, through the same commit path."""
     from pyspark.sql.session import SparkSession
 
-    return isinstance(sink, LoggedStreamSink) and isinstance(df.sparkSession, SparkSession)
+    return (isinstance(sink, LoggedStreamSink) and isinstance(df.sparkSession, SparkSession)
+            and sink.logs_streams())
 
 
 def _shipped_while_running(sink: Sink[Any, Any]) -> Sink[Any, Any]:

@@ -244,6 +244,18 @@ def rename_dir(source: str, target: str) -> None:
     os.rename(local_path(source), local_path(target))
 
 
+def move_file(source: str, target: str) -> None:
+    """Move one file to ``target``, creating its parent: a rename on a local filesystem, a
+    server-side copy then a delete on an object store (never seen half-written: a copy is one
+    request). Only for files nobody reads yet: on an object store both names exist in between."""
+    if is_local(source) and is_local(target):
+        os.makedirs(local_path(target).parent, exist_ok=True)
+        os.rename(local_path(source), local_path(target))
+        return
+    copy_file(source, target)
+    delete_file(source)
+
+
 def link_or_copy(source: str, target: str) -> None:
     """Put file ``source`` at ``target`` without rewriting its data: a hard link on a local
     filesystem, a server-side copy on an object store."""

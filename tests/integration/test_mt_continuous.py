@@ -395,3 +395,29 @@ def test_continuous_table_lifecycle_on_airflow(
         assert api.get(f"/dags/{dag_id}").status_code == 404 and not scheduler.definition_file(dag_id)
         assert not exists(f"{table_root(identifier, metastore.uri)}/_continuous")
         assert ids(spark, target) == list(range(45))  # DROP keeps the table's data
+
+
+def test_a_continuous_table_on_s3_streams_and_resumes_exactly_once(
+    spark, metastore, s3_bucket, running, tmp_path
+) -> None:
+    """The table, its checkpoint and its progress on the S3 server: the stream appends through
+    ``foreachBatch`` (no rename there) and a restart continues from the checkpoint on S3."""
+    db = "mtc_s3_" + uuid.uuid4().hex[:8]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(db, f"s3a://{s3_bucket}/warehouse")
+    src = source_table(spark, db, "views", tmp_path)
+    insert(spark, src, 0, 30)
+    parsed = definition(db, "views_live", f"SELECT id, v FROM {src}")
+    target = parsed.identifier.name
+    refresh = running(parsed)
+    wait_for("the first 30 source rows",
+             lambda: refresh.report() and ids(spark, target) == list(range(30)), 90)
+    refresh.stop()
+    insert(spark, src, 30, 10)
+    resumed = running(parsed)
+    wait_for("rows that arrived while stopped",
+             lambda: resumed.report() and ids(spark, target) == list(range(40)), 90)
+    root = table_root(parsed.identifier, metastore.uri)
+    assert root.startswith(f"s3a://{s3_bucket}/"), root
+    assert exists(f"{root}/_continuous/checkpoint/offsets")
+    assert read_progress(root) is not None  # the progress lives beside it, on S3

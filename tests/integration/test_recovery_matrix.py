@@ -105,7 +105,7 @@ KINDS = [
     "hive_table", "hive_partitions", "hive_partitions_discovered", "hive_partitions_continuous", "jdbc_table"
 ]
 # The same whole-table and partition kinds with their tables on the S3 server (``<kind>_s3_harness``).
-S3_KINDS = ["hive_table_s3", "hive_partitions_s3"]
+S3_KINDS = ["hive_table_s3", "hive_partitions_s3", "hive_append_s3", "hive_overwrite_s3"]
 # The built-in sinks' commits: a write through the sink's writers (no Spark job), then its kind.
 SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
@@ -151,12 +151,6 @@ def _parquet(location: str) -> list[FileEntry]:
         entry for entry in files.list_files(location)
         if entry.path.rsplit("/", 1)[-1].startswith("part-") and entry.path.endswith(".parquet")
     ]
-
-
-def _files(location: str) -> list[Path]:
-    """The files under a local ``location`` (the sink kinds' harnesses: local disk only)."""
-    root = local_path(location)
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
 
 
 def copy_tree(directory: Path, location: str) -> None:
@@ -503,11 +497,15 @@ def s3_hive_database(metastore: Any, s3_bucket: str) -> str:
     return name
 
 
-@pytest.fixture(scope="module")
-def hive_table_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> HiveHarness:
-    harness = HiveHarness(spark, metastore, s3_hive_database, tmp_path_factory.mktemp("rm-hive-s3"))
+def with_neighbour(harness: HiveHarness) -> HiveHarness:
     harness.setup_neighbour()
     return harness
+
+
+@pytest.fixture(scope="module")
+def hive_table_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> HiveHarness:
+    scratch = tmp_path_factory.mktemp("rm-hive-s3")
+    return with_neighbour(HiveHarness(spark, metastore, s3_hive_database, scratch))
 
 
 @pytest.fixture(scope="module")
@@ -1002,26 +1000,26 @@ class HiveSinkHarness(HiveHarness):
         sink = HiveSink(staged.identifier, settings, self.mode, native=False)
         return sink_write(self.spark, sink, staged, query, mid_write)
 
-    def staged_files(self, case: Case, staged: Any) -> list[Path]:
+    def staged_files(self, case: Case, staged: Any) -> list[FileEntry]:
         """The parquet files in the table's staging area and in the attempt's version directory."""
-        root = local_path(self.root_of(case))
-        found = _files(str(root / STAGING_DIR)) + _files(str(root / f"_v={staged.attempt_id}"))
-        return [path for path in found if path.suffix == ".parquet"]
+        root = self.root_of(case)
+        found = files.list_files(f"{root}/{STAGING_DIR}") + files.list_files(f"{root}/_v={staged.attempt_id}")
+        return [entry for entry in found if entry.path.endswith(".parquet")]
 
     def assert_nothing_written(self, case: Case, staged: Any) -> None:
         assert self.staged_files(case, staged) == [], "begin alone must not stage files"
 
     def assert_partly_written(self, case: Case, staged: Any) -> None:
-        files = self.staged_files(case, staged)
-        assert len(files) == 1, f"the first task's file must be staged, the second's not: {files}"
+        staged_files = self.staged_files(case, staged)
+        assert len(staged_files) == 1, f"the first task's file is staged, the second's not: {staged_files}"
 
     def assert_serves(self, case: Case, staged: Any) -> None:
         assert self.read(case.target) == self.expected_new
 
     def discard_partly(self, case: Case, staged: Any) -> None:
-        files = self.staged_files(case, staged)
-        assert len(files) == 2, f"need the files of 2 tasks, got {files}"
-        files[0].unlink()
+        staged_files = self.staged_files(case, staged)
+        assert len(staged_files) == 2, f"need the files of 2 tasks, got {staged_files}"
+        files.delete_file(staged_files[0].location)
 
     def write_id(self, record: AttemptRecord) -> str:
         """The id the sink's writers staged under (the kinds' attempt id is their write's)."""
@@ -1031,29 +1029,43 @@ class HiveSinkHarness(HiveHarness):
         assert self.read(case.target) == (self.expected_new if new else self.expected_old), (
             f"{case.target} does not read exactly {'NEW' if new else 'OLD'} (rows, checksum)"
         )
-        replaced = new and self.mode == "overwrite"
-        want = normalize_location(record.location if replaced else case.old.location)
+        root, old = self.root_of(case), normalize_location(case.old.location)
+        # A new version: an overwrite's, or an append's on an object store (no directory rename).
+        moved = new and (self.mode == "overwrite" or not files.is_local(root))
+        current = f"{root}/_v={record.attempt_id}" if moved else old
         served = normalize_location(current_location(self.catalog_table(case.target)))
-        assert served == want, f"the metastore serves {served}, expected {want}"
-        root, old = local_path(self.root_of(case)), local_path(case.old.location)
-        versions = {p.name for p in root.iterdir() if p.name.startswith("_v=")}
-        wanted = {old.name, f"_v={record.attempt_id}"} if replaced else {old.name}
+        assert served == current, f"the metastore serves {served}, expected {current}"
+        entries = listed_entries(root)
+        versions = {name for name in entries if name.startswith("_v=")}
+        wanted = {old.rpartition("/")[2], current.rpartition("/")[2]}
         assert versions == wanted, f"version directories {sorted(versions)}, expected {sorted(wanted)}"
-        batches = {p.name for p in old.iterdir() if p.name.startswith("batch-")}
         appended = {f"batch-{self.write_id(record)}"} if new and self.mode == "append" else set()
-        assert batches == appended, f"batch directories {sorted(batches)} in OLD, expected {appended}"
-        others = {p.name for p in root.iterdir()} - versions
+        for version in {old, current}:
+            batches = {e.name for e in files.list_dir(version) if e.name.startswith("batch-")}
+            expected = appended if version == current else set()
+            assert batches == expected, f"batch directories {sorted(batches)} in {version}: want {expected}"
+        others = entries - versions
         assert others <= {STAGING_DIR}, f"unexpected entries {sorted(others)} in {root}"
-        staging = root / STAGING_DIR
-        assert not staging.exists() or not list(staging.iterdir()), (
-            f"staged files left behind: {_files(str(staging))}"
-        )
+        left = files.list_files(f"{root}/{STAGING_DIR}")
+        assert not left, f"staged files left behind: {[entry.path for entry in left]}"
         self.assert_neighbour()
 
 
 class HiveSinkOverwriteHarness(HiveSinkHarness):
     kind = "hive_overwrite"
     mode = "overwrite"
+
+
+@pytest.fixture(scope="module")
+def hive_append_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> HiveHarness:
+    scratch = tmp_path_factory.mktemp("rm-append-s3")
+    return with_neighbour(HiveSinkHarness(spark, metastore, s3_hive_database, scratch))
+
+
+@pytest.fixture(scope="module")
+def hive_overwrite_s3_harness(spark, metastore, s3_hive_database, tmp_path_factory) -> HiveHarness:
+    scratch = tmp_path_factory.mktemp("rm-overwrite-s3")
+    return with_neighbour(HiveSinkOverwriteHarness(spark, metastore, s3_hive_database, scratch))
 
 
 class SinkKindHarness(HiveSinkHarness):

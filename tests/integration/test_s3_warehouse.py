@@ -4,18 +4,23 @@ the storage layer (pyarrow) for every path operation of the Python side."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 from pyarrow import fs as pafs
+from pyspark import cloudpickle
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
 from airflow_provider_staged.catalogs.metastore.reader import read_table
 from airflow_provider_staged.engine.spark_job import run_staged_write
+from airflow_provider_staged.sink.hive import HiveSink
+from airflow_provider_staged.sink.runtime import write_batch
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import run_attempt
 from airflow_provider_staged.staging.identifiers import TableIdentifier
@@ -198,3 +203,89 @@ def test_builds_on_s3_through_a_stock_hive4_metastore(spark, hive4_stock_metasto
         assert snapshot.location.startswith(f"s3a://{s3_bucket}/hive4/"), snapshot.location
         assert staged.attempt_id in snapshot.location
         assert sorted(snapshot.rows) == sorted(map(tuple, spark.sql(query).collect()))
+
+
+def _sink_rows(spark, table: TableIdentifier) -> list[tuple]:
+    spark.catalog.refreshTable(table.name)
+    return sorted(tuple(row) for row in spark.sql(f"SELECT * FROM {table.quoted}").collect())
+
+
+@pytest.mark.parametrize(("native", "tracked"), [(True, False), (False, False), (True, True)],
+                         ids=["native", "python", "native-tracked-partitions"])
+def test_hive_sink_appends_and_overwrites_on_s3(spark, metastore, database, s3_warehouse, tmp_path,
+                                                native, tracked):
+    """The Hive sink with no rename: an append to directory partitions copies the version forward,
+    one to catalog partitions switches new partition versions, an overwrite moves its files into
+    its version; readers see whole writes, and nothing staged is left."""
+    settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+    table = TableIdentifier(database, "sink_" + uuid.uuid4().hex[:8])
+    root = f"{s3_warehouse}/{database}.db/{table.table}"
+    sink = HiveSink(table, settings, partition_by=["p"], native=native, track_partitions=tracked)
+    write_batch(spark.sql("SELECT id, CAST(id % 3 AS INT) AS p FROM range(30)"), sink)
+    first = table_location(metastore, table.name)
+    write_batch(spark.sql("SELECT id, CAST(id % 3 AS INT) AS p FROM range(30, 40)"), sink)
+    assert _sink_rows(spark, table) == [(i, i % 3) for i in range(40)]
+    with MetastoreClient(metastore.uri) as client:
+        partitions = client.partitions(database, table.table)
+    if tracked:  # the table stays; its partitions moved to the second write's partition versions
+        assert table_location(metastore, table.name) == first
+        assert {p.sd.location.rsplit("/", 2)[-2] for p in partitions} == {_v_of(settings, "hive_append")[-1]}
+    else:  # a new version holding the first write's files (copied) and the second's
+        assert partitions == []
+        assert table_location(metastore, table.name) == f"{root}/{_v_of(settings, 'hive_append')[-1]}"
+    overwrite = HiveSink(table, settings, mode="overwrite", partition_by=["p"], native=native)
+    write_batch(spark.sql("SELECT id, CAST(1 AS INT) AS p FROM range(5)"), overwrite)
+    assert _sink_rows(spark, table) == [(i, 1) for i in range(5)]
+    assert table_location(metastore, table.name) == f"{root}/{_v_of(settings, 'hive_overwrite')[-1]}"
+    assert {r.state for r in settings.journal.records()} == {AttemptState.COMMITTED}
+    assert list_files(f"{root}/_staging") == [], "staged files left behind"
+
+
+def _v_of(settings: StagedSettings, kind: str) -> list[str]:
+    """The version directory names of the journal's ``kind`` commits, oldest first."""
+    records = sorted((r for r in settings.journal.records() if r.kind == kind), key=lambda r: r.created_at)
+    return [f"_v={r.attempt_id}" for r in records]
+
+
+def test_hive_sink_without_s3_credentials_fails_before_writing(spark, metastore, database, s3_server,
+                                                               tmp_path, monkeypatch):
+    settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+    table = TableIdentifier(database, "sink_" + uuid.uuid4().hex[:8])
+    for key in s3_server.options.environment():
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(StorageError, match="no S3 credentials") as error:
+        write_batch(spark.sql("SELECT id FROM range(3)"), HiveSink(table, settings))
+    assert s3_server.options.secret_key not in str(error.value)
+    assert settings.journal.records() == []
+    with MetastoreClient(metastore.uri) as client:
+        assert client.get_table(database, table.table) is None
+
+
+_WORKER = (
+    "import sys; from pyspark import cloudpickle; from airflow_provider_staged.storage import files; "
+    "sink = cloudpickle.loads(sys.stdin.buffer.read()); sink.create_committer(); "
+    "files.write_text(sink.root() + '/_staging/probe', 'from a worker')"
+)
+
+
+def test_python_sink_workers_get_the_s3_keys_from_the_driver(metastore, database, s3_server, tmp_path):
+    """Spark's Python workers have neither the driver's configured keys nor its environment: the
+    shipped sink names a 0600 file with them, and its pickle holds no key."""
+    settings = StagedSettings(metastore.uri, metastore.warehouse, str(tmp_path / "journal"))
+    sink = HiveSink(TableIdentifier(database, "shipped_" + uuid.uuid4().hex[:6]), settings, native=False)
+    keys = s3_server.options
+    no_keys = {k: v for k, v in os.environ.items() if k not in keys.environment()}
+
+    def worker(shipped: HiveSink) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _WORKER], input=cloudpickle.dumps(shipped), env=no_keys,
+                              capture_output=True, timeout=120, check=False)
+
+    refused = worker(sink)
+    assert refused.returncode != 0 and b"no S3 credentials" in refused.stderr, refused.stderr[-2000:]
+    with sink.shipping() as shipped:
+        pickled = cloudpickle.dumps(shipped)
+        assert keys.secret_key.encode() not in pickled and keys.access_key.encode() not in pickled
+        done = worker(shipped)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert files.read_text(f"{sink.root()}/_staging/probe") == "from a worker"
+    assert not Path(shipped.storage_file).exists(), "the key file outlived the write"

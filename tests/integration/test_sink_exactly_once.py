@@ -30,7 +30,7 @@ import psycopg
 import pytest
 
 from airflow_provider_staged.catalogs.metastore.client import MetastoreClient
-from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER_KEY
+from airflow_provider_staged.catalogs.metastore.tables import PARTITION_PROVIDER_KEY, current_location
 from airflow_provider_staged.sink.file_stream import LOG_DIR
 from airflow_provider_staged.sink.runtime import stream_query_id
 from airflow_provider_staged.staging.faults import FAULT_ENV, FAULT_PGID_ENV
@@ -38,6 +38,8 @@ from airflow_provider_staged.staging.journal_files import FileJournal
 from airflow_provider_staged.staging.kinds.hive_sink import STREAM_SUFFIX
 from airflow_provider_staged.staging.reconcile import reconcile
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage import files
+from airflow_provider_staged.storage.files import normalize_location
 from tests.integration.sink_workers import REPO, run_driver
 
 FILES, ROWS_PER_FILE = 4, 25
@@ -155,6 +157,37 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, 
     # Each partition's files lie directly in its location (Spark reads no subdirectory there).
     assert sorted(served) == ["0", "1"]
     assert sum(len(list(location.glob("*.parquet"))) for location in served.values()) == FILES * 2
+    _assert_journal_settled(tmp_path)
+
+
+def test_hive_sink_on_s3_exactly_once_across_driver_kills(metastore, spark, s3_bucket, tmp_path):
+    """The same chain into an unpartitioned table on the S3 server: no rename there, so the stream
+    runs through ``foreachBatch`` and every micro-batch's commit copies the table's version
+    forward (``hive_sink``); the kill during the global commit lands between the copies and the
+    catalog switch."""
+    database = "sinkeo_s3_" + uuid.uuid4().hex[:6]
+    with MetastoreClient(metastore.uri) as client:
+        client.ensure_database(database, f"s3a://{s3_bucket}/warehouse")
+    spec = _spec(metastore, tmp_path, "hive", f"{database}.events")
+    root = f"s3a://{s3_bucket}/warehouse/{database}.db/events"
+
+    def spark_is_writing() -> bool:  # the first micro-batch is being written, the table not created
+        if not files.list_files(f"{root}/_staging"):
+            return False
+        with MetastoreClient(metastore.uri) as client:
+            return client.get_table(database, "events") is None
+
+    _crash_and_recover(spec, tmp_path, spark_is_writing)
+    spark.catalog.refreshTable(spec["table"])
+    ids = [row.id for row in spark.sql(f"SELECT id FROM {spec['table']}").collect()]
+    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
+    assert files.list_files(f"{root}/_staging") == [], "staged files left behind"
+    with MetastoreClient(metastore.uri) as client:
+        served = normalize_location(current_location(client.get_table(database, "events")))
+    assert served.startswith(f"{root}/_v="), served
+    # The served version holds each micro-batch once, in its own batch directory.
+    batches = [entry.name for entry in files.list_dir(served) if entry.name.startswith("batch-")]
+    assert len(batches) == FILES, batches
     _assert_journal_settled(tmp_path)
 
 

@@ -9,6 +9,12 @@ A sink write stages its files under ``<table root>/_staging/<attempt id>/ready/`
   records the streaming query's batch (``sink.batch.<query id>``) and the row count in ONE
   ``alter_table``. ``is_published``: a ``batch-<attempt id>`` directory under the current
   version, or the recorded batch.
+- **append** on an object store (no directory rename): this attempt's version directory becomes
+  the current version's files (server-side copies, nothing rewritten by this process) plus the
+  batch's directories, then ONE ``alter_table`` points the table at it and records the batch: a
+  new version, as a replace makes one. The cost per micro-batch grows with the table's file count
+  (copies on the store's side); the superseded version goes through the retention of version
+  directories.
 - **append** to a table that tracks its partitions in the catalog: Spark reads only the files
   directly inside a catalog partition's location (its file index lists the partition path's own
   children), so a batch directory there would be invisible, and files moved in one by one would
@@ -30,7 +36,8 @@ A sink write stages its files under ``<table root>/_staging/<attempt id>/ready/`
   A commit cut short after it changed what readers see is rolled forward (``complete_publish``),
   never discarded.
 - **overwrite**: the staged replace of CTAS (``hive_table``): the staged files become the
-  attempt's version directory with one rename, and the pointer swap records the batch too.
+  attempt's version directory (one rename; on an object store each file is moved, nothing reads
+  there yet), and the pointer swap records the batch too.
 
 Everything runs under the table's metastore lock (``metastore.locks``), except an append to an
 existing unpartitioned table on a metastore that enforces ``alter_table``'s compare-and-set
@@ -42,7 +49,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -57,6 +63,7 @@ from airflow_provider_staged.catalogs.metastore.client import (
 from airflow_provider_staged.catalogs.metastore.tables import (
     PARTITION_PROVIDER_KEY,
     SCHEMA_KEY,
+    VERSION_KEY,
     current_location,
     is_version,
     new_table,
@@ -78,11 +85,17 @@ from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
 from airflow_provider_staged.storage.files import (
+    copy_file,
     delete_dir,
+    delete_file,
     exists,
+    is_local,
+    join,
     link_or_copy,
     list_dir,
+    list_files,
     make_dirs,
+    move_file,
     normalize_location,
     rename_dir,
 )
@@ -113,10 +126,15 @@ def staging_dir(root: str, attempt_id: str) -> str:
 
 
 def move_file_once(source: str, target: str) -> None:
-    """Rename local file ``source`` to ``target`` unless it is gone or already there (a retry)."""
-    if os.path.exists(source) and not os.path.exists(target):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.rename(source, target)
+    """Move file ``source`` to ``target`` unless it is gone or already there (a retry)."""
+    if exists(source) and not exists(target):
+        move_file(source, target)
+
+
+def is_data_path(relative: str) -> bool:
+    """Whether a file at ``relative`` (under a version directory) is data Spark reads: no part
+    hidden (``_SUCCESS``, ``.crc`` checksums), partition directories aside."""
+    return not any(part.startswith(("_", ".")) and "=" not in part for part in relative.split("/"))
 
 
 class HiveSinkCommit(HiveStagedTable):
@@ -215,17 +233,16 @@ class HiveSinkCommit(HiveStagedTable):
         are not the batch's): the stream's log lists them, so its next start publishes them."""
         if self.stream_source is None:
             return
-        prefix = os.path.basename(self.stream_source) + "-"
+        prefix = normalize_location(self.stream_source).rpartition("/")[2] + "-"
         for tree in (f"{self.staging}/{READY_DIR}", *trees):
-            top = normalize_location(tree).removeprefix("file:")
-            for directory, _, names in os.walk(top):
-                group = [part for part in os.path.relpath(directory, top).split(os.sep) if "=" in part]
-                for name in names:
-                    base = name.removeprefix(f"{self.attempt_id}-")
-                    if base.startswith(prefix):
-                        target = os.path.join(self.stream_source, *group, base.removeprefix(prefix))
-                        move_file_once(os.path.join(directory, name), target)
-                        fault_point("return_logged")
+            for entry in list_files(tree):
+                directory, _, name = entry.path.rpartition("/")
+                group = [part for part in directory.split("/") if "=" in part]
+                base = name.removeprefix(f"{self.attempt_id}-")
+                if base.startswith(prefix):
+                    target = join(self.stream_source, *group, base.removeprefix(prefix))
+                    move_file_once(entry.location, target)
+                    fault_point("return_logged")
 
     def after_commit(self, record: AttemptRecord) -> None:
         # What is left in the staging area: failed and speculative task attempts' files.
@@ -248,7 +265,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
 
     def _groups(self, manifest: Manifest) -> list[str]:
         """The staged directories relative to ``ready/``: partition paths, or "" (unpartitioned)."""
-        return sorted({os.path.dirname(item.path) for item in manifest.files} or {""})
+        return sorted({item.path.rpartition("/")[0] for item in manifest.files} or {""})
 
     def _batch_dir(self, version: str, group: str) -> str:
         return "/".join(part for part in (version, group, BATCH_DIR_PREFIX + self.attempt_id) if part)
@@ -276,24 +293,56 @@ class HiveAppendStagedTable(HiveSinkCommit):
         """Add the batch to ``current`` and record it; the superseded partition locations."""
         _check_fits(current, manifest, self.target)
         superseded = None
+        changed = _reads_batch_dirs(copy.deepcopy(current))
+        old = normalize_location(current_location(current))
         if tracks_partitions(current):
             superseded = self._switch_partitions(txn, current, manifest)
-        elif not self._place(manifest, normalize_location(current_location(current))):
+        elif not is_local(old):
+            if old == normalize_location(self.version):
+                return None  # switched already: a retried commit
+            self._copy_forward(old, manifest)
+            changed = _located(changed, self.version)
+            superseded = old
+        elif not self._place(manifest, old):
             # Placed into a version that a replace then superseded (it landed between this
             # append's read and write, which made the write read again): the append came
             # first and the replace dropped its rows, so none are counted here.
             manifest = dataclasses.replace(manifest, rows=0)
-        changed = _reads_batch_dirs(copy.deepcopy(current))
         changed.parameters = self.marked(changed.parameters, manifest)
         txn.alter_table(changed)
         return superseded
+
+    def _copy_forward(self, current: str | None, manifest: Manifest) -> None:
+        """Make this attempt's version directory the files of version ``current`` (server-side
+        copies; None: a table this attempt creates) plus the batch in its batch directories (moved
+        from ``ready/``). Idempotent, and
+        exact again when ``current`` changed since a first try (a conflict made it read again):
+        copies it lacks are made, copies of files ``current`` no longer has are deleted."""
+        found = list_files(current) if current is not None else []
+        wanted = {entry.path: entry.location for entry in found if is_data_path(entry.path)}
+        batches = tuple(f"{self._batch_dir('', group)}/".lstrip("/") for group in self._groups(manifest))
+        have = {entry.path: entry.location for entry in list_files(self.version)}
+        for path, location in have.items():
+            if path not in wanted and not path.startswith(batches):
+                delete_file(location)
+        for path, location in wanted.items():
+            if path not in have:
+                copy_file(location, join(self.version, path))
+        ready = f"{self.staging}/{READY_DIR}"
+        for entry in list_files(ready):
+            group, _, name = entry.path.rpartition("/")
+            move_file_once(entry.location, f"{self._batch_dir(self.version, group)}/{name}")
+        make_dirs(self.version)  # an empty table still needs a directory to read
+        fault_point("global_commit")
 
     def _create(self, txn: MetastoreClient, manifest: Manifest) -> None:
         tracked = self.track_partitions and bool(manifest.partition_columns)
         if tracked:
             self._place_flat(manifest)
-        else:
+        elif is_local(self.version):
             self._place(manifest, self.version)
+        else:
+            self._copy_forward(None, manifest)
         make_dirs(self.version)  # an empty first write still needs a directory to read
         located = Manifest.from_dict({**manifest.to_dict(), "location": self.version})
         table = new_table(self.identifier, located, self.attempt_id)
@@ -343,10 +392,8 @@ class HiveAppendStagedTable(HiveSinkCommit):
         ``<attempt id>-<name>`` (skipping those already moved). Nothing reads there yet."""
         for item in manifest.files:
             group, _, name = item.path.rpartition("/")
-            source = f"{self.staging}/{READY_DIR}/{item.path}"
             target = f"{self.version}/{group}/{self.attempt_id}-{name}"
-            if not exists(target) and exists(source):
-                rename_dir(source, target)
+            move_file_once(f"{self.staging}/{READY_DIR}/{item.path}", target)
         fault_point("global_commit")
 
     def _switch_partitions(self, txn: MetastoreClient, table: ttypes.Table, manifest: Manifest) -> list[str]:
@@ -355,7 +402,7 @@ class HiveAppendStagedTable(HiveSinkCommit):
         self._place_flat(manifest)
         columns = [key.name for key in table.partitionKeys]
         groups = {}  # values -> the staged directory; none: an empty micro-batch
-        for group in sorted({os.path.dirname(item.path) for item in manifest.files}):
+        for group in sorted({item.path.rpartition("/")[0] for item in manifest.files}):
             values = partition_values(f"{group}/f", columns)
             if values is None:
                 raise StagingError(f"attempt {self.attempt_id} wrote files outside partition directories")
@@ -408,7 +455,9 @@ class HiveAppendStagedTable(HiveSinkCommit):
         manifest = Manifest.from_dict(record.manifest)
         with self.catalog_transaction() as txn:
             table = self.load_current(txn)
-            created = is_version(table, self.version)
+            # Created by this attempt (an append on an object store also moves the table to its
+            # version, but keeps the version key of the one that created it).
+            created = is_version(table, self.version) and table.parameters.get(VERSION_KEY) == self.attempt_id
             untracked = self.track_partitions and manifest.partition_columns and not tracks_partitions(table)
             if created and untracked:
                 self._track_partitions(txn, manifest)
@@ -459,10 +508,15 @@ class HiveOverwriteStagedTable(HiveSinkCommit):
         return table
 
     def promote(self) -> None:
-        """Make the staged files this attempt's version directory (one rename; idempotent)."""
+        """Make the staged files this attempt's version directory (one rename, or on an object
+        store a move per file: nothing reads there until the swap; idempotent)."""
         ready = f"{self.staging}/{READY_DIR}"
-        if not exists(self.location) and exists(ready):
-            rename_dir(ready, self.location)
+        if is_local(ready):
+            if not exists(self.location) and exists(ready):
+                rename_dir(ready, self.location)
+            return
+        for entry in list_files(ready):
+            move_file_once(entry.location, join(self.location, entry.path))
 
     def swap(
         self, txn: MetastoreClient, current: ttypes.Table, record: AttemptRecord, manifest: Manifest
@@ -501,6 +555,15 @@ def link_files(source: str, target: str, wanted: Callable[[str], bool] = lambda 
         if exists(destination):
             continue
         link_or_copy(entry.location, destination)
+
+
+def _located(table: ttypes.Table, location: str) -> ttypes.Table:
+    """``table`` reading ``location`` (its storage location and, if Spark keeps one, serde path)."""
+    table.sd.location = location
+    serde = table.sd.serdeInfo
+    if (serde.parameters or {}).get("path"):
+        serde.parameters = {**serde.parameters, "path": location}
+    return table
 
 
 def _partition(table: ttypes.Table, values: tuple[str, ...], location: str = "") -> ttypes.Partition:
