@@ -108,7 +108,11 @@ def staged_table_callbacks(
 
 def airflow_task_state(task: TaskRef) -> str | None:
     """The state of ``task``'s try in Airflow's database: ``superseded`` when a later try
-    exists, None when unknown (``staged reconcile``)."""
+    exists, None when unknown (``staged reconcile``). Inside a task (the maintenance DAG's
+    reconcile), where Airflow 3 closes the ORM, the task instance's state through the Task SDK,
+    without its try number (reconcile then asks the journal for a later try)."""
+    if _in_task():
+        return _task_state_from_supervisor(task)
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -127,3 +131,23 @@ def airflow_task_state(task: TaskRef) -> str | None:
         if ti.try_number > task.try_number:
             return "superseded"
         return str(ti.state) if ti.state is not None else None
+
+
+def _in_task() -> bool:
+    """Whether this process runs an Airflow 3 task (its supervisor's channel is open)."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+    except ImportError:
+        return False
+    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
+
+
+def _task_state_from_supervisor(task: TaskRef) -> str | None:
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    states = RuntimeTaskInstance.get_task_states(
+        dag_id=task.dag_id, task_ids=[task.task_id], run_ids=[task.run_id], map_index=task.map_index
+    )
+    key = task.task_id if task.map_index < 0 else f"{task.task_id}_{task.map_index}"
+    state = states.get(task.run_id, {}).get(key)
+    return str(state) if state is not None else None

@@ -102,6 +102,9 @@ def _settle(
     if record.group is not None:
         return _settle_member(staged, record, settings, now)
     if state == "success" and record.state is AttemptState.WRITTEN:
+        if later_try(settings, record):  # the task succeeded, but by a later try with its own attempt
+            abort_attempt(staged, "superseded by a later try of its task")
+            return "aborted"
         commit_written(staged)
         return "committed"
     if state == "success" or state in _FAILED_STATES:
@@ -114,6 +117,18 @@ def _settle(
         abort_attempt(staged, "expired: no heartbeat within the attempt TTL")
         return "expired"
     return "left running"
+
+
+def later_try(settings: StagedSettings, record: AttemptRecord) -> bool:
+    """Whether a later try of ``record``'s task began an attempt of its own (a lookup that knows
+    no try numbers, the Task SDK's, cannot tell which try succeeded: the journal can)."""
+    task = record.task
+    return task is not None and any(
+        (other.task.dag_id, other.task.task_id, other.task.run_id, other.task.map_index)
+        == (task.dag_id, task.task_id, task.run_id, task.map_index)
+        and other.task.try_number > task.try_number
+        for other in settings.journal.records() if other.task is not None
+    )
 
 
 def _settle_group(record: AttemptRecord, settings: StagedSettings, now: float) -> str:
