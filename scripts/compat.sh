@@ -19,10 +19,8 @@ echo "compat: $("$venv/bin/python" -m pip list 2>/dev/null |
 # with the Hadoop they were built for, which pyspark 3.5's is not).
 export STAGED_JVM_DIR="$PWD/.venv/jvm"
 # Left out, as they need what only the newest versions have: the local stack's Airflow
-# (test_local_airflow_env), the Task SDK's DagSerialization (test_periodic_dst), the unified
-# sink, which runs on Spark 4's Python data sources (test_sink_secrets, test_sink_staged_abort),
-# and the OpenLineage provider, an extra this environment leaves out (test_assets).
+# (test_local_airflow_env), the Task SDK's DagSerialization (test_periodic_dst) and the
+# OpenLineage provider, an extra this environment leaves out (test_assets).
 "$venv/bin/python" -m pytest -p no:cacheprovider -q -n 2 --dist loadfile tests/compat tests/unit \
     --ignore tests/unit/test_local_airflow_env.py --ignore tests/unit/test_periodic_dst.py \
-    --ignore tests/unit/test_sink_secrets.py --ignore tests/unit/test_sink_staged_abort.py \
     --ignore tests/unit/test_assets.py

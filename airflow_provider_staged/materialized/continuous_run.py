@@ -43,7 +43,7 @@ from airflow_provider_staged.materialized.continuous import (
     sources_location,
     streaming_query,
 )
-from airflow_provider_staged.materialized.definition import MaterializedTableDefinition
+from airflow_provider_staged.materialized.definition import MaterializedTableDefinition, definition_audits
 from airflow_provider_staged.materialized.output_schema import refresh_query
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.settings import StagedSettings
@@ -298,8 +298,9 @@ class ContinuousRefresh:
                                definition.partition_by, self.root, sources)
         open_streams(self.spark, plan.sources)
         # Catalog partitions: a one-time refresh can then overwrite some beside the stream.
+        # EXPECT constraints: each micro-batch audited before its commit (FAIL UPDATE stops the stream).
         sink = HiveSink(definition.identifier, self.settings, plan.sink_mode, list(plan.partition_by),
-                        track_partitions=True)
+                        track_partitions=True, audits=definition_audits(definition))
         try:
             self.query = write_stream(
                 self.spark.sql(plan.query), sink, checkpoint_location=plan.checkpoint_location,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from airflow_provider_staged.materialized.failure_streak import (
     DEFAULT_SUSPEND_AFTER,
@@ -64,10 +64,12 @@ from airflow_provider_staged.staging.date_patterns import PartitionError, java_t
 from airflow_provider_staged.staging.identifiers import TableIdentifier, is_whole_number
 from airflow_provider_staged.staging.partition_ttl import TTL_OPTIONS, TtlError, materialized_table_options
 
+if TYPE_CHECKING:
+    from airflow_provider_staged.staging.audits import AuditSuite
+
 CREATE = "CREATE MATERIALIZED TABLE"
 # FRESHNESS = DOWNSTREAM: follow the inputs' commits (Snowflake's TARGET_LAG = DOWNSTREAM).
 DOWNSTREAM = "DOWNSTREAM"
-
 
 EXPECT = "EXPECT"  # the clause an EXPECT constraint's errors name
 
@@ -446,15 +448,6 @@ class _Parser:
     def check_constraints(self, definition: MaterializedTableDefinition) -> None:
         """The EXPECT conditions checked before anything runs, each error at its place."""
         problem = constraint_problem(definition, known_columns(definition))
-        if problem is None and definition.refresh_mode is RefreshMode.CONTINUOUS:
-            first = definition.constraints[0]
-            why = "" if "REFRESH_MODE" in definition.lines else (
-                f" (CONTINUOUS because freshness {definition.freshness} is below the "
-                "'refresh-mode.freshness-threshold')")
-            problem = (*definition.position(EXPECT, first.name.lower()), (
-                f"constraint {first.name!r}: EXPECT constraints are checked by FULL refreshes, before "
-                f"their commit; a CONTINUOUS table's stream commits without them{why}; use "
-                "REFRESH_MODE = FULL"))
         if problem is not None:
             line, column, message = problem
             if self.cursor.unit == "file":  # a file's errors name the line only: say the column
@@ -984,3 +977,11 @@ def check_query(definition: MaterializedTableDefinition) -> None:
             definition.source_path, definition.lines["query"], "AS",
             f"expected a query (SELECT ...) after AS, found a {kind} statement",
         )
+
+
+def definition_audits(definition: MaterializedTableDefinition) -> AuditSuite:
+    """The EXPECT constraints as the row expectations every refresh checks (checked at parse);
+    imported here, not at the top: the DAG factory parses definitions without sqlglot."""
+    from airflow_provider_staged.staging.audits import AuditSuite, RowExpectation
+
+    return AuditSuite(tuple(RowExpectation(c.name, c.expression, c.mode) for c in definition.constraints))

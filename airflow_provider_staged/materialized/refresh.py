@@ -28,6 +28,7 @@ from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     MaterializedTableDefinition,
     RefreshMode,
+    definition_audits,
     read_identifier,
 )
 from airflow_provider_staged.materialized.graph import Node, materialized_inputs
@@ -40,7 +41,6 @@ from airflow_provider_staged.materialized.params import (
 )
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable
-from airflow_provider_staged.staging.audits import AuditSuite, RowExpectation
 from airflow_provider_staged.staging.identifiers import quote_name
 from airflow_provider_staged.staging.journal import TaskRef
 from airflow_provider_staged.staging.kinds.continuous_partitions import ContinuousPartitionStagedTable
@@ -69,11 +69,6 @@ def partition_query(query: str, partition_spec: Mapping[str, str]) -> str:
         f"{quote_name(column)} = {string_literal(value)}" for column, value in sorted(partition_spec.items())
     )
     return f"SELECT * FROM (\n{query}\n) AS _materialized_source WHERE {condition}"
-
-
-def definition_audits(definition: MaterializedTableDefinition) -> AuditSuite:
-    """The EXPECT constraints as the row expectations every refresh checks (checked at parse)."""
-    return AuditSuite(tuple(RowExpectation(c.name, c.expression, c.mode) for c in definition.constraints))
 
 
 def staged_refresh(

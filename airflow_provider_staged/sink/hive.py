@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import pyarrow
@@ -40,6 +41,8 @@ from airflow_provider_staged.sink.api import (
 from airflow_provider_staged.sink.file_stream import hadoop_checksum, remove_if_present
 from airflow_provider_staged.sink.recovery import abort_once, batch_prefix, commit_once, filter_recovered
 from airflow_provider_staged.sink.secret_files import read_secret, secret_file
+from airflow_provider_staged.staging.attempts import is_quarantined
+from airflow_provider_staged.staging.audits import JUDGED_AT_COMMIT, Expectation, coerce_audits
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier, validate_name
 from airflow_provider_staged.staging.kinds.hive_sink import (
@@ -93,6 +96,7 @@ class HiveFilesCommittable(WriteRef):
     ``files`` are relative to ``source`` (a task attempt's directory) — or to ``ready/`` when
     ``source`` is None (already there). ``logged``: ``source`` is the stream staging directory of
     Spark's file sink, whose files move only inside the journaled commit (``file_stream``).
+    ``audits``: the write's audit results (Spark's writer), ``dropped_rows`` kept out by them.
     """
 
     mode: str
@@ -101,6 +105,8 @@ class HiveFilesCommittable(WriteRef):
     source: str | None
     files: tuple[DataFile, ...]
     logged: bool = False
+    audits: tuple[dict, ...] = ()
+    dropped_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -113,12 +119,22 @@ class HiveWriteCommittable(WriteRef):
     staging: str
     files: tuple[DataFile, ...]
     stream_source: str | None = None
+    audits: tuple[dict, ...] = ()
+    dropped_rows: int = 0
 
 
 class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
     """Appends to (``mode="append"``) or replaces (``"overwrite"``) ``table``, partitioned by
     ``partition_by`` (the table's partition columns, when it exists); ``track_partitions``: a
-    partitioned table it creates tracks its partitions in the catalog."""
+    partitioned table it creates tracks its partitions in the catalog.
+
+    ``audits`` (the operator's vocabulary: ``staging.audits.coerce_audits``): row, table and
+    reference expectations judged on each write (each micro-batch) after it is staged and before
+    its commit, as a staged build's; a blocking failure keeps the batch quarantined, unpublished
+    (``staged audits show`` / ``staged publish``), and fails the write (a stream stops). Counted by
+    Spark's writer (``native``) during the write; change and schema audits compare a version with
+    the one it replaces, which an append does not.
+    """
 
     def __init__(
         self,
@@ -128,6 +144,7 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         partition_by: Sequence[str] = (),
         native: bool = True,
         track_partitions: bool = False,
+        audits: Iterable[Expectation | Mapping[str, Any]] | None = None,
     ) -> None:
         self.table = table if isinstance(table, TableIdentifier) else TableIdentifier.parse(table)
         self.settings = settings
@@ -138,6 +155,15 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         # Spark's own Parquet writer (batch writes, foreachBatch streams); False: the Arrow writers.
         self.native = native
         self.track_partitions = track_partitions
+        self.audits = coerce_audits(audits)
+        if self.audits and not native:
+            raise ValueError(f"audits of sink {self.table.name} need its native writer (native=True): "
+                             "Spark counts them while it writes")
+        compared = [e.name for e in self.audits.expectations if e.kind in JUDGED_AT_COMMIT]
+        if compared:
+            raise ValueError(f"audit(s) {compared} of sink {self.table.name}: change and schema audits "
+                             "compare a version with the one it replaces; a sink takes row, table and "
+                             "reference audits")
         self._root: str | None = None
         # Shipped to Spark's workers for a write to an object store: a 0600 file holding the
         # bucket's S3 options (``shipping``); workers get neither the driver's keys nor its env.
@@ -164,11 +190,13 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
     ) -> HiveSinkCommit:
         """The journaled commit of one write (the staged kind of its mode)."""
         kind = HiveOverwriteStagedTable if mode == "overwrite" else HiveAppendStagedTable
-        return kind(
+        staged = kind(
             self.table, self.settings.journal, self.settings.metastore_uri, query_id=query_id,
             batch_id=batch_id, streaming=streaming, retention=self.settings.retention, attempt_id=write_id,
             root=self._root, track_partitions=self.track_partitions, stream_source=stream_source,
         )
+        staged.audits = self.audits
+        return staged
 
     def _committable(
         self, context: WriterContext, source: str | None, files: list[DataFile]
@@ -181,8 +209,9 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
 
     def logs_streams(self) -> bool:
         """Spark's file sink writes this sink's streams only on a filesystem that renames (its
-        logged batches' files move out of the stream's staging directory)."""
-        return is_local(self.root())
+        logged batches' files move out of the stream's staging directory) and unaudited (Spark's
+        writer counts the audits)."""
+        return not self.audits and is_local(self.root())
 
     def stream_staging(self, query_id: str) -> str:
         """Where Spark's file sink writes the micro-batches of streaming query ``query_id``."""
@@ -230,16 +259,28 @@ class HiveSink(Sink[HiveFilesCommittable, HiveWriteCommittable]):
         if missing:
             raise ValueError(f"the rows have no partition column(s) {missing} (columns: {df.columns})")
         ready = f"{staging_dir(self.root(), context.write_id)}/{READY_DIR}"
+        observed = None
+        if self.audits:
+            from airflow_provider_staged.engine.audit_job import observed_frame
+
+            df, observed = observed_frame(df, self.audits)
         writer = df.write.format("parquet").mode("error")  # "errorifexists" is not accepted by Spark Connect
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         try:
             writer.save(ready)
-        except BaseException:
+            files = [DataFile(**item) for item in data_files(ready)]
+            committable = self._committable(context, None, files)
+            if observed is not None:
+                from airflow_provider_staged.engine.audit_job import audit_staged
+
+                read_staged = functools.partial(df.sparkSession.read.parquet, ready)
+                results, dropped = audit_staged(df, read_staged, self.audits, observed)
+                committable = dataclasses.replace(committable, audits=tuple(results), dropped_rows=dropped)
+        except BaseException:  # nothing journaled yet: no commit or abort would find these files
             delete_dir(staging_dir(self.root(), context.write_id))
             raise
-        files = [DataFile(**item) for item in data_files(ready)]
-        return [self._committable(context, None, files)]
+        return [committable]
 
     def create_committer(self) -> Committer[HiveFilesCommittable]:
         self._use_shipped_storage()
@@ -386,6 +427,9 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
         return HiveWriteCommittable(
             first.write_id, first.query_id, first.batch_id, first.streaming, first.mode, first.schema_json,
             first.staging, files, first.source if first.logged else None,
+            # Audited writes are Spark's writer's: one committable holds the results.
+            tuple(result for c in committables for result in c.audits),
+            sum(c.dropped_rows for c in committables),
         )
 
     def _staged(self, write: HiveWriteCommittable) -> HiveSinkCommit:
@@ -436,7 +480,11 @@ class _HiveGlobalCommitter(GlobalCommitter[HiveFilesCommittable, HiveWriteCommit
 
     def abort(self, global_committables: list[HiveWriteCommittable]) -> None:
         for write in global_committables:
-            abort_once(self._staged(write), "the write failed or was already committed")
+            staged = self._staged(write)
+            record = staged.journal.get(staged.attempt_id)
+            if record is not None and is_quarantined(record):
+                continue  # failed its audits: kept for inspection, ended by `staged publish` or the sweep
+            abort_once(staged, "the write failed or was already committed")
             delete_dir(write.staging)
 
 
@@ -474,4 +522,6 @@ def _manifest(write: HiveWriteCommittable, location: str, partition_by: list[str
         columns=hive_columns(StructType.fromJson(json.loads(write.schema_json))),
         partition_columns=partition_by,
         files=list(write.files),
+        audits=list(write.audits),
+        dropped_rows=write.dropped_rows,
     )

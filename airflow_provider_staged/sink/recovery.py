@@ -37,14 +37,19 @@ def commit_once(
     settings: StagedSettings, write: WriteRef, staged: JournaledStagedTable, manifest: Callable[[], Manifest]
 ) -> None:
     """Commit ``write``'s journaled attempt ``staged``: begin it (once), record ``manifest()``
-    (called after the begin) and commit; nothing when the attempt already ended (a retried
-    commit). Every ``PRUNE_EVERY_BATCHES``-th micro-batch then prunes the target's journal."""
+    (called after the begin), judge its audits (a blocking failure quarantines it and raises
+    ``AuditFailedError``) and commit; nothing when the attempt already ended (a retried commit).
+    Every ``PRUNE_EVERY_BATCHES``-th micro-batch then prunes the target's journal."""
     record = staged.journal.get(staged.attempt_id)
     if record is not None and record.state.ended:
         return
     if record is None:
         staged.begin()
-    commit_written(staged, manifest())
+        record = staged.journal.require(staged.attempt_id)
+    if record.state is AttemptState.BEGUN:
+        staged.written(manifest())
+        staged.audit()
+    commit_written(staged)
     if write.streaming and write.batch_id % PRUNE_EVERY_BATCHES == 0:
         try:
             prune_journal(settings, staged.target)

@@ -1,14 +1,16 @@
 """The unified sink's runtime on PySpark: batch writes, streaming queries and staged builds.
 
-Python sinks run on the Python Data Source write API (Arrow writers): each Spark task attempt
-gets its own ``SinkWriter``; its committables travel in the task's commit message; Spark calls
-``commit`` (or ``abort``) once, in a fresh Python worker, where the committer and the global
-committer run (``api.run_commit``). Failed and speculative attempts' messages never arrive:
-sinks stage per task attempt and sweep their write's staging area at commit and abort.
+Python sinks run on the Python Data Source write API (Arrow writers, ``sink.datasource``: pyspark
+4.0 or newer): each Spark task attempt gets its own ``SinkWriter``; its committables travel in
+the task's commit message; Spark calls ``commit`` (or ``abort``) once, in a fresh Python worker,
+where the committer and the global committer run (``api.run_commit``). Failed and speculative
+attempts' messages never arrive: sinks stage per task attempt and sweep their write's staging
+area at commit and abort.
 
 A sink that also implements ``NativeWriteSink`` (the built-in Hive sink) is written by Spark's
 own writer instead — ``df.write`` for a batch, ``foreachBatch`` for a stream — and committed
-by the very same committers: same API, same guarantees, the native writer's speed. An appending
+by the very same committers: same API, same guarantees, the native writer's speed, and
+pyspark 3.5 as well (this module imports the data source only for Python writers). An appending
 stream of an in-process session goes further (``file_stream``): Spark's file sink writes it and
 a driver thread publishes each logged micro-batch in order, off the write's critical path.
 
@@ -24,32 +26,13 @@ as well (the sink is pickled into the write's options).
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import hashlib
 import json
-import logging
 import os
-import secrets
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-import pyspark
-from pyspark import cloudpickle
-
-try:
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceArrowWriter,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
-except ModuleNotFoundError:  # pyspark 3.5
-    raise ImportError(
-        f"the unified sink needs pyspark 4.0 or newer (Spark's Python data source API); "
-        f"pyspark {pyspark.__version__} is installed"
-    ) from None
 
 from airflow_provider_staged.sink.api import (
     Sink,
@@ -57,28 +40,30 @@ from airflow_provider_staged.sink.api import (
     abort_write,
     check_mode,
     commit_write,
-    fault_point,
 )
 from airflow_provider_staged.sink.file_stream import LoggedStreamSink, start_logged_stream
 from airflow_provider_staged.sink.recovery import batch_prefix
+from airflow_provider_staged.sink.tasks import (
+    FORMAT_NAME,
+    MODE_OPTION,
+    QUERY_OPTION,
+    SINK_OPTION,
+    STAGE_OPTION,
+    WRITE_OPTION,
+    context_path,
+    encode_sink,
+    load_committables,
+    new_write_id,
+    save_committables,
+    save_write_context,
+    write_task,
+)
 from airflow_provider_staged.storage.files import normalize_location
 
 if TYPE_CHECKING:
-    import pyarrow
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-    from pyspark.sql.types import StructType
 
-log = logging.getLogger(__name__)
-
-FORMAT_NAME = "staged_sink"
-_SINK_OPTION = "sink"
-_QUERY_OPTION = "query_id"
-_MODE_OPTION = "mode"
-# Where the commit step pickles the committables instead of committing (a staged build's write).
-_STAGE_OPTION = "stage_to"
-# The write id a staged build chose before the job (journaled beside its committables).
-_WRITE_OPTION = "write_id"
 _OUTPUT_MODES = ("append", "complete", "update")
 ARROW_BATCH_ROWS_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
@@ -94,24 +79,8 @@ class NativeWriteSink(Protocol):
         """Write ``df`` with Spark's writer, staged under ``context.write_id``; its committables."""
 
 
-@dataclass
-class SinkCommitMessage(WriterCommitMessage):
-    """The committables of one task attempt."""
-
-    committables: list[Any] = field(default_factory=list)
-
-
 def _native(sink: Sink[Any, Any]) -> bool:
     return isinstance(sink, NativeWriteSink) and bool(sink.native)
-
-
-def encode_sink(sink: Sink[Any, Any]) -> str:
-    """The sink as an option value (pickled: Spark ships options, not objects)."""
-    return base64.b64encode(cloudpickle.dumps(sink)).decode("ascii")
-
-
-def decode_sink(text: str) -> Sink[Any, Any]:
-    return cloudpickle.loads(base64.b64decode(text))
 
 
 def stream_query_id(checkpoint_location: str) -> str:
@@ -119,125 +88,11 @@ def stream_query_id(checkpoint_location: str) -> str:
     return "q" + hashlib.sha256(normalize_location(checkpoint_location).encode()).hexdigest()[:16]
 
 
-def new_write_id() -> str:
-    return "w" + secrets.token_hex(8)
-
-
-def _task_context(context: WriterContext) -> WriterContext:
-    """``context`` completed with the running Spark task's ids."""
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
-    if task is None:
-        return context
-    return replace(
-        context,
-        partition_id=task.partitionId(),
-        attempt_number=task.attemptNumber(),
-        task_attempt_id=task.taskAttemptId(),
-    )
-
-
-def _write_task(
-    sink: Sink[Any, Any], context: WriterContext, batches: Iterator[pyarrow.RecordBatch]
-) -> list[Any]:
-    """Run one writer over a task's batches; its committables."""
-    writer = sink.create_writer(context)
-    try:
-        for batch in batches:
-            writer.write(batch)
-            fault_point("write")
-        return list(writer.prepare_commit(True))
-    finally:
-        writer.close()
-
-
-def _committables(
-    sink: Sink[Any, Any], context: WriterContext, messages: list[WriterCommitMessage | None]
-) -> list[Any]:
-    """The committables of the successful tasks; a write without tasks runs one empty writer
-    here, so that the committers still learn the write's id and schema."""
-    found = [c for m in messages if isinstance(m, SinkCommitMessage) for c in m.committables]
-    if found or any(isinstance(m, SinkCommitMessage) for m in messages):
-        return found
-    return _write_task(sink, context, iter(()))
-
-
-class _BatchWriter(DataSourceArrowWriter):
-    def __init__(self, sink: Sink[Any, Any], context: WriterContext, stage_to: str | None) -> None:
-        self.sink = sink
-        self.context = context
-        self.stage_to = stage_to
-
-    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> SinkCommitMessage:
-        return SinkCommitMessage(_write_task(self.sink, _task_context(self.context), iterator))
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        committables = _committables(self.sink, self.context, messages)
-        if self.stage_to is not None:
-            save_committables(self.stage_to, committables)
-            return
-        commit_write(self.sink, self.context, committables)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_write(self.sink, _committables(self.sink, self.context, messages))
-
-
-class _StreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, sink: Sink[Any, Any], context: WriterContext) -> None:
-        self.sink = sink
-        # Pickled with the writer into every task and commit of this query run.
-        self.context = context
-
-    def _batch(self, batch_id: int) -> WriterContext:
-        write_id = batch_prefix(self.context.query_id, batch_id) + self.context.write_id
-        return replace(self.context, batch_id=batch_id, write_id=write_id)
-
-    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> SinkCommitMessage:
-        from pyspark import TaskContext
-
-        batch_id = int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
-        return SinkCommitMessage(_write_task(self.sink, _task_context(self._batch(batch_id)), iterator))
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        context = self._batch(batchId)
-        commit_write(self.sink, context, _committables(self.sink, context, messages))
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        context = self._batch(batchId)
-        abort_write(self.sink, _committables(self.sink, context, messages))
-
-
-class StagedSinkDataSource(DataSource):
-    """The Python data source ``staged_sink``: writes a DataFrame through a pickled ``Sink``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def _context(self, schema: StructType, overwrite: bool, streaming: bool) -> WriterContext:
-        mode = "overwrite" if overwrite else self.options.get(_MODE_OPTION, "append")
-        run = self.options.get(_WRITE_OPTION) or new_write_id()
-        return WriterContext(
-            write_id=run,
-            query_id=self.options.get(_QUERY_OPTION) or run,
-            batch_id=0,
-            mode=check_mode(mode),
-            schema_json=schema.json(),
-            streaming=streaming,
-        )
-
-    def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
-        context = self._context(schema, overwrite, False)
-        return _BatchWriter(decode_sink(self.options[_SINK_OPTION]), context, self.options.get(_STAGE_OPTION))
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
-        return _StreamWriter(decode_sink(self.options[_SINK_OPTION]), self._context(schema, overwrite, True))
-
-
 def register(spark: SparkSession) -> None:
-    """Register the ``staged_sink`` data source in ``spark`` (idempotent)."""
-    spark.dataSource.register(StagedSinkDataSource)
+    """Register the ``staged_sink`` data source of Python sinks in ``spark`` (pyspark 4.0 or newer)."""
+    from airflow_provider_staged.sink.datasource import register as register_data_source
+
+    register_data_source(spark)
 
 
 @contextlib.contextmanager
@@ -260,8 +115,8 @@ def arrow_batch_rows(spark: SparkSession, rows: int | None) -> Iterator[None]:
 def _sink_writer(df: DataFrame, shipped: Sink[Any, Any], mode: str) -> DataFrameWriter:
     """``df``'s batch write through the data source; Spark passes overwrite=True to it for
     mode("overwrite")."""
-    writer = df.write.format(FORMAT_NAME).option(_SINK_OPTION, encode_sink(shipped))
-    return writer.option(_MODE_OPTION, mode).mode(mode)
+    writer = df.write.format(FORMAT_NAME).option(SINK_OPTION, encode_sink(shipped))
+    return writer.option(MODE_OPTION, mode).mode(mode)
 
 
 def write_batch(df: DataFrame, sink: Sink[Any, Any], mode: str = "append") -> None:
@@ -293,7 +148,7 @@ def stage_batch(df: DataFrame, sink: Sink[Any, Any], path: str, mode: str = "app
         return committables
     register(df.sparkSession)
     with sink.shipping() as shipped, arrow_batch_rows(df.sparkSession, sink.arrow_batch_rows):
-        _sink_writer(df, shipped, mode).option(_STAGE_OPTION, path).option(_WRITE_OPTION, write_id).save()
+        _sink_writer(df, shipped, mode).option(STAGE_OPTION, path).option(WRITE_OPTION, write_id).save()
     return load_committables(path)
 
 
@@ -303,39 +158,13 @@ def abort_staged(sink: Sink[Any, Any], path: str) -> None:
     committer which write to delete (a sink stages each write under its id)."""
     if os.path.exists(path):
         committables = load_committables(path)
-    elif os.path.exists(_context_path(path)):
-        with open(_context_path(path), encoding="utf-8") as handle:
-            committables = _write_task(sink, WriterContext(**json.load(handle)), iter(()))
+    elif os.path.exists(context_path(path)):
+        with open(context_path(path), encoding="utf-8") as handle:
+            committables = write_task(sink, WriterContext(**json.load(handle)), iter(()))
     else:
         return  # the writers never started
     if committables:
         abort_write(sink, committables)
-
-
-def _context_path(path: str) -> str:
-    return os.path.join(os.path.dirname(path), "write-context.json")
-
-
-def save_write_context(path: str, context: WriterContext) -> None:
-    """Save the context of the write whose committables will be saved to ``path``."""
-    target = _context_path(path)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(f"{target}.tmp", "w", encoding="utf-8") as handle:
-        json.dump(asdict(context), handle)
-    os.replace(f"{target}.tmp", target)
-
-
-def save_committables(path: str, committables: list[Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(cloudpickle.dumps(committables))
-    os.replace(tmp, path)
-
-
-def load_committables(path: str) -> list[Any]:
-    with open(path, "rb") as handle:
-        return cloudpickle.loads(handle.read())
 
 
 def write_stream(
@@ -377,9 +206,9 @@ def write_stream(
     with arrow_batch_rows(df.sparkSession, sink.arrow_batch_rows):
         return (
             writer.format(FORMAT_NAME)
-            .option(_SINK_OPTION, encode_sink(_shipped_while_running(sink)))
-            .option(_QUERY_OPTION, query_id)
-            .option(_MODE_OPTION, mode)
+            .option(SINK_OPTION, encode_sink(_shipped_while_running(sink)))
+            .option(QUERY_OPTION, query_id)
+            .option(MODE_OPTION, mode)
             .start()
         )
 

@@ -18,13 +18,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_staged.sink.api import Sink, run_commit
-from airflow_provider_staged.sink.runtime import (
-    abort_staged,
-    decode_sink,
-    encode_sink,
-    load_committables,
-    stage_batch,
-)
+from airflow_provider_staged.sink.runtime import abort_staged, stage_batch
+from airflow_provider_staged.sink.tasks import decode_sink, encode_sink, load_committables
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, run_attempt
 from airflow_provider_staged.staging.journal import AttemptJournal, AttemptRecord, TaskRef

@@ -494,11 +494,13 @@ def from_table_checks(
     return found
 
 
-def coerce_audits(items: Iterable[Expectation | Mapping[str, Any]] | None) -> AuditSuite:
+def coerce_audits(items: AuditSuite | Iterable[Expectation | Mapping[str, Any]] | None) -> AuditSuite:
     """The audits an operator is given: :class:`Expectation` objects, the common SQL provider's
     ``{"column_mapping": {...}}`` (with optional ``accept_none``) or ``{"checks": {...}}``, each
     with an optional ``partition_clause`` and ``mode``; or an expectation's own dict (``kind``,
-    ``name``, ...)."""
+    ``name``, ...); or an :class:`AuditSuite` already made."""
+    if isinstance(items, AuditSuite):
+        return items
     found: list[Expectation] = []
     for item in items or []:
         if isinstance(item, Expectation):

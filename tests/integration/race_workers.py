@@ -29,7 +29,7 @@ from airflow_provider_staged.materialized.workflow.scheduler import RefreshStatu
 from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix
-from airflow_provider_staged.sink.runtime import _write_task, new_write_id
+from airflow_provider_staged.sink.tasks import new_write_id, write_task
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.errors import CatalogConflictError
@@ -279,7 +279,7 @@ def sink_committer(
                 partition_id=0, task_attempt_id=index, streaming=True,
             )
             t0 = time.monotonic()
-            staged = _write_task(sink, context, iter(sink_rows(index).to_batches()))
+            staged = write_task(sink, context, iter(sink_rows(index).to_batches()))
             published = commit_write(sink, context, staged)
             t1 = time.monotonic()
             # An overwrite's version directory is its own (a staged replace); an append has none.

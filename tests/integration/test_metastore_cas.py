@@ -31,7 +31,7 @@ from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.recovery import batch_prefix
-from airflow_provider_staged.sink.runtime import _write_task, new_write_id
+from airflow_provider_staged.sink.tasks import new_write_id, write_task
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import commit_written
 from airflow_provider_staged.staging.conflicts import retry_on_conflict
@@ -119,7 +119,7 @@ def _append(uri: str, target: str, journal: Path, warehouse: str) -> HiveAppendS
     query = race_workers.SINK_QUERY
     context = WriterContext(batch_prefix(query, 0) + new_write_id(), query, 0, "append",
                             race_workers.FLAT_SCHEMA_JSON, streaming=True)
-    commit_write(sink, context, _write_task(sink, context, iter(race_workers.sink_rows(0).to_batches())))
+    commit_write(sink, context, write_task(sink, context, iter(race_workers.sink_rows(0).to_batches())))
     return sink.commit_table(context.write_id, context.query_id, 0, True, "append")
 
 
@@ -252,7 +252,7 @@ def test_an_append_overtaken_by_a_replace_is_ordered_before_it(
         task_attempt_id=0,
         streaming=True,
     )
-    staged = _write_task(sink, context, iter(race_workers.sink_rows(0).to_batches()))
+    staged = write_task(sink, context, iter(race_workers.sink_rows(0).to_batches()))
     commit_write(sink, context, staged)
 
     (replace,) = replaces
@@ -381,7 +381,7 @@ def test_a_replace_between_a_sink_create_and_its_partitions_stands(
     )
     rows = pa.table({"refresh": pa.array([1, 1], pa.int32()), "row": pa.array([0, 1], pa.int32()),
                      "ds": pa.array(["b0", "b1"])})
-    commit_write(sink, context, _write_task(sink, context, iter(rows.to_batches())))
+    commit_write(sink, context, write_task(sink, context, iter(rows.to_batches())))
     monkeypatch.undo()
 
     (replace,) = replaces

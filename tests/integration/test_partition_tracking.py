@@ -20,7 +20,7 @@ from airflow_provider_staged.catalogs.metastore.tables import tracks_partitions
 from airflow_provider_staged.discovery.embedded import MetastoreInfo
 from airflow_provider_staged.sink.api import WriterContext, commit_write
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, new_write_id
+from airflow_provider_staged.sink.tasks import new_write_id, write_task
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import abort_attempt, commit_written
 from airflow_provider_staged.staging.errors import StagingError
@@ -157,7 +157,7 @@ def test_a_sink_table_with_batch_directories_is_refused_and_unchanged(
                             task_attempt_id=0)
     rows = pa.table({"refresh": pa.array([1, 1], pa.int32()), "row": pa.array([0, 1], pa.int32()),
                      "ds": pa.array(["b0", "b1"])})
-    commit_write(sink, context, _write_task(sink, context, iter(rows.to_batches())))
+    commit_write(sink, context, write_task(sink, context, iter(rows.to_batches())))
     assert _read(spark, target) == {"b0": [1], "b1": [1]}
     staged = _refresh(metastore, target, journal, {"ds": "b1"})
     with pytest.raises(StagingError, match=r"partition directory .*ds=b0 of .*sink_batches keeps files in"):

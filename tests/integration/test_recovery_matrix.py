@@ -53,13 +53,8 @@ from airflow_provider_staged.engine.spark_job import run_staged_write
 from airflow_provider_staged.sink.api import Sink, WriterContext, commit_until_done
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.sink.postgres import PostgresSink
-from airflow_provider_staged.sink.runtime import (
-    _write_task,
-    new_write_id,
-    save_committables,
-    save_write_context,
-)
 from airflow_provider_staged.sink.staged import COMMITTABLES_FILE, SinkStagedTable
+from airflow_provider_staged.sink.tasks import new_write_id, save_committables, save_write_context, write_task
 from airflow_provider_staged.staging.api import StagingPurpose
 from airflow_provider_staged.staging.attempts import JournaledStagedTable, abort_attempt
 from airflow_provider_staged.staging.errors import CatalogConflictError
@@ -955,7 +950,7 @@ def sink_writers(
         if mid_write and task == 1:
             raise RuntimeError(rh.INJECTED)
         attempt = replace(context, partition_id=task, task_attempt_id=task)
-        committables += _write_task(sink, attempt, iter(part.to_batches()))
+        committables += write_task(sink, attempt, iter(part.to_batches()))
     return committables
 
 

@@ -163,8 +163,8 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, 
 def test_hive_sink_on_s3_exactly_once_across_driver_kills(metastore, spark, s3_bucket, tmp_path):
     """The same chain into an unpartitioned table on the S3 server: no rename there, so the stream
     runs through ``foreachBatch`` and every micro-batch's commit copies the table's version
-    forward (``hive_sink``); the kill during the global commit lands between the copies and the
-    catalog switch."""
+    forward (``hive_sink``). Killed during the write and during the global commit, between the
+    copies and the catalog switch: the points where S3 differs (the others are the local chain's)."""
     database = "sinkeo_s3_" + uuid.uuid4().hex[:6]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(database, f"s3a://{s3_bucket}/warehouse")
@@ -177,7 +177,7 @@ def test_hive_sink_on_s3_exactly_once_across_driver_kills(metastore, spark, s3_b
         with MetastoreClient(metastore.uri) as client:
             return client.get_table(database, "events") is None
 
-    _crash_and_recover(spec, tmp_path, spark_is_writing)
+    _crash_and_recover(spec, tmp_path, spark_is_writing, ("global_commit",))
     spark.catalog.refreshTable(spec["table"])
     ids = [row.id for row in spark.sql(f"SELECT id FROM {spec['table']}").collect()]
     assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"

@@ -16,14 +16,18 @@ from airflow_provider_staged.sink import recovery
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent, commit_write
 from airflow_provider_staged.sink.file_stream import LOG_DIR, logged_batches
 from airflow_provider_staged.sink.hive import HiveSink
-from airflow_provider_staged.sink.runtime import _write_task, stream_query_id, write_batch
+from airflow_provider_staged.sink.runtime import stream_query_id, write_batch
+from airflow_provider_staged.sink.tasks import write_task
 from airflow_provider_staged.staging import pruning
+from airflow_provider_staged.staging.attempts import QUARANTINED
+from airflow_provider_staged.staging.audits import AuditFailedError, RowCountChange, RowExpectation
 from airflow_provider_staged.staging.errors import StagingError
 from airflow_provider_staged.staging.identifiers import TableIdentifier
 from airflow_provider_staged.staging.journal import AttemptState
 from airflow_provider_staged.staging.kinds.hive_sink import HiveAppendStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY
 from airflow_provider_staged.staging.pruning import prune_journal
+from airflow_provider_staged.staging.quarantine import publish_anyway
 from airflow_provider_staged.staging.rollback import rollback
 from airflow_provider_staged.staging.settings import StagedSettings
 from airflow_provider_staged.staging.versions import RetentionPolicy
@@ -121,12 +125,12 @@ def test_failed_and_duplicate_task_attempts_leave_no_orphans(spark, settings, ta
     committed = []
     for partition, data in enumerate(batches):
         task = replace(context, partition_id=partition, attempt_number=0, task_attempt_id=partition * 10)
-        failed = _write_task(sink, task, iter(data))  # the attempt that failed: its message is lost
+        failed = write_task(sink, task, iter(data))  # the attempt that failed: its message is lost
         assert failed[0].files
         retried = replace(task, attempt_number=1, task_attempt_id=partition * 10 + 1)
-        committed += _write_task(sink, retried, iter(data))
+        committed += write_task(sink, retried, iter(data))
         speculative = replace(task, attempt_number=2, task_attempt_id=partition * 10 + 2)
-        _write_task(sink, speculative, iter(data))  # the duplicate that lost the race
+        write_task(sink, speculative, iter(data))  # the duplicate that lost the race
     assert commit_write(sink, context, committed)
     assert rows(spark, table) == [(i,) for i in range(20)]
     data_files = [f for f in files_under(table_root(sink)) if f.endswith(".parquet")]
@@ -160,7 +164,7 @@ def test_committer_idempotency_contract(spark, settings, table, monkeypatch):
     sink = HiveSink(table, settings, native=False)
     data = spark.sql("SELECT id FROM range(7)")
     context = WriterContext("q1-b0-r1", "q1", 0, "append", data.schema.json(), streaming=True)
-    committables = _write_task(sink, context, iter(data.toArrow().to_batches()))
+    committables = write_task(sink, context, iter(data.toArrow().to_batches()))
 
     def target():
         return rows(spark, table)
@@ -169,7 +173,7 @@ def test_committer_idempotency_contract(spark, settings, table, monkeypatch):
     assert target() == [(i,) for i in range(7)]
     # A replay of micro-batch 0 by a new run of the query: recognised, dropped, swept.
     replay = replace(context, write_id="q1-b0-r2")
-    again = _write_task(sink, replay, iter(data.toArrow().to_batches()))
+    again = write_task(sink, replay, iter(data.toArrow().to_batches()))
     assert not commit_write(sink, replay, again)
     assert target() == [(i,) for i in range(7)]
     assert not os.listdir(os.path.join(table_root(sink), "_staging"))
@@ -188,7 +192,7 @@ def test_committer_idempotency_contract(spark, settings, table, monkeypatch):
     monkeypatch.setattr(hive_module._HiveGlobalCommitter, "_sweep_runs", spied)
     for write_id, published in (("q1-b1-r1", True), ("q1-b1-r2", False)):
         batch = replace(context, write_id=write_id, batch_id=1)
-        staged = _write_task(sink, batch, iter(data.toArrow().to_batches()))
+        staged = write_task(sink, batch, iter(data.toArrow().to_batches()))
         assert commit_write(sink, batch, staged) is published
     assert checked == ["q1-b1-r2"]
     assert target() == sorted([(i,) for i in range(7)] * 2)
@@ -275,3 +279,44 @@ def test_a_failed_publication_stops_the_stream_and_its_restart_publishes_the_bat
     assert rows(spark, table) == [(i,) for i in range(30)]
     assert [p for p in files_under(staging) if LOG_DIR not in p] == []
     assert [r.attempt_id for r in settings.journal.open_attempts()] == []
+
+
+def test_audited_batches_fail_drop_or_warn_and_a_quarantined_one_can_be_published(spark, settings, table):
+    """Each write judged after it is staged and before its commit: a failing one is kept
+    unpublished (the table unchanged) until a person publishes it; dropped rows are counted."""
+    signed = "SELECT id, 2 - id AS amount FROM range(5)"  # amounts 2, 1, 0, -1, -2
+    write_batch(spark.sql("SELECT id, id AS amount FROM range(10, 12)"), HiveSink(table, settings))
+    before = rows(spark, table)
+
+    def audited(mode: str) -> HiveSink:
+        return HiveSink(table, settings, audits=[RowExpectation("amount_not_negative", "amount >= 0", mode)])
+
+    with pytest.raises(AuditFailedError, match="amount_not_negative") as failed:
+        write_batch(spark.sql(signed), audited("fail"))
+    assert "amount_not_negative (2 failing row(s)" in str(failed.value), str(failed.value)
+    assert rows(spark, table) == before
+    [held] = [r for r in settings.journal.records() if (r.audits or {}).get("verdict") == QUARANTINED]
+    assert held.state is AttemptState.WRITTEN
+    assert [f for f in files_under(normalize_location(held.location).removeprefix("file:"))
+            if f.endswith(".parquet")], "the quarantined batch's files must be kept"
+    publish_anyway(settings, held.attempt_id)
+    assert rows(spark, table) == sorted([*before, *[(i, 2 - i) for i in range(5)]])
+    after_publish = rows(spark, table)
+    write_batch(spark.sql(signed), audited("drop"))
+    assert rows(spark, table) == sorted([*after_publish, (0, 2), (1, 1), (2, 0)])
+    dropped = max(settings.journal.records(), key=lambda r: r.created_at)
+    assert dropped.state is AttemptState.COMMITTED and dropped.manifest["dropped_rows"] == 2
+    write_batch(spark.sql(signed), audited("warn"))
+    assert len(rows(spark, table)) == len(after_publish) + 3 + 5
+    warned = max(settings.journal.records(), key=lambda r: r.created_at)
+    [result] = warned.audits["results"]
+    assert warned.state is AttemptState.COMMITTED and result["failing"] == 2 and not result["passed"], result
+
+
+def test_sink_audits_refused_where_they_cannot_run(settings):
+    with pytest.raises(ValueError, match="native writer"):
+        HiveSink("db.t", settings, native=False, audits=[RowExpectation("positive", "id > 0")])
+    with pytest.raises(ValueError, match=r"\['grew'\]"):
+        HiveSink("db.t", settings, audits=[RowCountChange("grew", 0.5)])
+    with pytest.raises(ValueError, match="'id >'"):
+        HiveSink("db.t", settings, audits=[{"kind": "row", "name": "broken", "condition": "id >"}])

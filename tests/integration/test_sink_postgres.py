@@ -17,13 +17,10 @@ from pyspark.sql.readwriter import DataFrameWriter
 
 from airflow_provider_staged.sink.api import WriterContext, check_committer_idempotent, commit_write
 from airflow_provider_staged.sink.postgres import PostgresSink
-from airflow_provider_staged.sink.runtime import (
-    _write_task,
-    stage_batch,
-    write_batch,
-)
+from airflow_provider_staged.sink.runtime import stage_batch, write_batch
 from airflow_provider_staged.sink.secret_files import secrets_dir
 from airflow_provider_staged.sink.staged import COMMITTABLES_FILE, SinkStagedTable
+from airflow_provider_staged.sink.tasks import write_task
 from airflow_provider_staged.staging.journal import AttemptState, TaskRef
 from airflow_provider_staged.staging.manifest import Manifest
 from airflow_provider_staged.staging.pruning import prune_journal
@@ -69,14 +66,14 @@ def test_committer_idempotency_and_replay(spark, postgres, settings, target):
     sink = PostgresSink(target, settings)
     data = spark.sql("SELECT id, 'x' AS label FROM range(4)")
     context = WriterContext("q7-b3-r1", "q7", 3, "append", data.schema.json(), streaming=True)
-    committed = _write_task(sink, context, iter(data.toArrow().to_batches()))
+    committed = write_task(sink, context, iter(data.toArrow().to_batches()))
     # A failed attempt of the same task staged its rows too: never published, swept.
     failed = replace(context, attempt_number=1, task_attempt_id=9)
-    _write_task(sink, failed, iter(data.toArrow().to_batches()))
+    write_task(sink, failed, iter(data.toArrow().to_batches()))
     check_committer_idempotent(sink, committed, lambda: read(postgres, target))
     assert read(postgres, target) == ([(i, "x") for i in range(4)], 0)
     replay = replace(context, write_id="q7-b3-r2")
-    again = _write_task(sink, replay, iter(data.toArrow().to_batches()))
+    again = write_task(sink, replay, iter(data.toArrow().to_batches()))
     assert not commit_write(sink, replay, again)
     assert read(postgres, target) == ([(i, "x") for i in range(4)], 0)
 

@@ -15,11 +15,13 @@ import pytest
 from airflow_provider_staged.materialized.definition import (
     DefinitionError,
     ExpectConstraint,
+    RefreshMode,
+    definition_audits,
     parse_definition,
     render_definition,
 )
 from airflow_provider_staged.materialized.params import parse_refresh_request
-from airflow_provider_staged.materialized.refresh import commit_summary, definition_audits
+from airflow_provider_staged.materialized.refresh import commit_summary
 from airflow_provider_staged.materialized.workflow.manager import MaterializedTables
 from airflow_provider_staged.sql.materialized_statements import (
     AlterMaterializedTableChange,
@@ -119,16 +121,19 @@ def test_a_file_error_of_a_constraint_names_its_column_too() -> None:
         parse_definition(TEMPLATE.format(second="x EXPECT (amount + 1)"), "orders.sql")
 
 
-def test_an_expect_after_a_column_or_on_a_continuous_table_is_refused() -> None:
+def test_an_expect_after_a_column_is_refused_and_a_continuous_table_audits_its_stream() -> None:
     with pytest.raises(DefinitionError, match="an EXPECT constraint is an element of the column list of its "
                        "own") as caught:
         parse_definition("CREATE MATERIALIZED TABLE t (a INT CONSTRAINT x EXPECT (a > 0))\n"
                          "FRESHNESS = INTERVAL '1' HOUR AS SELECT 1 AS a")
     assert (caught.value.line, caught.value.column) == (1, 49)
-    with pytest.raises(DefinitionError, match=r"constraint 'x': EXPECT constraints are checked by FULL "
-                       r"refreshes.*\(CONTINUOUS because freshness INTERVAL '3' MINUTE") as caught:
-        parse_definition("CREATE MATERIALIZED TABLE t (CONSTRAINT x EXPECT (a > 0))\nAS SELECT 1 AS a")
-    assert (caught.value.line, caught.value.column) == (1, 51)
+    # CONTINUOUS (a 3-minute default freshness): its sink audits each micro-batch.
+    continuous = parse_definition("CREATE MATERIALIZED TABLE t (CONSTRAINT x EXPECT (a > 0))\n"
+                                  "AS SELECT 1 AS a")
+    assert continuous.refresh_mode is RefreshMode.CONTINUOUS
+    assert [e.name for e in definition_audits(continuous).expectations] == ["x"]
+    with pytest.raises(DefinitionError, match="constraint 'x'"):
+        parse_definition("CREATE MATERIALIZED TABLE t (CONSTRAINT x EXPECT (a >))\nAS SELECT 1 AS a")
 
 
 def test_a_star_query_meets_its_columns_at_spark_analysis() -> None:

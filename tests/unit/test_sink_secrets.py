@@ -14,9 +14,9 @@ import pytest
 from airflow_provider_staged.catalogs.postgres_connections import PostgresConnection
 from airflow_provider_staged.sink import postgres
 from airflow_provider_staged.sink.postgres import PostgresSink
-from airflow_provider_staged.sink.runtime import decode_sink, encode_sink
 from airflow_provider_staged.sink.secret_files import read_secret, secret_file, secrets_dir
 from airflow_provider_staged.sink.staged import SinkStagedTable
+from airflow_provider_staged.sink.tasks import decode_sink, encode_sink
 from airflow_provider_staged.staging.settings import StagedSettings
 
 PASSWORD = "pw-3f9c1e-never-shipped"

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_provider_staged.sink.api import GlobalCommitter, Sink, SinkWriter, WriterContext
-from airflow_provider_staged.sink.runtime import abort_staged, save_committables, save_write_context
+from airflow_provider_staged.sink.runtime import abort_staged
+from airflow_provider_staged.sink.tasks import save_committables, save_write_context
 
 Write = tuple[str, ...]
 

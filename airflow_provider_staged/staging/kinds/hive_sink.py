@@ -194,6 +194,9 @@ class HiveSinkCommit(HiveStagedTable):
     def check_target(self) -> None:
         """Nothing to check: a sink write appends to or replaces whatever is there, or creates it."""
 
+    def supports_audits(self) -> bool:
+        return True  # the sink's writer counts them (``HiveSink.write_native``)
+
     @property
     def table_root_resolved(self) -> str:
         if self._root is None:
