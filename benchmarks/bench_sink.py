@@ -29,6 +29,10 @@
    (more reps in the same time). ``--stream-only`` skips part 1,
    ``--batch-only`` part 2 (to run the batch part alone at the issue's 10M rows).
 
+``--store s3`` puts the batch part's tables and native's output on a local S3 server (S3Proxy
+over a temp directory, through ``s3a://``), where the sink has no rename: each write's files are
+moved one by one (a server-side copy and a delete) into the version its commit switches to.
+
 Starts its own metastore and Spark; stops both. Run:
 ``/work/heavy .venv/bin/python benchmarks/bench_sink.py --rows 1000000 --reps 3``.
 """
@@ -37,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import uuid
 
 from _common import (
@@ -55,6 +58,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from airflow_provider_staged.sink import runtime
 from airflow_provider_staged.sink.hive import HiveSink
 from airflow_provider_staged.staging.settings import StagedSettings
+from airflow_provider_staged.storage import files
 
 DATABASE = "bench_sink"
 STREAM_ARMS = ("foreach_batch", "hive_sink", "hive_sink_foreach", "logged_no_commit")
@@ -92,8 +96,12 @@ def main() -> None:
                         default=list(STREAM_ARMS), help=f"streaming arms beside native, of {STREAM_ARMS}")
     parser.add_argument("--batch-arms", type=lambda text: [arm for arm in text.split(",") if arm],
                         default=list(BATCH_ARMS), help=f"batch arms beside native, of {BATCH_ARMS}")
+    parser.add_argument("--store", choices=("local", "s3"), default="local",
+                        help="where the batch part writes: the local disk, or a local S3 server (s3a://)")
     args = parser.parse_args()
-    with hive_services("bench-sink", DATABASE) as services:
+    if args.store == "s3" and not args.batch_only:
+        parser.error("--store s3 measures the batch part: add --batch-only")
+    with hive_services("bench-sink", DATABASE, s3=args.store == "s3") as services:
         spark = services.spark
         spark.dataSource.register(DiscardDataSource)
         journal = str(services.home / "journal")
@@ -102,9 +110,9 @@ def main() -> None:
         counter = itertools.count()
 
         def native() -> float:
-            path = str(services.home / f"native-{next(counter)}")
+            path = f"{services.location}/native-{next(counter)}"
             seconds = stopwatch(lambda: spark.sql(query).write.parquet(path))
-            shutil.rmtree(path, ignore_errors=True)
+            files.delete_dir(path)
             return seconds
 
         def discard() -> float:
@@ -116,7 +124,7 @@ def main() -> None:
             return stopwatch(lambda: runtime.write_batch(spark.sql(query), sink))
 
         if not args.stream_only:
-            print(f"batch: {args.rows:,} rows, {args.reps} reps; load {load()}", flush=True)
+            print(f"batch: {args.rows:,} rows on {args.store}, {args.reps} reps; load {load()}", flush=True)
             arms = {"hive_sink": lambda: sink_arm(True), "python_sink": lambda: sink_arm(False),
                     "arrow_discard": discard}
             unknown = set(args.batch_arms) - set(arms)

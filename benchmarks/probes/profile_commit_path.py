@@ -20,7 +20,9 @@ and what is ours can be told apart. No Spark: the "write" hard-links the same Pa
 
 Starts a Derby metastore and a PostgreSQL server + metastore (temp homes); stops all of them.
 ``--metastores derby,stock``: against a stock metastore (Hive's defaults, none of the project's
-Java), where a partition commit is the locked path; ``hive4``: Hive 4's, stock.
+Java), where a partition commit is the locked path; ``hive4``: Hive 4's, stock. ``--store s3``:
+the tables on a local S3 server (S3Proxy over a temp directory, ``s3a://``; the metastores reach
+it through S3A), the "write" an upload of the same files, untimed.
 Run: ``.venv/bin/python benchmarks/probes/profile_commit_path.py`` (smoke run: ``--smoke``).
 """
 
@@ -59,6 +61,7 @@ from airflow_provider_staged.staging.kinds import hive_table as hive_table_modul
 from airflow_provider_staged.staging.kinds.hive_partitions import HivePartitionStagedTable
 from airflow_provider_staged.staging.kinds.hive_table import HiveStagedTable
 from airflow_provider_staged.staging.versions import RetentionPolicy
+from airflow_provider_staged.storage import files as files_layer
 
 DATABASE = "profile"
 PHASES = ("begin", "written", "commit", "housekeep")
@@ -177,7 +180,26 @@ def reuse(enabled: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
+def s3_store(enabled: bool) -> Iterator[str | None]:
+    """A local S3 server's bucket URI (its endpoint and keys in this process's environment, where
+    the metastores started after it find them), or None."""
+    if not enabled:
+        yield None
+        return
+    from airflow_provider_staged.local.s3_server import start_s3_server, stop_s3_server
+
+    home = Path(tempfile.mkdtemp(prefix="profile-s3-"))
+    server = start_s3_server(home, in_memory=False, heap="1g")
+    os.environ.update(server.options.environment())
+    try:
+        yield f"s3a://{server.create_bucket('profile')}"
+    finally:
+        stop_s3_server(server)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def metastores(names: list[str], bucket: str | None = None) -> Iterator[dict[str, tuple[str, Path]]]:
     """name -> (metastore URI, warehouse): ``derby`` (the embedded default), ``postgres`` (docker/'s
     settings), ``stock`` (Hive's defaults, none of the project's Java) and ``hive4`` (Hive 4's
     standalone metastore, stock, schema by schematool) on PostgreSQL."""
@@ -212,7 +234,7 @@ def metastores(names: list[str]) -> Iterator[dict[str, tuple[str, Path]]]:
                     info = start_postgres_metastore(database, home, stock=name == "stock")
             found[name] = (f"thrift://127.0.0.1:{info.port}", Path(info.warehouse))
             with MetastoreClient(found[name][0]) as client:
-                client.ensure_database(DATABASE, info.warehouse)
+                client.ensure_database(DATABASE, f"{bucket}/{name}" if bucket else info.warehouse)
         yield found
     finally:
         METASTORE_CONNECTIONS.close_all()
@@ -250,8 +272,13 @@ def parquet_source(root: Path, rows: int, partitions: int) -> list[dict[str, Any
 
 
 def fake_write(source: Path, files: list[dict[str, Any]], location: str, partitioned: bool) -> dict[str, Any]:
-    """What the Spark job would leave: the same files, hard-linked, and its manifest."""
-    shutil.copytree(source, location.removeprefix("file:"), copy_function=os.link)
+    """What the Spark job would leave: the same files (hard links; uploads on S3), and its manifest."""
+    if files_layer.is_local(location):
+        shutil.copytree(source, location.removeprefix("file:"), copy_function=os.link)
+    else:
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            target = files_layer.join(location, *path.relative_to(source).parts)
+            files_layer.write_bytes(target, path.read_bytes())
     columns = [[n, h] for n, _, h in COLUMNS] + ([["ds", "string"]] if partitioned else [])
     schema = json.loads(SCHEMA_JSON)
     if partitioned:
@@ -377,16 +404,18 @@ def main() -> None:
         "--metastores", default="derby,postgres", help="comma-separated: derby, postgres, stock, hive4"
     )
     parser.add_argument("--samples", type=int, default=20, help="measured samples per arm")
+    parser.add_argument("--store", choices=("local", "s3"), default="local", help="where the tables are")
     parser.add_argument("--smoke", action="store_true", help="2 samples: proves the script runs")
     args = parser.parse_args()
     samples = 2 if args.smoke else args.samples
     counters = Counters()
     started = time.perf_counter()
-    with metastores(args.metastores.split(",")) as found:
+    with s3_store(args.store == "s3") as bucket, metastores(args.metastores.split(","), bucket) as found:
         for name, (uri, warehouse) in found.items():
             home = warehouse.parent / "profile"
             home.mkdir(exist_ok=True)
-            print(f"\n=== {name}-backed metastore; {samples} samples per arm; load average {load()}")
+            print(f"\n=== {name}-backed metastore, tables on {args.store}; {samples} samples per arm; "
+                  f"load average {load()}")
             counters.clear()
             files = parquet_source(home / "source_table", 1_000_000, 0)
             for purpose in (StagingPurpose.REPLACE_TABLE_AS, StagingPurpose.CREATE_OR_REPLACE_TABLE_AS):
