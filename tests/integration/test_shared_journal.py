@@ -86,3 +86,23 @@ def test_a_commit_whose_staged_files_are_gone_aborts_and_changes_nothing(spark, 
     assert record.state is AttemptState.ABORTED and "gone before the commit" in (record.error or "")
     assert snapshot(spark, target) == before
     assert f"_v={staged.attempt_id}" not in version_dirs(metastore, target)
+
+
+def test_a_partition_refresh_whose_staged_file_is_gone_aborts(spark, metastore, settings, target):
+    """Its files lie in one directory per partition: one listing of the version finds the gap."""
+    identifier = TableIdentifier.parse(target)
+    by_parity = "SELECT id, concat('d', CAST(id % 2 AS STRING)) AS ds FROM range(0, 6)"
+
+    def refresh() -> HivePartitionStagedTable:
+        return HivePartitionStagedTable(identifier, ["ds"], {}, settings.journal, metastore.uri)
+
+    build(spark, refresh(), by_parity)
+    before = snapshot(spark, target)
+    staged = begin_and_write(spark, refresh(), by_parity.replace("0, 6", "10, 16"))
+    written = sorted(attempt_path(settings.journal.require(staged.attempt_id)).rglob("*.parquet"))
+    assert {path.parent.name for path in written} == {"ds=d0", "ds=d1"}
+    written[-1].unlink()
+    with pytest.raises(StagingError, match=r"1 staged file\(s\) gone before the commit, e.g. .*ds=d1/"):
+        staged.commit()
+    assert settings.journal.require(staged.attempt_id).state is AttemptState.ABORTED
+    assert snapshot(spark, target) == before

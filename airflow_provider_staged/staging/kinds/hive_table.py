@@ -53,6 +53,7 @@ from airflow_provider_staged.storage.files import (
     delete_dir,
     join,
     list_dir,
+    list_files,
     normalize_location,
     remove_empty_dir,
 )
@@ -314,8 +315,13 @@ class HiveStagedTable(JournaledStagedTable):
 
 
 def missing_files(location: str, relative_paths: list[str]) -> list[str]:
-    """Of ``relative_paths`` under ``location``, those that do not exist: one listing per
-    directory that holds some (not one request per file on an object store)."""
+    """Of ``relative_paths`` under ``location``, those that do not exist: one listing of the
+    directory that holds them, or one recursive listing of ``location`` when they lie in several
+    (a partition refresh's version: one request on an object store, not one per partition)."""
+    if len({path.rpartition("/")[0] for path in relative_paths}) > 1:
+        present = {entry.path for entry in list_files(location)}
+        root = normalize_location(location)
+        return [f"{root}/{path}" for path in sorted(relative_paths) if path not in present]
     by_directory: dict[str, set[str]] = {}
     for path in relative_paths:
         directory, _, name = path.rpartition("/")
