@@ -318,9 +318,9 @@ class HiveAppendStagedTable(HiveSinkCommit):
     def _copy_forward(self, current: str | None, manifest: Manifest) -> None:
         """Make this attempt's version directory the files of version ``current`` (server-side
         copies; None: a table this attempt creates) plus the batch in its batch directories (moved
-        from ``ready/``). Idempotent, and
-        exact again when ``current`` changed since a first try (a conflict made it read again):
-        copies it lacks are made, copies of files ``current`` no longer has are deleted."""
+        from ``ready/``). Idempotent, and exact again when ``current`` changed since a first try (a
+        conflict made it read again): copies it lacks are made, copies of files ``current`` no
+        longer has are deleted."""
         found = list_files(current) if current is not None else []
         wanted = {entry.path: entry.location for entry in found if is_data_path(entry.path)}
         batches = tuple(f"{self._batch_dir('', group)}/".lstrip("/") for group in self._groups(manifest))
