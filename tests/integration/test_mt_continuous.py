@@ -426,7 +426,7 @@ def test_a_continuous_table_on_s3_streams_and_resumes_exactly_once(
 def test_expect_constraints_audit_each_micro_batch(spark, db, settings, running, tmp_path) -> None:
     """DROP ROW leaves a batch's offending rows out (counted in its journal record); one without
     ON VIOLATION keeps them and reports them."""
-    src = source_table(spark, db, "events", tmp_path)
+    src = source_table(spark, db, "checked_source", tmp_path)
     insert(spark, src, 0, 20)
     parsed = parse_definition(
         f"CREATE MATERIALIZED TABLE {db}.events_checked (\n"

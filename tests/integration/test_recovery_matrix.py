@@ -100,7 +100,9 @@ KINDS = [
     "hive_table", "hive_partitions", "hive_partitions_discovered", "hive_partitions_continuous", "jdbc_table"
 ]
 # The same whole-table and partition kinds with their tables on the S3 server (``<kind>_s3_harness``).
-S3_KINDS = ["hive_table_s3", "hive_partitions_s3", "hive_append_s3", "hive_overwrite_s3"]
+S3_KINDS = ["hive_table_s3", "hive_partitions_s3"]
+# The sink kinds on S3: each kill point once, the outcomes taking turns (``_on_stock``'s reason).
+S3_SINK_KINDS = ["hive_append_s3", "hive_overwrite_s3"]
 # The built-in sinks' commits: a write through the sink's writers (no Spark job), then its kind.
 SINK_KINDS = ["hive_append", "hive_overwrite", "jdbc_append", "sink"]
 STEPS = ["before_write", "mid_write", "after_written", "after_catalog", "during_abort"]
@@ -1294,6 +1296,8 @@ def settle(harness: Any, case: Case, attempt_id: str, outcome: str, new: bool, a
 FULL_MATRIX = [
     *itertools.product(KINDS, STEPS, OUTCOMES),
     *itertools.product(S3_KINDS, STEPS, OUTCOMES),
+    *((kind, step, OUTCOMES[i % len(OUTCOMES)])
+      for i, (kind, step) in enumerate(itertools.product(S3_SINK_KINDS, STEPS))),
     *itertools.product(SINK_KINDS, STEPS, OUTCOMES),
     *itertools.product(LIFECYCLE_KINDS, LIFECYCLE_STEPS, OUTCOMES),
     *itertools.product(LAST_CATALOG_CALL, ["between_catalog_calls"], OUTCOMES),

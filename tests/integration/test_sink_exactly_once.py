@@ -118,7 +118,7 @@ def postgres_chain(
         yield pool.submit(_crash_and_recover, spec, directory, None), name, directory
 
 
-def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, postgres_chain):
+def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, postgres_chain, s3_chain):
     database = "sinkeo_" + uuid.uuid4().hex[:6]
     spark.sql(f"CREATE DATABASE {database}")
     table = f"{database}.events"
@@ -160,15 +160,15 @@ def test_hive_sink_exactly_once_across_driver_kills(metastore, spark, tmp_path, 
     _assert_journal_settled(tmp_path)
 
 
-def test_hive_sink_on_s3_exactly_once_across_driver_kills(metastore, spark, s3_bucket, tmp_path):
-    """The same chain into an unpartitioned table on the S3 server: no rename there, so the stream
-    runs through ``foreachBatch`` and every micro-batch's commit copies the table's version
-    forward (``hive_sink``). Killed during the write and during the global commit, between the
-    copies and the catalog switch: the points where S3 differs (the others are the local chain's)."""
+@pytest.fixture(scope="module")
+def s3_chain(metastore, s3_bucket, tmp_path_factory) -> Iterator[tuple[Future, dict, str]]:
+    """The chain into an unpartitioned table on the S3 server, started in a thread when first
+    asked for (beside the local chain, as the PostgreSQL one)."""
+    directory = tmp_path_factory.mktemp("s3-exactly-once")
     database = "sinkeo_s3_" + uuid.uuid4().hex[:6]
     with MetastoreClient(metastore.uri) as client:
         client.ensure_database(database, f"s3a://{s3_bucket}/warehouse")
-    spec = _spec(metastore, tmp_path, "hive", f"{database}.events")
+    spec = _spec(metastore, directory, "hive", f"{database}.events")
     root = f"s3a://{s3_bucket}/warehouse/{database}.db/events"
 
     def spark_is_writing() -> bool:  # the first micro-batch is being written, the table not created
@@ -177,18 +177,30 @@ def test_hive_sink_on_s3_exactly_once_across_driver_kills(metastore, spark, s3_b
         with MetastoreClient(metastore.uri) as client:
             return client.get_table(database, "events") is None
 
-    _crash_and_recover(spec, tmp_path, spark_is_writing, ("global_commit",))
+    with ThreadPoolExecutor(1) as pool:
+        chain = pool.submit(_crash_and_recover, spec, directory, spark_is_writing, ("global_commit",))
+        yield chain, spec, root
+
+
+def test_hive_sink_on_s3_exactly_once_across_driver_kills(metastore, spark, s3_chain):
+    """No rename on S3: the stream runs through ``foreachBatch`` and every micro-batch's commit
+    copies the table's version forward (``hive_sink``). Killed during the write and during the
+    global commit, between the copies and the catalog switch: the points where S3 differs (the
+    others are the local chain's)."""
+    chain, spec, root = s3_chain
+    chain.result(timeout=900)
     spark.catalog.refreshTable(spec["table"])
     ids = [row.id for row in spark.sql(f"SELECT id FROM {spec['table']}").collect()]
     assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"lost or duplicated rows: {len(ids)}"
     assert files.list_files(f"{root}/_staging") == [], "staged files left behind"
+    database, table = spec["table"].split(".")
     with MetastoreClient(metastore.uri) as client:
-        served = normalize_location(current_location(client.get_table(database, "events")))
+        served = normalize_location(current_location(client.get_table(database, table)))
     assert served.startswith(f"{root}/_v="), served
     # The served version holds each micro-batch once, in its own batch directory.
     batches = [entry.name for entry in files.list_dir(served) if entry.name.startswith("batch-")]
     assert len(batches) == FILES, batches
-    _assert_journal_settled(tmp_path)
+    _assert_journal_settled(Path(spec["journal_dir"]).parent)
 
 
 def test_postgres_sink_exactly_once_across_driver_kills(postgres, postgres_chain):
