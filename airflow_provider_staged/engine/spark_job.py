@@ -27,14 +27,12 @@ def data_files(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     read), through the storage layer: the same on a local disk and on S3."""
     import pyarrow.parquet as pq
 
+    from airflow_provider_staged.staging.partition_paths import is_data_path
     from airflow_provider_staged.storage.files import list_files, open_input_file
 
     found = []
     for entry in list_files(os.fspath(root)):
-        parts = entry.path.split("/")
-        if not entry.path.endswith(".parquet") or any(
-            part.startswith(("_", ".")) and "=" not in part for part in parts
-        ):
+        if not entry.path.endswith(".parquet") or not is_data_path(entry.path):
             continue
         with open_input_file(entry.location) as handle:
             rows = pq.ParquetFile(handle).metadata.num_rows

@@ -59,3 +59,9 @@ def unstorable(columns: Sequence[str], values: Sequence[str]) -> str | None:
 def spec_text(spec: Mapping[str, str]) -> str:
     """``ds=2024-01-03,hr=01``: a partition spec as a person reads it ("" for none)."""
     return ",".join(f"{column}={value}" for column, value in spec.items())
+
+
+def is_data_path(relative: str) -> bool:
+    """Whether a file at ``relative`` (under a version directory) is data Spark reads: no part
+    hidden (``_SUCCESS``, ``.crc`` checksums), partition directories (``k=v``) aside."""
+    return not any(part.startswith(("_", ".")) and "=" not in part for part in relative.split("/"))

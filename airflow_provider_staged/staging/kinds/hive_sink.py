@@ -82,7 +82,7 @@ from airflow_provider_staged.staging.kinds.hive_partitions import (
 )
 from airflow_provider_staged.staging.kinds.hive_table import SINK_ROWS_KEY, HiveStagedTable
 from airflow_provider_staged.staging.manifest import Manifest
-from airflow_provider_staged.staging.partition_paths import partition_path, partition_values
+from airflow_provider_staged.staging.partition_paths import is_data_path, partition_path, partition_values
 from airflow_provider_staged.staging.versions import RetentionPolicy, version_dir_name
 from airflow_provider_staged.storage.files import (
     copy_file,
@@ -130,11 +130,6 @@ def move_file_once(source: str, target: str) -> None:
     if exists(source) and not exists(target):
         move_file(source, target)
 
-
-def is_data_path(relative: str) -> bool:
-    """Whether a file at ``relative`` (under a version directory) is data Spark reads: no part
-    hidden (``_SUCCESS``, ``.crc`` checksums), partition directories aside."""
-    return not any(part.startswith(("_", ".")) and "=" not in part for part in relative.split("/"))
 
 
 class HiveSinkCommit(HiveStagedTable):
